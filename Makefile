@@ -1,0 +1,31 @@
+# Two commands do everything on a fresh machine: `make demo` (main job) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export RISKOPT_DATA ?= $(abspath $(CURDIR)/../shared/data)
+export NUMBA_CACHE_DIR ?= $(abspath $(CURDIR)/.numba_cache)
+
+.PHONY: install demo test test-slow bench-speed clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev,bench]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(PY) benchmarks/demo.py
+
+test: install
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-slow: install
+	$(PY) -m pytest -q -p no:cacheprovider -m slow
+
+bench-speed: install
+	$(PY) benchmarks/speed.py
+
+clean:
+	rm -rf $(VENV) .numba_cache results

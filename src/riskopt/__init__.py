@@ -1,0 +1,18 @@
+"""riskopt: fast, correct stochastic optimisation of spectral risks and DRO objectives.
+
+``import riskopt`` stays light: no torch, pandas or matplotlib.
+"""
+from . import datasets, solvers
+from .callbacks import DivergenceWarning, Timeout, Trace
+from .losses import AbsoluteLoss, LogisticLoss, Loss, MultinomialLoss, SquaredLoss, get_loss
+from .objective import Objective
+from .risks import CVaR, ESRM, Extremile, MaxLoss, Mean, SpectralRisk, parse_risk
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Objective", "Trace", "Timeout", "DivergenceWarning",
+    "Loss", "SquaredLoss", "AbsoluteLoss", "LogisticLoss", "MultinomialLoss", "get_loss",
+    "CVaR", "ESRM", "Extremile", "Mean", "MaxLoss", "SpectralRisk", "parse_risk",
+    "solvers", "datasets", "__version__",
+]

@@ -1,0 +1,4 @@
+"""Numba kernels: plain loops over arrays, no validation (that lives in Python).
+
+Every kernel here has a slow pure-NumPy twin in ``tests/reference_impl.py``.
+"""

@@ -1,0 +1,49 @@
+"""Input validation shared by the public API. Every failure is a ValueError naming the problem."""
+import numbers
+
+import numpy as np
+
+
+def check_positive(name, value, allow_zero=False):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def check_int(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_array(name, a, ndim=None, dtype=np.float64):
+    try:
+        arr = np.asarray(a, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be numeric: {exc}") from None
+    if ndim is not None and arr.ndim not in np.atleast_1d(ndim):
+        raise ValueError(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape})")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
+    return arr
+
+
+def check_X_y(X, y):
+    if hasattr(X, "toarray") and not isinstance(X, np.ndarray):
+        X = X.toarray()
+    X = check_array("X", X, ndim=2)
+    y = check_array("y", y, ndim=1)
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"X and y have mismatched numbers of rows: {X.shape[0]} != {y.shape[0]}")
+    return np.ascontiguousarray(X), np.ascontiguousarray(y)
