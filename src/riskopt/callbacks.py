@@ -53,6 +53,7 @@ class Trace(Callback):
         self.passes = []
         self.times = []
         self.values = []
+        self._calls = 0
         self.diverged = False
         self.stop_reason = None
         self.f0 = float(objective.value(coef))
@@ -66,7 +67,8 @@ class Trace(Callback):
         self.values.append(value)
 
     def __call__(self, passes, coef, elapsed):
-        if passes % self.every:
+        self._calls += 1
+        if self._calls % self.every:
             return False
         value = float(self.objective.value(coef)) if np.all(np.isfinite(coef)) else np.nan
         self._record(passes, elapsed, value)

@@ -66,6 +66,10 @@ class Solver:
     def _pass(self, objective, state, indices):
         raise NotImplementedError
 
+    def passes_per_update(self, objective):
+        """Oracle calls of one ``update`` divided by n (the papers' x-axis unit). Default 1."""
+        return 1.0
+
     def draw_indices(self, objective, state):
         """Default: n indices drawn uniformly with replacement."""
         return state.rng.integers(0, objective.n, size=objective.n)
@@ -98,7 +102,7 @@ class Solver:
         return self._pass(objective, state, indices)
 
     def run(self, objective, max_epochs=64, callback=None, coef0=None, state=None):
-        """Run ``max_epochs`` passes (or until a callback stops it).
+        """Run ``max_epochs`` updates (or until a callback stops it).
 
         ``state`` continues a previous run (warm start); otherwise ``coef0`` (default zeros)
         is the starting point.
@@ -111,14 +115,17 @@ class Solver:
         if cb is not None:
             cb.on_start(objective, objective.as_coef(state.coef))
         elapsed = 0.0
+        passes = 0.0
+        ppu = float(self.passes_per_update(objective))
         message = "max_epochs reached"
         diverged = False
         for _ in range(max_epochs):
             t0 = perf_counter()
             state = self.update(objective, state)
             elapsed += perf_counter() - t0
+            passes += ppu
             finite = bool(np.all(np.isfinite(state.coef)))
-            if cb is not None and cb(state.epoch, objective.as_coef(state.coef), elapsed):
+            if cb is not None and cb(passes, objective.as_coef(state.coef), elapsed):
                 message = cb.stop_reason or "stopped by callback"
                 diverged = bool(getattr(trace, "diverged", False)) or not finite
                 break
@@ -134,7 +141,8 @@ class Solver:
         coef = objective.as_coef(state.coef)
         value = float(objective.value(coef)) if np.all(np.isfinite(coef)) else float("nan")
         return Result(coef=coef, value=value, n_epochs=int(state.epoch), time=elapsed,
-                      state=state, trace=trace, diverged=diverged, message=message)
+                      state=state, trace=trace, diverged=diverged, message=message,
+                      extra={"passes": passes})
 
 
 def _find_trace(callback):
