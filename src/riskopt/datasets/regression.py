@@ -23,7 +23,13 @@ _DROP = {"energy": ("Y1", "Y2")}
 
 @dataclass
 class Dataset:
-    """A train/test split. ``groups_*`` hold sensitive / group attributes where known."""
+    """A train/test split. ``groups_*`` hold sensitive / group attributes where known.
+
+    ``task`` is "regression", "binary" (``y`` in {0., 1.}) or "multiclass" (``y`` the class index
+    as float; ``info["n_classes"]`` the number of classes). ``groups_*`` map an attribute name to
+    an array with one entry per row. ``X_val`` / ``y_val`` / ``groups_val`` hold a validation split
+    where the source provides one (else None).
+    """
 
     name: str
     task: str
@@ -35,10 +41,21 @@ class Dataset:
     groups_train: Optional[dict] = None
     groups_test: Optional[dict] = None
     info: dict = field(default_factory=dict)
+    X_val: Optional[np.ndarray] = None
+    y_val: Optional[np.ndarray] = None
+    groups_val: Optional[dict] = None
 
     @property
     def n_train(self):
         return self.X_train.shape[0]
+
+    @property
+    def n_test(self):
+        return self.X_test.shape[0]
+
+    @property
+    def n_features(self):
+        return self.X_train.shape[1]
 
     @property
     def groups(self):
