@@ -46,6 +46,11 @@ class Objective:
         ``mu`` in ``(mu/2) ||w||^2``.
     fit_intercept : bool, default False
         Append a column of ones; its coefficient is not penalised.
+    sample_weight : array of shape (n,), optional
+        Weights of the empirical distribution (normalised to sum 1). Non-uniform weights are
+        supported for ``shift_cost = 0`` spectral risks with a built-in spectrum and for the
+        mean risk (see ``risks._RiskBase.weighted_weights``); integer weights equal duplicating
+        rows. Stochastic solvers need uniform weights; :class:`~riskopt.solvers.LBFGS` takes any.
 
     Attributes
     ----------
@@ -56,7 +61,7 @@ class Objective:
     coef_shape : shape of the public coefficient (``(p,)`` or ``(p, K)``)
     """
 
-    def __init__(self, loss, risk, X, y, l2_reg=0.0, fit_intercept=False):
+    def __init__(self, loss, risk, X, y, l2_reg=0.0, fit_intercept=False, sample_weight=None):
         self.loss = get_loss(loss)
         self.risk = parse_risk(risk)
         if not isinstance(self.risk, _RiskBase):
@@ -78,6 +83,16 @@ class Objective:
         if self.fit_intercept:
             self.reg[-1] = 0.0
         self.coef_shape = (self.p,) if self.K == 1 else (self.p, self.K)
+        self.sample_weight = None
+        if sample_weight is not None:
+            sw = np.asarray(sample_weight, dtype=np.float64)
+            if sw.ndim != 1 or sw.shape[0] != self.n:
+                raise ValueError(f"sample_weight must have shape ({self.n},), got {sw.shape}")
+            if not np.all(np.isfinite(sw)) or np.any(sw < 0) or sw.sum() <= 0:
+                raise ValueError("sample_weight must be finite, non-negative, with a positive sum")
+            if not np.all(sw == sw[0]):
+                self.risk.weighted_weights(np.zeros(self.n), sw)  # raises if unsupported
+                self.sample_weight = sw / sw.sum()
 
     # ------------------------------------------------------------------ shapes
     def as_matrix(self, w):
@@ -111,6 +126,9 @@ class Objective:
 
     def risk_weights(self, losses):
         """``(R(losses), q)`` by the exact oracle."""
+        if self.sample_weight is not None:
+            q = self.risk.weighted_weights(losses, self.sample_weight)
+            return float(q @ losses), q
         q = np.empty(self.n)
         val = _ko._risk_weights(np.ascontiguousarray(losses, dtype=np.float64), self.sigma,
                                 self.nu, self.div, q)

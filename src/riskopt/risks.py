@@ -74,7 +74,14 @@ def check_spectrum(sigma, n=None):
 
 
 class _RiskBase:
-    """Shared methods: the oracle and the value on a loss vector."""
+    """Shared methods: the oracle and the value on a loss vector.
+
+    Built-in spectra come from a spectrum density ``s`` on [0, 1] through its CDF ``cdf(p)``:
+    ``sigma_i = cdf(i/n) - cdf((i-1)/n)``. The CDF also defines the risk of a *weighted*
+    sample (``weighted_weights``), the spectral risk of the weighted empirical distribution.
+    """
+
+    cdf = None
 
     @property
     def div_code(self):
@@ -98,6 +105,47 @@ class _RiskBase:
         """The risk ``R(losses)``."""
         return self._oracle(losses)[0]
 
+    def weighted_weights(self, losses, sample_weight):
+        """Maximising ``q`` for the weighted empirical distribution ``sum_i w_i delta_i``.
+
+        Supported for ``shift_cost = 0`` (the L-risk of the weighted sample: the atom of rank
+        ``i`` gets ``cdf(W_i) - cdf(W_{i-1})`` with ``W`` the cumulative sorted weights; tied
+        losses share their group's mass in proportion to their weights) and for the mean risk
+        (``q = w``). Integer weights equal duplicating samples exactly.
+        """
+        losses = check_array("losses", losses, ndim=1)
+        w = check_array("sample_weight", sample_weight, ndim=1)
+        if w.shape != losses.shape:
+            raise ValueError("sample_weight and losses have different lengths")
+        if np.any(w < 0) or w.sum() <= 0:
+            raise ValueError("sample_weight must be non-negative with a positive sum")
+        w = w / w.sum()
+        if isinstance(self, Mean):
+            return w.copy()
+        if self.shift_cost != 0 or self.cdf is None:
+            raise ValueError(
+                "non-uniform sample_weight is supported for shift_cost=0 with a built-in "
+                "spectrum, or for the mean risk"
+            )
+        order = np.argsort(losses, kind="mergesort")
+        ls, ws = losses[order], w[order]
+        cum = np.concatenate([[0.0], np.cumsum(ws)])
+        cum[-1] = 1.0
+        q_sorted = np.empty_like(ls)
+        start = 0
+        n = ls.shape[0]
+        while start < n:
+            end = start + 1
+            while end < n and ls[end] == ls[start]:
+                end += 1
+            mass = float(self.cdf(cum[end]) - self.cdf(cum[start]))
+            grp = ws[start:end]
+            q_sorted[start:end] = mass * grp / grp.sum() if grp.sum() > 0 else 0.0
+            start = end
+        q = np.empty_like(q_sorted)
+        q[order] = q_sorted
+        return q
+
     def __call__(self, losses):
         return self.value(losses)
 
@@ -120,9 +168,12 @@ class CVaR(_RiskBase):
             raise ValueError(f"tail_fraction must be in (0, 1], got {a}")
         _check_common(self)
 
-    def spectrum(self, n):
+    def cdf(self, p):
         a = float(self.tail_fraction)
-        return _from_density_cdf(lambda p: np.clip(p - (1.0 - a), 0.0, None) / a, n)
+        return np.clip(np.asarray(p, dtype=float) - (1.0 - a), 0.0, None) / a
+
+    def spectrum(self, n):
+        return _from_density_cdf(self.cdf, n)
 
 
 @dataclass(frozen=True)
@@ -137,10 +188,13 @@ class ESRM(_RiskBase):
         check_positive("rho", self.rho)
         _check_common(self)
 
-    def spectrum(self, n):
+    def cdf(self, p):
+        # (e^{rho (p - 1)} - e^{-rho}) / (1 - e^{-rho}), computed stably
         rho = float(self.rho)
-        # cdf(p) = (e^{rho (p - 1)} - e^{-rho}) / (1 - e^{-rho}), computed stably
-        return _from_density_cdf(lambda p: np.expm1(rho * (p - 1.0)) / -np.expm1(-rho) + 1.0, n)
+        return np.expm1(rho * (np.asarray(p, dtype=float) - 1.0)) / -np.expm1(-rho) + 1.0
+
+    def spectrum(self, n):
+        return _from_density_cdf(self.cdf, n)
 
 
 @dataclass(frozen=True)
@@ -157,9 +211,11 @@ class Extremile(_RiskBase):
             raise ValueError(f"extremile r must be >= 1 (a non-decreasing spectrum), got {r}")
         _check_common(self)
 
+    def cdf(self, p):
+        return np.asarray(p, dtype=float) ** float(self.r)
+
     def spectrum(self, n):
-        r = float(self.r)
-        return _from_density_cdf(lambda p: p**r, n)
+        return _from_density_cdf(self.cdf, n)
 
 
 @dataclass(frozen=True)
@@ -171,6 +227,9 @@ class Mean(_RiskBase):
 
     def __post_init__(self):
         _check_common(self)
+
+    def cdf(self, p):
+        return np.asarray(p, dtype=float)
 
     def spectrum(self, n):
         return np.full(n, 1.0 / n)
@@ -185,6 +244,9 @@ class MaxLoss(_RiskBase):
 
     def __post_init__(self):
         _check_common(self)
+
+    def cdf(self, p):
+        return (np.asarray(p, dtype=float) >= 1.0).astype(float)
 
     def spectrum(self, n):
         s = np.zeros(n)

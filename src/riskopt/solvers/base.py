@@ -48,6 +48,8 @@ class Solver:
     name = "base"
     #: True when the method converges to the minimiser of the objective (not biased).
     convergent = True
+    #: Stochastic solvers sample uniformly: they need uniform sample weights.
+    supports_sample_weight = False
 
     def __init__(self, lr=0.01, random_state=None):
         self.lr = lr
@@ -87,6 +89,9 @@ class Solver:
 
     def init_state(self, objective, coef0=None):
         self._check_params(objective)
+        if getattr(objective, "sample_weight", None) is not None and not self.supports_sample_weight:
+            raise ValueError(f"solver {self.name!r} does not support non-uniform sample_weight; "
+                             "use the 'lbfgs' solver")
         self._check_objective(objective)
         W = objective.zeros() if coef0 is None else coef0
         W = objective.as_matrix(W).copy()

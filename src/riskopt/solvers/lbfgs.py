@@ -55,7 +55,8 @@ class LBFGS:
         W0 = objective.as_matrix(objective.zeros() if coef0 is None else coef0)
         g0 = np.linalg.norm(objective.value_grad(W0)[1])
         gtol = self.tol * max(1.0, g0)
-        if objective.nu > 0:
+        if objective.nu > 0 or objective.sample_weight is not None and objective.loss.smooth \
+                and type(objective.risk).__name__ == "Mean":
             W, res = self._minimize(objective.value_grad, W0, gtol)
             coef = objective.as_coef(W)
             return Result(coef=coef, value=float(objective.value(coef)), n_epochs=int(res.nit),
@@ -67,7 +68,13 @@ class LBFGS:
         best_W, best_f = W, objective.value(W)
         nu = 1.0
         n_it = 0
-        while nu >= self.nu_min:
+        if objective.sample_weight is not None:  # no chi2 smoothing of a weighted sample
+            W, res = self._minimize(objective.value_grad, W, gtol)
+            n_it += res.nit
+            if objective.value(W) < best_f:
+                best_W, best_f = W, objective.value(W)
+            nu = 0.0
+        while nu >= self.nu_min and nu > 0:
             smoothed = objective.with_shift(nu, _ko.CHI2)
             W, res = self._minimize(smoothed.value_grad, W, gtol)
             n_it += res.nit
@@ -85,11 +92,9 @@ class LBFGS:
 
     def _polish(self, objective, W, gtol):
         """Minimise sum_i sigma_i l_{pi(i)}(w) + reg with the order pi frozen; repeat if it moves."""
-        sigma = objective.sigma
         for _ in range(5):
             order = objective.sorted_order(W)
-            q = np.empty(objective.n)
-            q[order] = sigma
+            q = objective.weights(W)  # sigma by rank (averaged over exact ties), frozen
 
             def fun(Wc):
                 losses, derivs = objective.losses_derivs(Wc)
