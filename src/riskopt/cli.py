@@ -1,0 +1,345 @@
+"""The ``riskopt`` command line.
+
+::
+
+    riskopt bench list                          bundled experiment specs
+    riskopt bench show NAME                     print a bundled spec (TOML) to copy and edit
+    riskopt bench run SPEC [--out DIR] [--jobs N] [--backend NAME] [--address ADDR]
+                           [--max-cells K] [--fresh] [--no-plot] [--dry-run] [--quiet]
+    riskopt bench plot RESULTS [--out DIR] [--x passes time] [--format png pdf]
+    riskopt datasets list
+    riskopt datasets info NAME
+
+``SPEC`` is a TOML file or the name of a bundled spec. Bad specs, unknown data sets and
+missing results are reported in one line naming the offending key, with exit status 2.
+"""
+import argparse
+import sys
+
+EXIT_USAGE = 2
+
+
+class _CLIError(Exception):
+    pass
+
+
+def _print(*args, **kwargs):
+    print(*args, **kwargs, flush=True)
+
+
+def _err(msg):
+    print(f"riskopt: error: {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- bench
+def _bench_list(args):
+    from .bench.spec import bundled_specs, load_spec
+
+    specs = bundled_specs()
+    width = max(len(n) for n in specs) if specs else 0
+    for name in specs:
+        try:
+            desc = load_spec(name, check_registry=False).description
+        except Exception as exc:  # a broken bundled spec must not hide the others
+            desc = f"(invalid: {exc})"
+        _print(f"{name:<{width}}  {desc}")
+    return 0
+
+
+def _bench_show(args):
+    from .bench.spec import read_spec_text
+
+    text, _ = read_spec_text(args.name)
+    sys.stdout.write(text)
+    return 0
+
+
+def _setup_backend(backend, address):
+    """Connect the dask / ray joblib backends when asked."""
+    if backend == "dask":
+        try:
+            from dask.distributed import Client
+        except ImportError:
+            raise _CLIError("--backend dask needs 'dask[distributed]' installed") from None
+        return Client(address) if address else Client()
+    if backend == "ray":
+        try:
+            import ray
+            from ray.util.joblib import register_ray
+        except ImportError:
+            raise _CLIError("--backend ray needs 'ray' installed") from None
+        register_ray()
+        ray.init(address=address) if address else ray.init()
+        return None
+    if address:
+        raise _CLIError("--address is only used with --backend dask or ray")
+    return None
+
+
+def _terminate_as_interrupt():
+    """SIGTERM -> KeyboardInterrupt, so joblib stops its workers and the message below shows."""
+    import signal
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # not the main thread
+        pass
+
+
+def _bench_run(args):
+    from .bench.runner import run
+    from .bench.spec import load_spec
+
+    if args.jobs is not None and args.jobs == 0:
+        raise _CLIError("--jobs must be a positive number of workers or negative (-1: all "
+                        "cores, -2: all but one)")
+    if args.max_cells is not None and args.max_cells < 1:
+        raise _CLIError("--max-cells must be >= 1")
+    if args.backend is not None:
+        from joblib.parallel import BACKENDS
+
+        known = set(BACKENDS) | {"dask", "ray"}
+        if args.backend not in known:
+            raise _CLIError(f"unknown joblib backend {args.backend!r}; choose one of "
+                            f"{', '.join(sorted(known))}")
+    spec = load_spec(args.spec)
+    if args.dry_run:
+        from .bench.runner import prepare, status
+
+        sizes, _ = prepare(spec)
+        total, done = status(spec, args.out)
+        _print(f"spec {spec.name}: valid")
+        for d, sz in sizes.items():
+            _print(f"  {d}: {sz['n_train']} x {sz['n_features']}, {spec.budget(d)} passes")
+        _print(f"  objectives: {', '.join(spec.objective_labels())}")
+        _print(f"  solvers: {', '.join(s.display for s in spec.solvers)}; seeds {spec.seeds}")
+        _print(f"runs: {total} total, {done} finished, {total - done} to run")
+        return 0
+    client = _setup_backend(args.backend, args.address)
+    _terminate_as_interrupt()
+    echo = None if args.quiet else (lambda m: _print(m, file=sys.stderr))
+    try:
+        res = run(spec, out=args.out, jobs=args.jobs, backend=args.backend,
+                  progress=not args.quiet, max_cells=args.max_cells, fresh=args.fresh,
+                  plot=not args.no_plot, echo=echo)
+    finally:
+        if client is not None:
+            client.close()
+    _print(f"runs: {res.n_cells} total, {res.n_reused} reused, {res.n_run} run now, "
+           f"{res.n_errors} failed ({res.wall_seconds:.1f} s)")
+    for desc, err in res.errors[:5]:
+        _err(f"run failed: {desc}: {err.splitlines()[0]}")
+    if res.n_errors:
+        _err(f"{res.n_errors} run(s) failed; details in {res.out_dir / 'cells'}/*.error.json; "
+             "rerun the same command to retry them")
+    if res.table is None:
+        _print(f"incomplete: finished runs are saved in {res.out_dir / 'cells'}; run the same "
+               "command again to resume")
+        return 1 if res.n_errors else 0
+    _print(f"table: {res.table}")
+    _print(f"selection: {res.selection}")
+    _print(f"metadata: {res.metadata}")
+    for f in res.figures:
+        _print(f"figure: {f}")
+    return 1 if res.n_errors else 0
+
+
+def _bench_plot(args):
+    from .bench.plotting import plot_results
+
+    try:
+        paths = plot_results(args.results, out_dir=args.out, x=args.x, formats=args.format)
+    except (FileNotFoundError, ValueError) as exc:
+        raise _CLIError(str(exc)) from None
+    for p in paths:
+        _print(f"figure: {p}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- datasets
+def _datasets_list(args):
+    from . import datasets
+
+    names = list(datasets.names())
+    info = getattr(datasets, "info", None)
+    for name in names:
+        line = name
+        if info is not None:
+            try:
+                meta = info(name)
+                extra = []
+                for k in ("task", "n_samples", "n_features", "present", "source"):
+                    if isinstance(meta, dict) and meta.get(k) is not None:
+                        extra.append(f"{k}={meta[k]}")
+                if extra:
+                    line = f"{name:<12} " + " ".join(extra)
+            except Exception:
+                pass
+        _print(line)
+    return 0
+
+
+def _datasets_info(args):
+    from . import datasets
+
+    names = list(datasets.names())
+    if args.name not in names:
+        raise _CLIError(f"unknown dataset {args.name!r}; available: {', '.join(names)}")
+    info = getattr(datasets, "info", None)
+    if info is not None:
+        meta = info(args.name)
+        if not isinstance(meta, dict):
+            _print(meta)
+            return 0
+        for k, v in meta.items():
+            if isinstance(v, (list, tuple)) and v and all(isinstance(x, dict) for x in v):
+                _print(f"{k}:")
+                for item in v:
+                    head = item.get("path") or item.get("name") or ""
+                    rest = ", ".join(f"{a}={b}" for a, b in item.items()
+                                     if a in ("present", "bytes", "downloadable")
+                                     or (a == "missing_upstream" and b))
+                    _print(f"  - {head}" + (f" ({rest})" if rest else ""))
+            elif isinstance(v, (list, tuple)):
+                _print(f"{k}: {', '.join(map(str, v)) if v else '-'}")
+            else:
+                _print(f"{k}: {v}")
+        return 0
+    # riskopt.datasets.info does not exist (yet): describe the loaded data instead.
+    try:
+        data = datasets.load(args.name)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        raise _CLIError(f"cannot load {args.name!r}: {exc}") from None
+    _print(f"name: {data.name}")
+    _print(f"task: {data.task}")
+    _print(f"train: {data.X_train.shape[0]} rows x {data.X_train.shape[1]} features")
+    _print(f"test: {data.X_test.shape[0]} rows")
+    if data.feature_names:
+        _print(f"features: {', '.join(map(str, data.feature_names))}")
+    if data.groups_train:
+        _print(f"groups: {', '.join(map(str, data.groups_train))}")
+    for k, v in (data.info or {}).items():
+        _print(f"{k}: {v}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- parser
+def build_parser():
+    from . import __version__
+
+    p = argparse.ArgumentParser(prog="riskopt", description="riskopt: stochastic optimisers "
+                                "for spectral risks -- benchmarks and data sets.")
+    p.add_argument("--version", action="version", version=f"riskopt {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    bench = sub.add_parser("bench", help="run experiment specs and plot their results",
+                           description="Run experiment specs (TOML) and plot their results.")
+    bsub = bench.add_subparsers(dest="bench_command", metavar="ACTION")
+    bsub.required = True
+
+    b_list = bsub.add_parser("list", help="list the bundled specs",
+                             description="List the bundled experiment specs.")
+    b_list.set_defaults(func=_bench_list)
+
+    b_show = bsub.add_parser("show", help="print a bundled spec",
+                             description="Print a bundled spec (TOML) to copy and edit.")
+    b_show.add_argument("name", help="bundled spec name (see `riskopt bench list`)")
+    b_show.set_defaults(func=_bench_show)
+
+    b_run = bsub.add_parser(
+        "run", help="run (or resume) a spec", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  riskopt bench run quick --jobs 2            # bundled smoke test, ~1 min\n"
+               "  riskopt bench run my_spec.toml --out results/mine\n"
+               "  riskopt bench run prospect_fig3 --max-cells 200   # a chunk; rerun to go on\n"
+               "on a cluster (any joblib backend; workers need riskopt installed and\n"
+               "RISKOPT_DATA for non-bundled data; only this process writes files):\n"
+               "  riskopt bench run prospect_fig3 --backend dask --address tcp://host:8786\n"
+               "  riskopt bench run prospect_fig3 --backend ray --address auto\n"
+               "for wall-time figures use --jobs 1 (workers compete for cores).",
+        description="Run every (dataset, objective, solver, step size, seed) of a spec, select "
+                    "each solver's step size, write results.parquet, selection.parquet, "
+                    "metadata.json and the figures. Finished runs are saved at once; running "
+                    "the same command again resumes an interrupted run.")
+    b_run.add_argument("spec", help="TOML file or bundled spec name")
+    b_run.add_argument("--out", metavar="DIR", help="output folder (default results/<spec name>)")
+    b_run.add_argument("--jobs", "-j", type=int, metavar="N",
+                       help="parallel workers (-1: all cores; default: the spec's 'jobs' or -1)")
+    b_run.add_argument("--backend", metavar="NAME",
+                       help="joblib backend: loky (default), threading, multiprocessing, dask "
+                            "(needs dask.distributed), ray")
+    b_run.add_argument("--address", metavar="ADDR",
+                       help="dask scheduler / ray cluster address for --backend dask|ray")
+    b_run.add_argument("--max-cells", type=int, metavar="K",
+                       help="stop after K new runs (resume later with the same command)")
+    b_run.add_argument("--fresh", action="store_true",
+                       help="discard this spec's finished runs and f* cache first")
+    b_run.add_argument("--no-plot", action="store_true", help="do not draw the figures")
+    b_run.add_argument("--dry-run", action="store_true",
+                       help="check the spec (data, objectives, solver parameters) and count "
+                            "the runs left, without running anything")
+    b_run.add_argument("--quiet", "-q", action="store_true",
+                       help="no progress bars or status lines")
+    b_run.set_defaults(func=_bench_run)
+
+    b_plot = bsub.add_parser(
+        "plot", help="draw figures from a results folder",
+        description="Draw suboptimality vs passes / time figures (selected step sizes; median "
+                    "and band over seeds) from a results folder. Never reruns solvers.")
+    b_plot.add_argument("results", help="results folder (or its results.parquet)")
+    b_plot.add_argument("--out", metavar="DIR", help="where to write (default: the folder)")
+    b_plot.add_argument("--x", nargs="+", choices=["passes", "time"],
+                        help="x axes (default: the spec's plot.x)")
+    b_plot.add_argument("--format", nargs="+", default=["png", "pdf"], metavar="FMT",
+                        help="file formats (default: png pdf)")
+    b_plot.set_defaults(func=_bench_plot)
+
+    ds = sub.add_parser("datasets", help="list and describe data sets",
+                        description="List and describe the data sets riskopt can load.")
+    dsub = ds.add_subparsers(dest="datasets_command", metavar="ACTION")
+    dsub.required = True
+    d_list = dsub.add_parser("list", help="list data set names",
+                             description="List the data sets riskopt can load.")
+    d_list.set_defaults(func=_datasets_list)
+    d_info = dsub.add_parser("info", help="describe one data set",
+                             description="Describe one data set.")
+    d_info.add_argument("name", help="data set name (see `riskopt datasets list`)")
+    d_info.set_defaults(func=_datasets_info)
+    return p
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        from .bench.spec import SpecError
+    except ImportError:  # pragma: no cover
+        SpecError = ValueError
+    try:
+        return args.func(args)
+    except SpecError as exc:
+        _err(f"bad spec: {exc}")
+        return EXIT_USAGE
+    except (_CLIError, FileNotFoundError) as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except ImportError as exc:
+        _err(f"{exc}; install the benchmark extras: pip install 'riskopt[bench]'")
+        return EXIT_USAGE
+    except BrokenPipeError:  # e.g. `riskopt datasets list | head`
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        _err("interrupted; finished runs are saved -- run the same command again to resume")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
