@@ -1,0 +1,30 @@
+"""PyTorch risk losses (optional extra: ``pip install riskopt[torch]``).
+
+``import riskopt`` never imports torch; ``import riskopt.torch`` does (and raises an
+``ImportError`` naming the extra when torch is missing).
+
+* :class:`SpectralRiskLoss` — spectral risk (CVaR, ESRM, extremile, ... with chi2 / KL shift
+  penalty) of a batch by the exact oracle;
+* :class:`TableSpectralRiskLoss` — Prospect-style table of the latest loss of every sample:
+  global weights, unbiased batch gradients when the table is exact;
+* :class:`GroupDROLoss` — group DRO (online exponentiated-gradient weights, worst group, CVaR
+  over groups);
+* :class:`KLDROLoss` — KL-penalised and KL-constrained DRO;
+* :mod:`riskopt.torch.distributed` — all-gathers for ``gather=True`` (global weights under
+  data parallelism, gradients scaled for DDP's averaging).
+
+See :mod:`riskopt.torch.losses` for the maths, the gradient scaling and the cost of the CPU
+oracle round trip.
+"""
+try:
+    import torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without torch
+    raise ImportError(
+        "riskopt.torch needs PyTorch: pip install 'riskopt[torch]'"
+    ) from exc
+
+from . import distributed
+from .losses import GroupDROLoss, KLDROLoss, SpectralRiskLoss, TableSpectralRiskLoss, kl_dro
+
+__all__ = ["SpectralRiskLoss", "TableSpectralRiskLoss", "GroupDROLoss", "KLDROLoss", "kl_dro",
+           "distributed"]
