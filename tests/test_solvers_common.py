@@ -10,7 +10,7 @@ from riskopt.callbacks import DivergenceWarning
 SOLVERS = [s for s in ro.solvers.available() if s != "lbfgs"]
 
 
-def _problem(loss="squared", nu=0.5, n=40, d=3, seed=0, intercept=True):
+def _problem(loss="squared", nu=0.5, n=40, d=3, seed=0, intercept=True, ru=False):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
     w = rng.normal(size=d)
@@ -19,14 +19,23 @@ def _problem(loss="squared", nu=0.5, n=40, d=3, seed=0, intercept=True):
     elif loss == "logistic":
         y = (X @ w + rng.normal(size=n) > 0).astype(float)
     else:
-        y = rng.integers(0, 3, size=n).astype(float)
+        B = rng.normal(size=(d, 3))
+        y = np.argmax(X @ B + 0.5 * rng.normal(size=(n, 3)), axis=1).astype(float)
+    if ru:
+        return ro.RUCVaRObjective(loss, X, y, beta=0.5, l2_reg=1.0 / n, fit_intercept=intercept)
     return ro.Objective(loss, ro.ESRM(1.0, shift_cost=nu), X, y, l2_reg=1.0 / n,
                         fit_intercept=intercept)
 
 
+RU_SOLVERS = {"sgm", "spl", "splplus"}
+
+
 def _objective_for(name, loss="squared", **kw):
-    """The nu > 0 problem, or its nu = 0 version for solvers of the plain spectral risk."""
+    """The nu > 0 problem, or its nu = 0 version for solvers of the plain spectral risk;
+    the Rockafellar-Uryasev CVaR problem for the SPL family."""
     solver = ro.solvers.get(name, random_state=0)
+    if name in RU_SOLVERS:
+        return _problem(loss, ru=True, **kw)
     obj = _problem(loss, **kw)
     try:
         solver.init_state(obj)

@@ -6,6 +6,7 @@ from . import datasets, solvers
 from .callbacks import DivergenceWarning, Timeout, Trace
 from .losses import AbsoluteLoss, LogisticLoss, Loss, MultinomialLoss, SquaredLoss, get_loss
 from .objective import Objective
+from .ru_cvar import RUCVaRObjective, StreamingRUCVaRObjective, erm_objective, max_loss_objective
 from .risks import CVaR, ESRM, Extremile, MaxLoss, Mean, SpectralRisk, parse_risk
 
 __version__ = "0.1.0"
@@ -14,5 +15,6 @@ __all__ = [
     "Objective", "Trace", "Timeout", "DivergenceWarning",
     "Loss", "SquaredLoss", "AbsoluteLoss", "LogisticLoss", "MultinomialLoss", "get_loss",
     "CVaR", "ESRM", "Extremile", "Mean", "MaxLoss", "SpectralRisk", "parse_risk",
+    "RUCVaRObjective", "StreamingRUCVaRObjective", "erm_objective", "max_loss_objective",
     "solvers", "datasets", "__version__",
 ]

@@ -14,7 +14,13 @@ prospect_moreau Prospect with proximal oracles (App. E)               yes (nu > 
 sorel          SOREL (Algorithm 1, practical settings)                 yes (nu = 0)
 sorel_minibatch SOREL with mini-batches (App. D)                       yes (nu = 0)
 lbfgs          full-batch L-BFGS reference                             yes
+sgm            stochastic subgradient on the RU-CVaR form (SPL+ paper) averaged iterates
+spl            stochastic prox-linear, one step size (SPL+ paper)     averaged iterates
+splplus        SPL+ (Algorithm 2, Lemma 1 closed form)                 averaged iterates
 =============  =====================================================  ============
+
+``sgm``, ``spl`` and ``splplus`` solve :class:`riskopt.ru_cvar.RUCVaRObjective`, the others
+:class:`riskopt.Objective`.
 """
 from .base import Result, Solver
 from .lbfgs import LBFGS
@@ -45,7 +51,7 @@ def available():
 def _load_all():
     import importlib
 
-    for mod in ("sgd", "lsvrg", "saddlesaga", "prospect", "sorel"):
+    for mod in ("sgd", "lsvrg", "saddlesaga", "prospect", "sorel", "spl"):
         try:
             importlib.import_module(f"{__name__}.{mod}")
         except ModuleNotFoundError as exc:  # module not written yet
