@@ -86,9 +86,100 @@ class LBFGS:
             W, f = self._polish(objective, best_W, gtol)
             if f < best_f:
                 best_W, best_f = W, f
+            if objective.sample_weight is None:
+                # near-ties across a jump of the spectrum: solve the local piece exactly,
+                # trying widening tolerances (the L-BFGS point may sit 1e-4 off the kink)
+                for tol in (1e-7, 1e-5, 1e-4, 1e-3, 1e-2):
+                    W, f = self._polish_ties(objective, best_W, tol=tol)
+                    if f < best_f:
+                        best_W, best_f = W, f
         coef = objective.as_coef(best_W)
         return Result(coef=coef, value=float(objective.value(coef)), n_epochs=n_it, time=0.0,
                       message="continuation in nu + frozen-order polish")
+
+    def _polish_ties(self, objective, W, tol=1e-5, max_group=6):
+        """Exact local solve when losses tie across a jump of the spectrum at the optimum.
+
+        Near ``W`` the losses are grouped into blocks of (almost) equal value; outside the blocks
+        the order is frozen (weight ``sigma`` by rank). Inside a block ``G`` with spectrum slice
+        ``s`` the contribution ``sum_k s_k l_(k)`` is written exactly as
+        ``sum_j (s_j - s_{j-1}) top_{m-j+1}(l_G)`` with epigraph variables
+        ``t >= sum_{i in S} l_i`` over all subsets ``S`` of the right size, a smooth convex
+        program solved by SLSQP. Returns ``(W, F0(W))`` (the input if nothing applies).
+        """
+        from itertools import combinations
+
+        sigma = objective.sigma
+        losses = objective.losses(W)
+        order = np.argsort(losses, kind="mergesort")
+        ls = losses[order]
+        scale = max(1.0, float(np.max(np.abs(ls))))
+        n = objective.n
+        groups = []
+        r = 0
+        while r < n:
+            e = r + 1
+            while e < n and ls[e] - ls[e - 1] <= tol * scale:
+                e += 1
+            if e - r > 1 and sigma[e - 1] > sigma[r]:
+                groups.append(np.arange(r, e))
+            r = e
+        if not groups or any(len(g) > max_group for g in groups):
+            return W, objective.value(W)
+        q = sigma[np.argsort(order)].copy()  # q[i] = sigma[rank(i)]
+        terms = []  # (coef, [sample index subsets]) per epigraph variable
+        for g in groups:
+            idx = order[g]
+            q[idx] = 0.0
+            s = sigma[g]
+            m = len(g)
+            prev = 0.0
+            for j in range(m):
+                c = s[j] - prev
+                prev = s[j]
+                if c > 0:
+                    terms.append((c, [list(S) for S in combinations(idx, m - j)]))
+        pk = W.size
+        shape = W.shape
+        X = objective.X
+        t0 = []
+        for c, subsets in terms:
+            t0.append(max(losses[S].sum() for S in subsets))
+        x0 = np.concatenate([W.ravel(), np.asarray(t0)])
+        coefs = np.array([c for c, _ in terms])
+
+        def split(x):
+            return x[:pk].reshape(shape), x[pk:]
+
+        def fun(x):
+            Wc, t = split(x)
+            lo, de = objective.losses_derivs(Wc)
+            val = q @ lo + coefs @ t + objective._reg_value(Wc)
+            G = X.T @ (q[:, None] * de) + objective.reg[:, None] * Wc
+            return val, np.concatenate([G.ravel(), coefs])
+
+        cons_rows = [(k, S) for k, (_, subsets) in enumerate(terms) for S in subsets]
+
+        def cons(x):
+            Wc, t = split(x)
+            lo = objective.losses(Wc)
+            return np.array([t[k] - lo[S].sum() for k, S in cons_rows])
+
+        def cons_jac(x):
+            Wc, _ = split(x)
+            _, de = objective.losses_derivs(Wc)
+            J = np.zeros((len(cons_rows), x.size))
+            for row, (k, S) in enumerate(cons_rows):
+                G = X[S].T @ de[S]
+                J[row, :pk] = -G.ravel()
+                J[row, pk + k] = 1.0
+            return J
+
+        res = minimize(fun, x0, jac=True, method="SLSQP",
+                       constraints=[{"type": "ineq", "fun": cons, "jac": cons_jac}],
+                       options={"maxiter": 1000, "ftol": 1e-16})
+        W_new = split(res.x)[0]
+        return W_new, objective.value(W_new)
 
     def _polish(self, objective, W, gtol):
         """Minimise sum_i sigma_i l_{pi(i)}(w) + reg with the order pi frozen; repeat if it moves."""
