@@ -30,26 +30,39 @@ def _logaddexp(a, b):
 
 
 @njit(cache=True)
+def _pav_chi2_blocks(ls, sigma, nu, sums, cnt):
+    """PAV for the chi-square divergence (Subroutine 1); returns the number of blocks.
+
+    Blocks are kept as (sum, count) of ``l_(i) - 2 n nu sigma_i``; two blocks are pooled when
+    the left mean is >= the right mean, compared by cross-multiplication, so the loop does no
+    division. Block ``b``'s value is ``sums[b] / cnt[b]``.
+    """
+    n = ls.shape[0]
+    k = -1
+    a = 2.0 * n * nu
+    for i in range(n):
+        k += 1
+        sums[k] = ls[i] - a * sigma[i]
+        cnt[k] = 1
+        while k >= 1 and sums[k - 1] * cnt[k] >= sums[k] * cnt[k - 1]:
+            sums[k - 1] += sums[k]
+            cnt[k - 1] += cnt[k]
+            k -= 1
+    return k + 1
+
+
+@njit(cache=True)
 def _pav_chi2(ls, sigma, nu, c):
     """Isotonic solution ``c`` of problem (13) for the chi-square divergence (Subroutine 1)."""
     n = ls.shape[0]
-    vals = np.empty(n)
+    sums = np.empty(n)
     cnt = np.empty(n, dtype=np.int64)
-    k = -1
-    two_n_nu = 2.0 * n * nu
-    for i in range(n):
-        k += 1
-        vals[k] = ls[i] - two_n_nu * sigma[i]
-        cnt[k] = 1
-        while k >= 1 and vals[k - 1] >= vals[k]:
-            tot = cnt[k - 1] + cnt[k]
-            vals[k - 1] = (cnt[k - 1] * vals[k - 1] + cnt[k] * vals[k]) / tot
-            cnt[k - 1] = tot
-            k -= 1
+    nb = _pav_chi2_blocks(ls, sigma, nu, sums, cnt)
     pos = 0
-    for b in range(k + 1):
+    for b in range(nb):
+        v = sums[b] / cnt[b]
         for _ in range(cnt[b]):
-            c[pos] = vals[b]
+            c[pos] = v
             pos += 1
 
 
@@ -87,8 +100,12 @@ def _pav_kl(ls, sigma, nu, c):
 
 
 @njit(cache=True)
-def _weights_sorted(ls, sigma, nu, div, q):
-    """Maximising weights ``q`` (sorted order) for sorted losses ``ls``."""
+def _weights_sorted_ws(ls, sigma, nu, div, q, work, iwork):
+    """Maximising weights ``q`` (sorted order) for sorted losses ``ls``.
+
+    ``work`` (float, length >= n) and ``iwork`` (int64, length >= n) are scratch space, so a
+    caller in a hot loop (Prospect, SaddleSAGA) allocates nothing per call.
+    """
     n = ls.shape[0]
     if nu == 0.0:
         # q = sigma by rank; tied losses share the average of their spectrum entries
@@ -107,17 +124,27 @@ def _weights_sorted(ls, sigma, nu, div, q):
                     q[r] = avg
             i = j
         return
-    c = np.empty(n)
     if div == CHI2:
-        _pav_chi2(ls, sigma, nu, c)
+        nb = _pav_chi2_blocks(ls, sigma, nu, work, iwork)
         inv = 1.0 / (2.0 * n * nu)
-        for i in range(n):
-            v = (ls[i] - c[i]) * inv
-            q[i] = v if v > 0.0 else 0.0
+        pos = 0
+        for b in range(nb):
+            c = work[b] / iwork[b]
+            for _ in range(iwork[b]):
+                v = (ls[pos] - c) * inv
+                q[pos] = v if v > 0.0 else 0.0
+                pos += 1
     else:
-        _pav_kl(ls, sigma, nu, c)
+        _pav_kl(ls, sigma, nu, work)
         for i in range(n):
-            q[i] = math.exp((ls[i] - c[i]) / nu - 1.0) / n
+            q[i] = math.exp((ls[i] - work[i]) / nu - 1.0) / n
+
+
+@njit(cache=True)
+def _weights_sorted(ls, sigma, nu, div, q):
+    """Maximising weights ``q`` (sorted order) for sorted losses ``ls``."""
+    n = ls.shape[0]
+    _weights_sorted_ws(ls, sigma, nu, div, q, np.empty(n), np.empty(n, dtype=np.int64))
 
 
 @njit(cache=True)
@@ -183,3 +210,93 @@ def _bubble(order, rank, losses, i):
         r += 1
     order[r] = i
     rank[i] = r
+
+
+# ------------------------------------------------------------------ incremental (Prospect)
+@njit(cache=True)
+def _pav_chi2_resume(ls, sigma, nu, r0, sums, cnt, ends, snap_sum, snap_cnt):
+    """Chi-square PAV on sorted ``ls`` reusing the blocks of an unchanged prefix ``ls[:r0]``.
+
+    PAV is a left-to-right stack algorithm, so its stack after rank ``r`` depends on
+    ``ls[:r + 1]`` only. ``snap_sum[r], snap_cnt[r]`` record the top block right after rank
+    ``r`` was processed; the blocks below the top are untouched until they are pooled, so the
+    stack after rank ``r0 - 1`` is rebuilt by walking these snapshots backwards (O(number of
+    blocks)), and PAV resumes at ``r0``. Identical, operation for operation, to a full run.
+    Returns the number of blocks; block ``b`` covers ranks ``[ends[b] - cnt[b], ends[b])`` and
+    has value ``sums[b] / cnt[b]``. Call with ``r0 = 0`` first.
+    """
+    n = ls.shape[0]
+    a = 2.0 * n * nu
+    nb = 0
+    r = r0 - 1
+    while r >= 0:
+        nb += 1
+        r -= snap_cnt[r]
+    k = nb
+    r = r0 - 1
+    while r >= 0:
+        k -= 1
+        sums[k] = snap_sum[r]
+        cnt[k] = snap_cnt[r]
+        ends[k] = r + 1
+        r -= snap_cnt[r]
+    k = nb - 1
+    for i in range(r0, n):
+        k += 1
+        sums[k] = ls[i] - a * sigma[i]
+        cnt[k] = 1
+        ends[k] = i + 1
+        while k >= 1 and sums[k - 1] * cnt[k] >= sums[k] * cnt[k - 1]:
+            sums[k - 1] += sums[k]
+            cnt[k - 1] += cnt[k]
+            ends[k - 1] = ends[k]
+            k -= 1
+        snap_sum[i] = sums[k]
+        snap_cnt[i] = cnt[k]
+    return k + 1
+
+
+@njit(cache=True)
+def _chi2_weight_at(ls, nu, r, sums, cnt, ends, nb):
+    """Weight of rank ``r`` from the blocks of ``_pav_chi2_resume`` (binary search)."""
+    lo = 0
+    hi = nb - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ends[mid] > r:
+            hi = mid
+        else:
+            lo = mid + 1
+    n = ls.shape[0]
+    v = (ls[r] - sums[lo] / cnt[lo]) / (2.0 * n * nu)
+    return v if v > 0.0 else 0.0
+
+
+@njit(cache=True)
+def _chi2_weights_from_blocks(ls, nu, sums, cnt, nb, qs):
+    """All weights (sorted order) from the blocks of ``_pav_chi2_resume``."""
+    inv = 1.0 / (2.0 * ls.shape[0] * nu)
+    pos = 0
+    for b in range(nb):
+        c = sums[b] / cnt[b]
+        for _ in range(cnt[b]):
+            v = (ls[pos] - c) * inv
+            qs[pos] = v if v > 0.0 else 0.0
+            pos += 1
+
+
+@njit(cache=True)
+def _nu0_weight_at(ls, sigma, r):
+    """``nu = 0`` weight of rank ``r``: ``sigma[r]``, averaged over a block of tied losses."""
+    lo = r
+    hi = r
+    while lo > 0 and ls[lo - 1] == ls[r]:
+        lo -= 1
+    while hi < ls.shape[0] - 1 and ls[hi + 1] == ls[r]:
+        hi += 1
+    if lo == hi:
+        return sigma[r]
+    s = 0.0
+    for j in range(lo, hi + 1):
+        s += sigma[j]
+    return s / (hi - lo + 1)

@@ -34,7 +34,8 @@ import numpy as np
 from numba import njit
 
 from .losses import ABSOLUTE, LOGISTIC, SQUARED, _add_outer, _loss_deriv, _predict_row
-from .oracles import _bubble, _weights_sorted
+from .oracles import (CHI2, _bubble, _chi2_weight_at, _chi2_weights_from_blocks,
+                      _nu0_weight_at, _pav_chi2_resume, _weights_sorted, _weights_sorted_ws)
 
 _TWO_M53 = 2.0 ** -53
 
@@ -57,12 +58,20 @@ def _resort(order, rank, losses, ls, i):
     hi = r1 if r0 < r1 else r0
     for r in range(lo, hi + 1):
         ls[r] = losses[order[r]]
+    return lo
 
 
 @njit(cache=True)
 def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, q, rho, gbar,
                     order, rank):
-    """One pass of Prospect over ``indices`` (in-place on W and the tables)."""
+    """One pass of Prospect over ``indices`` (in-place on W and the tables).
+
+    A step only needs ``q_i`` of the sampled index, so the weights are not materialised per
+    step: for chi-square the PAV resumes at the lowest rank the bubbling changed
+    (``_pav_chi2_resume``) and ``q_i`` is read off its blocks by binary search; for ``nu = 0``
+    it is ``sigma`` at ``i``'s rank (averaged over ties); KL runs the full PAV. ``q`` is
+    written back in full at the end of the pass.
+    """
     n, p = X.shape
     K = W.shape[1]
     z = np.empty(K)
@@ -70,10 +79,23 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     c = np.empty(K)
     ls = np.empty(n)
     qs = np.empty(n)
+    work = np.empty(n)
+    iwork = np.empty(n, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    snap_sum = np.empty(n)
+    snap_cnt = np.empty(n, dtype=np.int64)
     shrink = np.empty(p)
     for j in range(p):
         shrink[j] = 1.0 / (1.0 + lr * reg[j])
     _sorted_tables(losses, q, order, ls, qs)
+    mode = 0  # 0: nu = 0 lookup, 1: incremental chi2, 2: full KL
+    nb = 0
+    if nu > 0.0:
+        if div == CHI2:
+            mode = 1
+            nb = _pav_chi2_resume(ls, sigma, nu, 0, work, iwork, ends, snap_sum, snap_cnt)
+        else:
+            mode = 2
     # exact control-variate mean at the start of the pass (no drift across passes)
     gbar[:, :] = 0.0
     for m in range(n):
@@ -83,7 +105,12 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         i = indices[t]
         _predict_row(X, i, W, z)
         li = _loss_deriv(code, y[i], z, dz)
-        qi = qs[rank[i]]
+        if mode == 1:
+            qi = _chi2_weight_at(ls, nu, rank[i], work, iwork, ends, nb)
+        elif mode == 0:
+            qi = _nu0_weight_at(ls, sigma, rank[i])
+        else:
+            qi = qs[rank[i]]
         ri = rho[i]
         for k in range(K):
             c[k] = qi * dz[k] - ri * D[i, k]
@@ -99,8 +126,15 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         rho[i] = qi
         # bias-reducing update: loss table, incremental sort, exact weights
         losses[i] = li
-        _resort(order, rank, losses, ls, i)
-        _weights_sorted(ls, sigma, nu, div, qs)
+        lo = _resort(order, rank, losses, ls, i)
+        if mode == 1:
+            nb = _pav_chi2_resume(ls, sigma, nu, lo, work, iwork, ends, snap_sum, snap_cnt)
+        elif mode == 2:
+            _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
+    if mode == 1:
+        _chi2_weights_from_blocks(ls, nu, work, iwork, nb, qs)
+    elif mode == 0:
+        _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
     for r in range(n):
         q[order[r]] = qs[r]
 

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit
 
 from .losses import _loss_deriv, _predict_row
-from .oracles import CHI2, KL, _weights_sorted
+from .oracles import CHI2, KL, _weights_sorted_ws
 
 _LOG_TINY = math.log(1e-300)
 
@@ -70,11 +70,12 @@ def _sort_by(zs, order):
 
 
 @njit(cache=True)
-def _dual_prox(q, pi, sigma, nu, kl_geom, dlr, order, zs, qs):
+def _dual_prox(q, pi, sigma, nu, kl_geom, dlr, order, zs, qs, work, iwork):
     """``q <- prox(q + dlr pi)`` over the permutahedron (in place); see the module docstring.
 
     ``order`` is the permutation that sorted the previous argument (any permutation works);
-    on return it sorts the new argument. ``zs``, ``qs`` are work buffers of length n.
+    on return it sorts the new argument. ``zs``, ``qs``, ``work``, ``iwork`` are work buffers
+    of length n.
     """
     n = q.shape[0]
     if kl_geom:
@@ -93,7 +94,7 @@ def _dual_prox(q, pi, sigma, nu, kl_geom, dlr, order, zs, qs):
         nu_eff = dlr * nu + 0.5 / n
         dcode = CHI2
     _sort_by(zs, order)
-    _weights_sorted(zs, sigma, nu_eff, dcode, qs)
+    _weights_sorted_ws(zs, sigma, nu_eff, dcode, qs, work, iwork)
     for r in range(n):
         q[order[r]] = qs[r]
 
@@ -108,6 +109,8 @@ def _epoch_saddlesaga(code, X, y, reg, sigma, nu, kl_geom, lr, dlr, indices, W, 
     dz = np.empty(K)
     zs = np.empty(n)
     qs = np.empty(n)
+    work = np.empty(n)
+    iwork = np.empty(n, dtype=np.int64)
     for t in range(indices.shape[0]):
         i = indices[t]
         _predict_row(X, i, W, z)
@@ -123,7 +126,7 @@ def _epoch_saddlesaga(code, X, y, reg, sigma, nu, kl_geom, lr, dlr, indices, W, 
         qi_old = q[i]
         # dual step with pi = L except pi_i = n l_i - (n - 1) L_i (then L_i <- l_i)
         L[i] = n * li - (n - 1) * L[i]
-        _dual_prox(q, L, sigma, nu, kl_geom, dlr, order, zs, qs)
+        _dual_prox(q, L, sigma, nu, kl_geom, dlr, order, zs, qs, work, iwork)
         L[i] = li
         ri = rho[i]
         for j in range(p):

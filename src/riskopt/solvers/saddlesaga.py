@@ -76,7 +76,8 @@ def dual_prox(q, pi, sigma, shift_cost, divergence, dual_lr):
     div = {"chi2": _ko.CHI2, "kl": _ko.KL}[divergence]
     order = np.arange(n, dtype=np.int64)
     _k._dual_prox(q, pi, sigma, float(shift_cost), _kl_geometry(shift_cost, div),
-                  float(dual_lr), order, np.empty(n), np.empty(n))
+                  float(dual_lr), order, np.empty(n), np.empty(n), np.empty(n),
+                  np.empty(n, dtype=np.int64))
     return q
 
 
