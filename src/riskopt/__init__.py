@@ -11,8 +11,17 @@ from .risks import CVaR, ESRM, Extremile, MaxLoss, Mean, SpectralRisk, parse_ris
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):  # lazy: keeps ``import riskopt`` free of scikit-learn's estimator stack
+    if name in ("RiskRegressor", "RiskClassifier"):
+        from . import estimators
+
+        return getattr(estimators, name)
+    raise AttributeError(f"module 'riskopt' has no attribute {name!r}")
+
+
 __all__ = [
-    "Objective", "Trace", "Timeout", "DivergenceWarning",
+    "Objective", "RiskRegressor", "RiskClassifier", "Trace", "Timeout", "DivergenceWarning",
     "Loss", "SquaredLoss", "AbsoluteLoss", "LogisticLoss", "MultinomialLoss", "get_loss",
     "CVaR", "ESRM", "Extremile", "Mean", "MaxLoss", "SpectralRisk", "parse_risk",
     "RUCVaRObjective", "StreamingRUCVaRObjective", "erm_objective", "max_loss_objective",

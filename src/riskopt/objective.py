@@ -68,6 +68,8 @@ class Objective:
             raise ValueError(f"risk must be a spectral risk object, got {type(risk).__name__}")
         X, y = check_X_y(X, y)
         self.l2_reg = check_positive("l2_reg", l2_reg, allow_zero=True)
+        if not isinstance(fit_intercept, (bool, np.bool_)):
+            raise ValueError(f"fit_intercept must be True or False, got {fit_intercept!r}")
         self.fit_intercept = bool(fit_intercept)
         self.y = np.ascontiguousarray(self.loss.prepare_targets(y))
         self.n_features = X.shape[1]
@@ -126,12 +128,14 @@ class Objective:
 
     def risk_weights(self, losses):
         """``(R(losses), q)`` by the exact oracle."""
+        losses = np.ascontiguousarray(losses, dtype=np.float64)
+        if losses.shape != (self.n,):
+            raise ValueError(f"losses must have shape ({self.n},), got {losses.shape}")
         if self.sample_weight is not None:
             q = self.risk.weighted_weights(losses, self.sample_weight)
             return float(q @ losses), q
         q = np.empty(self.n)
-        val = _ko._risk_weights(np.ascontiguousarray(losses, dtype=np.float64), self.sigma,
-                                self.nu, self.div, q)
+        val = _ko._risk_weights(losses, self.sigma, self.nu, self.div, q)
         return val, q
 
     def weights(self, w):

@@ -53,8 +53,7 @@ def _check_common(risk):
 def _from_density_cdf(cdf, n):
     """Discretise a spectrum given by the CDF of its density s on [0, 1] into n bins."""
     grid = np.arange(n + 1) / n
-    sigma = np.diff(cdf(grid))
-    sigma = np.maximum(sigma, 0.0)
+    sigma = np.maximum.accumulate(np.maximum(np.diff(cdf(grid)), 0.0))
     return sigma / sigma.sum()
 
 

@@ -103,8 +103,15 @@ def _pav_kl(ls, sigma, nu, c):
 def _weights_sorted_ws(ls, sigma, nu, div, q, work, iwork):
     """Maximising weights ``q`` (sorted order) for sorted losses ``ls``.
 
-    ``work`` (float, length >= n) and ``iwork`` (int64, length >= n) are scratch space, so a
-    caller in a hot loop (Prospect, SaddleSAGA) allocates nothing per call.
+    ``work`` (float, length >= 2n) and ``iwork`` (int64, length >= n) are scratch space, so a
+    caller in a hot loop (Prospect, SaddleSAGA) allocates nothing per call (shorter scratch
+    arrays are replaced by fresh ones).
+
+    Translation-invariant PAV: a block is the run of ranks ``[start, next start)``; it keeps
+    its sums relative to a reference loss inside it (chi2: its first, KL: its last = largest
+    loss), so nothing of the size of ``|l|`` is subtracted from another such number and then
+    divided by ``nu``. ``q`` is exact to a few ulps whatever the offset of the losses and
+    however small ``nu`` (same blocks as ``_pav_chi2`` / ``_pav_kl`` in exact arithmetic).
     """
     n = ls.shape[0]
     if nu == 0.0:
@@ -124,27 +131,70 @@ def _weights_sorted_ws(ls, sigma, nu, div, q, work, iwork):
                     q[r] = avg
             i = j
         return
+    if work.shape[0] < 2 * n:
+        work = np.empty(2 * n)
+    if iwork.shape[0] < n:
+        iwork = np.empty(n, dtype=np.int64)
+    start = iwork        # first rank of block b
+    a = work[:n]         # chi2: sum (l_j - l_start); KL: log sum exp((l_j - l_last) / nu)
+    t = work[n:2 * n]    # chi2: sum sigma_j;       KL: log sum sigma_j
+    k = -1
     if div == CHI2:
-        nb = _pav_chi2_blocks(ls, sigma, nu, work, iwork)
-        inv = 1.0 / (2.0 * n * nu)
-        pos = 0
-        for b in range(nb):
-            c = work[b] / iwork[b]
-            for _ in range(iwork[b]):
-                v = (ls[pos] - c) * inv
-                q[pos] = v if v > 0.0 else 0.0
-                pos += 1
-    else:
-        _pav_kl(ls, sigma, nu, work)
+        tnn = 2.0 * n * nu
         for i in range(n):
-            q[i] = math.exp((ls[i] - work[i]) / nu - 1.0) / n
+            k += 1
+            start[k] = i
+            a[k] = 0.0
+            t[k] = sigma[i]
+            while k >= 1:
+                c1 = start[k] - start[k - 1]
+                c2 = i + 1 - start[k]
+                # pool iff mean(l - tnn sigma) of block k-1 >= that of block k (times c1 c2)
+                lhs = (ls[start[k - 1]] - ls[start[k]]) * (c1 * c2) + (a[k - 1] * c2 - a[k] * c1)
+                if lhs < tnn * (t[k - 1] * c2 - t[k] * c1):
+                    break
+                a[k - 1] += a[k] + c2 * (ls[start[k]] - ls[start[k - 1]])
+                t[k - 1] += t[k]
+                k -= 1
+        for b in range(k + 1):
+            end = start[b + 1] if b < k else n
+            cnt = end - start[b]
+            mean_a = a[b] / cnt
+            mean_s = t[b] / cnt
+            ref = ls[start[b]]
+            for r in range(start[b], end):
+                v = mean_s + ((ls[r] - ref) - mean_a) / tnn
+                q[r] = v if v > 0.0 else 0.0
+        return
+    for i in range(n):
+        k += 1
+        start[k] = i
+        a[k] = 0.0
+        t[k] = math.log(sigma[i]) if sigma[i] > 0.0 else -np.inf
+        while k >= 1:
+            lo = ls[start[k] - 1]   # last loss of block k-1
+            hi = ls[i]              # last loss of block k
+            if t[k - 1] != -np.inf:  # a block without spectrum mass is always pooled
+                if t[k] == -np.inf:
+                    break
+                # pool iff l_last + nu (a - t) of block k-1 >= that of block k
+                if (lo - hi) + nu * ((a[k - 1] - t[k - 1]) - (a[k] - t[k])) < 0.0:
+                    break
+            a[k - 1] = _logaddexp(a[k], a[k - 1] + (lo - hi) / nu)
+            t[k - 1] = _logaddexp(t[k - 1], t[k])
+            k -= 1
+    for b in range(k + 1):
+        end = start[b + 1] if b < k else n
+        ref = ls[end - 1]
+        for r in range(start[b], end):
+            q[r] = math.exp(t[b] + (ls[r] - ref) / nu - a[b])
 
 
 @njit(cache=True)
 def _weights_sorted(ls, sigma, nu, div, q):
     """Maximising weights ``q`` (sorted order) for sorted losses ``ls``."""
     n = ls.shape[0]
-    _weights_sorted_ws(ls, sigma, nu, div, q, np.empty(n), np.empty(n, dtype=np.int64))
+    _weights_sorted_ws(ls, sigma, nu, div, q, np.empty(2 * n), np.empty(n, dtype=np.int64))
 
 
 @njit(cache=True)
@@ -167,11 +217,14 @@ def _penalty(q, nu, div):
 
 @njit(cache=True)
 def _risk_sorted(ls, q, nu, div):
-    """``q.l - nu D(q||1/n)`` for sorted losses and sorted weights."""
+    """``q.l - nu D(q||1/n)`` for sorted losses and sorted weights, centred on the largest
+    loss (``sum q = 1``), so a common offset of the losses costs no precision."""
+    n = ls.shape[0]
+    top = ls[n - 1]
     s = 0.0
-    for i in range(ls.shape[0]):
-        s += q[i] * ls[i]
-    return s - _penalty(q, nu, div)
+    for i in range(n):
+        s += q[i] * (ls[i] - top)
+    return top + s - _penalty(q, nu, div)
 
 
 @njit(cache=True)

@@ -27,15 +27,27 @@ class LBFGS:
     max_iter : int, default 20000
     nu_min : float, default 1e-9
         Smallest shift cost of the continuation used when ``nu = 0``.
+    polish_ties : bool, default True
+        For ``nu = 0``: solve exactly (SLSQP on an epigraph form) the local problem where losses
+        tie across a jump of the spectrum at the optimum (typical at the CVaR boundary).
+
+    Notes
+    -----
+    Limitations (``nu = 0``): for the non-smooth absolute loss there is no polish step and the
+    reference can stop ~1e-5 (relative) above the optimum; with non-uniform, non-integer
+    sample weights there is no smoothing either, and L-BFGS runs on the non-smooth objective
+    (a warning says so).
     """
 
     name = "lbfgs"
     convergent = True
+    supports_sample_weight = True
 
-    def __init__(self, tol=1e-12, max_iter=20000, nu_min=1e-9):
+    def __init__(self, tol=1e-12, max_iter=20000, nu_min=1e-9, polish_ties=True):
         self.tol = tol
         self.max_iter = max_iter
         self.nu_min = nu_min
+        self.polish_ties = polish_ties
 
     def _minimize(self, fun, W0, gtol):
         shape = W0.shape
@@ -55,8 +67,9 @@ class LBFGS:
         W0 = objective.as_matrix(objective.zeros() if coef0 is None else coef0)
         g0 = np.linalg.norm(objective.value_grad(W0)[1])
         gtol = self.tol * max(1.0, g0)
-        if objective.nu > 0 or objective.sample_weight is not None and objective.loss.smooth \
-                and type(objective.risk).__name__ == "Mean":
+        from ..risks import Mean
+
+        if objective.nu > 0 or (isinstance(objective.risk, Mean) and objective.loss.smooth):
             W, res = self._minimize(objective.value_grad, W0, gtol)
             coef = objective.as_coef(W)
             return Result(coef=coef, value=float(objective.value(coef)), n_epochs=int(res.nit),
@@ -69,6 +82,11 @@ class LBFGS:
         nu = 1.0
         n_it = 0
         if objective.sample_weight is not None:  # no chi2 smoothing of a weighted sample
+            import warnings
+
+            warnings.warn("L-BFGS on a non-smooth weighted spectral risk (shift_cost=0, "
+                          "non-integer sample weights): the solution may be inexact",
+                          RuntimeWarning, stacklevel=3)
             W, res = self._minimize(objective.value_grad, W, gtol)
             n_it += res.nit
             if objective.value(W) < best_f:
@@ -86,18 +104,19 @@ class LBFGS:
             W, f = self._polish(objective, best_W, gtol)
             if f < best_f:
                 best_W, best_f = W, f
-            if objective.sample_weight is None:
+            if objective.sample_weight is None and self.polish_ties:
                 # near-ties across a jump of the spectrum: solve the local piece exactly,
                 # trying widening tolerances (the L-BFGS point may sit 1e-4 off the kink)
+                seen = set()
                 for tol in (1e-7, 1e-5, 1e-4, 1e-3, 1e-2):
-                    W, f = self._polish_ties(objective, best_W, tol=tol)
+                    W, f = self._polish_ties(objective, best_W, tol=tol, seen=seen)
                     if f < best_f:
                         best_W, best_f = W, f
         coef = objective.as_coef(best_W)
         return Result(coef=coef, value=float(objective.value(coef)), n_epochs=n_it, time=0.0,
                       message="continuation in nu + frozen-order polish")
 
-    def _polish_ties(self, objective, W, tol=1e-5, max_group=6):
+    def _polish_ties(self, objective, W, tol=1e-5, max_group=6, seen=None):
         """Exact local solve when losses tie across a jump of the spectrum at the optimum.
 
         Near ``W`` the losses are grouped into blocks of (almost) equal value; outside the blocks
@@ -121,11 +140,16 @@ class LBFGS:
             e = r + 1
             while e < n and ls[e] - ls[e - 1] <= tol * scale:
                 e += 1
-            if e - r > 1 and sigma[e - 1] > sigma[r]:
+            if e - r > 1 and sigma[e - 1] > sigma[r] and not _duplicates(objective, order[r:e]):
                 groups.append(np.arange(r, e))
             r = e
         if not groups or any(len(g) > max_group for g in groups):
             return W, objective.value(W)
+        key = tuple(tuple(sorted(order[g])) for g in groups)
+        if seen is not None:
+            if key in seen:  # same local problem as at a tighter tolerance: nothing new
+                return W, objective.value(W)
+            seen.add(key)
         q = sigma[np.argsort(order)].copy()  # q[i] = sigma[rank(i)]
         terms = []  # (coef, [sample index subsets]) per epigraph variable
         for g in groups:
@@ -177,7 +201,7 @@ class LBFGS:
 
         res = minimize(fun, x0, jac=True, method="SLSQP",
                        constraints=[{"type": "ineq", "fun": cons, "jac": cons_jac}],
-                       options={"maxiter": 1000, "ftol": 1e-16})
+                       options={"maxiter": 200, "ftol": 1e-16})
         W_new = split(res.x)[0]
         return W_new, objective.value(W_new)
 
@@ -200,3 +224,9 @@ class LBFGS:
             if same:
                 break
         return W, objective.value(W)
+
+
+def _duplicates(objective, idx):
+    """True when all samples ``idx`` have identical rows and targets (always tied: smooth)."""
+    X, y = objective.X, objective.y
+    return bool(np.all(X[idx] == X[idx[0]]) and np.all(y[idx] == y[idx[0]]))

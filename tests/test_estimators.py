@@ -1,0 +1,455 @@
+"""scikit-learn estimators: API conformance, equivalences, automatic step size, inputs.
+
+Measurements behind the estimator's automatic choices (2-core shared machine, one BLAS thread;
+scripts kept out of the repository, numbers as observed):
+
+* Step size (``lr="auto"``), Prospect, squared loss, ``l2_reg = 1/n``, ``shift_cost = 0.5``,
+  no intercept; ``lr0 = 1 / (n max(sigma) max_i |x_i|^2)``. Passes until the relative
+  gradient norm reaches 1e-4 (``None``: not within 40 passes on concrete, 16 on kin8nm):
+
+  ============  =======  ===========  ==========  ===========
+  data          risk     lr0          c = 1       1/3    1/10
+  ============  =======  ===========  ==========  ===========
+  concrete      CVaR     0.0115       23          37     None
+  concrete      Extrem.  0.0115       21          37     None
+  concrete      ESRM     0.0145       20          32     None
+  kin8nm        CVaR     0.0284       None        15     15
+  kin8nm        Extrem.  0.0284       None        16     15
+  kin8nm        ESRM     0.0359       None        15     13
+  ============  =======  ===========  ==========  ===========
+
+  ``3 lr0`` diverged or stalled on all six. The two-pass tuning rule picks ``lr0/3`` on
+  concrete and ``lr0/10`` on kin8nm. Where the relative gradient first fell below 1e-4 the
+  relative suboptimality was 3e-9 .. 3e-7, so ``tol = 1e-4`` on the gradient gives the
+  1e-6 suboptimality tested below.
+* SOREL's dual step: the good ``dual_lr`` scales as 1 / (loss scale) (rescaling ``y`` by 0.1 / 1
+  / 3 moved the best C from 4 to 0.04 to 0.004 on a CVaR(0.2) problem). With ``dual_lr = c /
+  mean loss at the start``, ``c = 0.1`` was the only value without a failure over concrete,
+  kin8nm and a synthetic problem (CVaR(0.5), CVaR(0.1), Extremile(2), ESRM(1), 50 updates):
+  worst relative suboptimality 2.6e-4 (CVaR(0.1)), against 1.7 for c = 0.2 and 1.9 for c = 0.4.
+* ``solver="auto"``: see ``riskopt.estimators.AUTO_LBFGS_MAX_SIZE``.
+"""
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.datasets import make_classification, make_regression
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils._param_validation import InvalidParameterError
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import riskopt as ro
+from riskopt import estimators as est_mod
+from riskopt.estimators import RiskClassifier, RiskRegressor
+
+# --------------------------------------------------------------------------- sklearn checks
+_SW_STOCHASTIC = (
+    "a stochastic solver stopped by max_epochs=30 on the check's ill-conditioned data (15 rows, "
+    "30 features, l2_reg=1e-4): the weighted fit (integer weights expanded into rows, in the "
+    "check's shuffled order) and the repeated-rows fit draw different index streams, so their "
+    "unconverged iterates differ (~2e-2 in the predictions); they agree only at the minimiser"
+)
+
+
+def _expected_failed_checks(estimator):
+    """Checks that cannot pass, with the reason (used by parametrize_with_checks)."""
+    if estimator.solver in ("prospect", "sorel"):
+        return {"check_sample_weight_equivalence_on_dense_data": _SW_STOCHASTIC,
+                "check_sample_weight_equivalence_on_sparse_data": _SW_STOCHASTIC}
+    return {}
+
+
+CHECKED = [
+    RiskRegressor(),                                                  # default: cvar:0.1, lbfgs
+    RiskRegressor(risk=ro.CVaR(0.2, shift_cost=0.5)),                 # CVaR with shift cost
+    RiskRegressor(risk="esrm:1", loss="absolute"),
+    RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect", max_epochs=30),
+    RiskClassifier(),                                                 # binary + multiclass data
+    RiskClassifier(risk=ro.CVaR(0.2, shift_cost=0.5, divergence="kl")),
+    RiskClassifier(risk="extremile:2", solver="sorel", max_epochs=30),
+]
+
+
+@parametrize_with_checks(CHECKED, expected_failed_checks=_expected_failed_checks)
+def test_sklearn_compatible_estimator(estimator, check):
+    with warnings.catch_warnings():
+        # the stochastic configurations stop at max_epochs=30 on some check data
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
+# --------------------------------------------------------------------------- helpers
+def _regression(n=150, d=5, seed=0):
+    X, y = make_regression(n_samples=n, n_features=d, noise=10.0, random_state=seed)
+    return X, y / np.std(y)
+
+
+def _objective(estimator, X, y, **kw):
+    """The objective the fitted estimator minimised (regressor, intercept included)."""
+    return ro.Objective(kw.get("loss", "squared"), estimator.risk_, X, y,
+                        l2_reg=estimator.l2_reg, fit_intercept=estimator.fit_intercept)
+
+
+def _coef_vector(estimator):
+    return np.r_[estimator.coef_, estimator.intercept_] if estimator.fit_intercept \
+        else estimator.coef_
+
+
+# --------------------------------------------------------------------------- equivalences
+def test_mean_risk_equals_ridge():
+    """Ridge: |y - Xw - b|^2 + alpha |w|^2 = n [mean 0.5 r^2 + (mu/2)|w|^2], mu = alpha / n."""
+    X, y = _regression()
+    alpha = 3.0
+    ridge = Ridge(alpha=alpha).fit(X, y)
+    est = RiskRegressor(risk="mean", l2_reg=alpha / len(y), tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(est.coef_, ridge.coef_, rtol=0, atol=1e-7)
+    assert abs(est.intercept_ - ridge.intercept_) < 1e-7
+    np.testing.assert_allclose(est.predict(X), ridge.predict(X), rtol=0, atol=1e-7)
+
+
+def test_mean_risk_equals_ridge_with_sample_weight():
+    """Weights s: Ridge's alpha = mu * sum(s) (the risk uses normalised weights)."""
+    X, y = _regression()
+    sw = np.random.default_rng(0).uniform(0.5, 2.0, size=len(y))
+    alpha = 3.0
+    ridge = Ridge(alpha=alpha).fit(X, y, sample_weight=sw)
+    est = RiskRegressor(risk="mean", l2_reg=alpha / sw.sum(), tol=1e-10).fit(X, y, sample_weight=sw)
+    assert est.solver_ == "lbfgs"
+    np.testing.assert_allclose(est.coef_, ridge.coef_, rtol=0, atol=1e-7)
+    assert abs(est.intercept_ - ridge.intercept_) < 1e-7
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_mean_risk_equals_logistic_regression(n_classes):
+    """LogisticRegression: C sum log-loss + |w|^2/2  ==  n C [mean log-loss + (mu/2)|w|^2],
+    mu = 1/(n C); multinomial (all K rows penalised) for K > 2."""
+    X, y = make_classification(n_samples=150, n_features=5, n_informative=3,
+                               n_classes=n_classes, random_state=0)
+    C = 0.5
+    ref = LogisticRegression(C=C, tol=1e-12, max_iter=10_000).fit(X, y)
+    est = RiskClassifier(risk="mean", l2_reg=1.0 / (len(y) * C), tol=1e-10).fit(X, y)
+    assert est.coef_.shape == ref.coef_.shape == ((1, 5) if n_classes == 2 else (3, 5))
+    assert est.intercept_.shape == ref.intercept_.shape
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=0, atol=1e-8)
+    np.testing.assert_array_equal(est.predict(X), ref.predict(X))
+    np.testing.assert_allclose(est.decision_function(X), ref.decision_function(X), atol=1e-7)
+
+
+@pytest.mark.parametrize("make_est", [
+    lambda r: RiskRegressor(risk=r, l2_reg=0.01, tol=1e-10),
+    lambda r: RiskClassifier(risk=r, l2_reg=0.01, tol=1e-10),
+])
+def test_cvar_one_equals_mean(make_est):
+    X, y = _regression()
+    if isinstance(make_est("mean"), RiskClassifier):
+        X, y = make_classification(n_samples=120, n_features=4, n_classes=3, n_informative=3,
+                                   n_redundant=0, random_state=1)
+    a = make_est(ro.CVaR(1.0)).fit(X, y)
+    b = make_est("mean").fit(X, y)
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=0, atol=1e-7)
+
+
+def test_integer_weights_equal_repeated_rows_with_shift_cost():
+    """Integer weights are frequencies (rows repeated), so they work for shift_cost > 0 too."""
+    X, y = _regression(n=60)
+    sw = np.random.default_rng(1).integers(0, 4, size=60)
+    risk = ro.CVaR(0.3, shift_cost=0.5)
+    a = RiskRegressor(risk=risk, tol=1e-10).fit(X, y, sample_weight=sw)
+    b = RiskRegressor(risk=risk, tol=1e-10).fit(np.repeat(X, sw, axis=0), np.repeat(y, sw))
+    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-8)
+
+
+def test_fractional_weights_need_zero_shift_cost():
+    X, y = _regression(n=60)
+    sw = np.linspace(0.5, 1.5, 60)
+    with pytest.raises(ValueError, match="shift_cost=0.*Integer sample weights"):
+        RiskRegressor(risk=ro.CVaR(0.3, shift_cost=0.5)).fit(X, y, sample_weight=sw)
+    with pytest.raises(ValueError, match="does not support non-uniform sample_weight"):
+        RiskRegressor(risk="cvar:0.3", solver="sorel").fit(X, y, sample_weight=sw)
+    est = RiskRegressor(risk="cvar:0.3").fit(X, y, sample_weight=sw)   # auto -> L-BFGS
+    assert est.solver_ == "lbfgs"
+
+
+# --------------------------------------------------------------------------- meta-estimators
+def test_pipeline_and_grid_search_over_risk_and_l2_reg():
+    X, y = _regression(n=200, d=4)
+    X = X * np.array([1.0, 10.0, 100.0, 0.1]) + 5.0  # badly scaled: the scaler matters
+    pipe = make_pipeline(StandardScaler(), RiskRegressor())
+    grid = GridSearchCV(pipe, {
+        "riskregressor__risk": ["cvar:0.5", ro.CVaR(0.5, shift_cost=1.0), "esrm:1", "mean"],
+        "riskregressor__l2_reg": [1e-4, 1e-2],
+    }, cv=3).fit(X, y)
+    assert len(grid.cv_results_["params"]) == 8
+    assert np.all(np.isfinite(grid.cv_results_["mean_test_score"]))
+    assert grid.best_score_ > 0.8
+    assert grid.predict(X).shape == (200,)
+
+
+def test_classifier_pipeline_grid_search_with_string_labels():
+    X, y = make_classification(n_samples=240, n_features=5, n_informative=3, n_classes=3,
+                               random_state=0)
+    y = np.array(["low", "mid", "high"])[y]
+    grid = GridSearchCV(make_pipeline(StandardScaler(), RiskClassifier()), {
+        "riskclassifier__risk": ["cvar:0.5", ro.ESRM(1.0, shift_cost=0.5, divergence="kl")],
+        "riskclassifier__l2_reg": [1e-3, 1e-1],
+    }, cv=3).fit(X, y)
+    clf = grid.best_estimator_[-1]
+    np.testing.assert_array_equal(clf.classes_, ["high", "low", "mid"])
+    proba = grid.predict_proba(X)
+    assert proba.shape == (240, 3)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert grid.score(X, y) > 0.6
+
+
+# --------------------------------------------------------------------------- automatic step
+def _auto_prospect_subopt(name, risk, fit_intercept=False):
+    data = ro.datasets.load(name)
+    X, y = data.X_train, data.y_train
+    n = len(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = RiskRegressor(risk=risk, solver="prospect", l2_reg=1.0 / n,
+                            fit_intercept=fit_intercept, random_state=0).fit(X, y)
+    obj = _objective(est, X, y)
+    f_star = ro.solvers.LBFGS(tol=1e-12).run(obj).value
+    f0 = obj.value(obj.zeros())
+    return (obj.value(_coef_vector(est)) - f_star) / (f0 - f_star), est
+
+
+@pytest.mark.parametrize("name, risk, fit_intercept", [
+    ("concrete", ro.CVaR(0.5, shift_cost=0.5), False),
+    ("concrete", ro.Extremile(2.0, shift_cost=0.5), True),
+    ("kin8nm", ro.CVaR(0.5, shift_cost=0.5), False),
+])
+def test_auto_step_size_converges_with_prospect(name, risk, fit_intercept):
+    """No user grid: lr="auto" + the gradient test reach relative suboptimality <= 1e-6."""
+    subopt, est = _auto_prospect_subopt(name, risk, fit_intercept)
+    assert est.solver_ == "prospect" and len(est.lr_search_) == 4
+    assert est.lr_search_[est.lr_] == min(est.lr_search_.values())  # the papers' rule
+    assert subopt <= 1e-6, (subopt, est.n_iter_, est.lr_)
+    assert est.n_iter_ < est.max_epochs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["concrete", "kin8nm"])
+@pytest.mark.parametrize("risk", [ro.Extremile(2.0, shift_cost=0.5), ro.ESRM(1.0, shift_cost=0.5)])
+def test_auto_step_size_converges_with_prospect_all_risks(name, risk):
+    subopt, est = _auto_prospect_subopt(name, risk)
+    assert subopt <= 1e-6, (subopt, est.n_iter_, est.lr_)
+
+
+def test_auto_step_size_sorel_is_scale_invariant():
+    """dual_lr follows the loss scale, lr the smoothness: rescaling y rescales nothing else."""
+    X, y = _regression(n=200, d=3)
+    fits = [RiskRegressor(risk="extremile:2", solver="sorel", random_state=0, l2_reg=1e-2)
+            .fit(X, s * y) for s in (0.1, 1.0, 10.0)]
+    for s, f in zip((0.1, 1.0, 10.0), fits):
+        np.testing.assert_allclose(f.coef_ / s, fits[1].coef_, rtol=1e-6)
+        assert f.lr_ == fits[1].lr_
+    ref = RiskRegressor(risk="extremile:2", l2_reg=1e-2, tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(fits[1].coef_, ref.coef_, rtol=1e-3)
+
+
+def test_numeric_lr_is_used_and_divergence_is_reported():
+    X, y = _regression()
+    est = RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect", lr=1e-3,
+                        random_state=0, max_epochs=5, tol=None).fit(X, y)
+    assert est.lr_ == 1e-3 and est.lr_search_ is None and est.n_iter_ == 5
+    with pytest.raises(ValueError, match="diverged with lr=100"):
+        RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect", lr=100.0,
+                      random_state=0).fit(X, y)
+
+
+def test_convergence_warning_and_trace():
+    X, y = _regression()
+    with pytest.warns(ConvergenceWarning, match="did not converge.*max_epochs=2"):
+        est = RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect",
+                            max_epochs=2, random_state=0).fit(X, y)
+    assert est.n_iter_ == 2 and est.objective_trace_.shape == (3,)
+    est = RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="lsvrg",
+                        random_state=0).fit(X, y)
+    trace = est.objective_trace_
+    assert trace.shape == (est.n_iter_ + 1,) and trace[-1] < trace[0]
+    obj = _objective(est, X, y)
+    assert trace[-1] == pytest.approx(obj.value(_coef_vector(est)), rel=1e-12)
+
+
+def test_solver_params_and_auto_choice(monkeypatch):
+    X, y = _regression(n=100)
+    est = RiskRegressor(risk="cvar:0.5", solver="sorel", solver_params={"dual_lr": 0.05},
+                        random_state=0).fit(X, y)
+    assert est.solver_params_ == {"dual_lr": 0.05}
+    with pytest.raises(ValueError, match="solver_params must not set 'lr'"):
+        RiskRegressor(solver="sorel", solver_params={"lr": 0.1}).fit(X, y)
+    assert RiskRegressor().fit(X, y).solver_ == "lbfgs"
+    monkeypatch.setattr(est_mod, "AUTO_LBFGS_MAX_SIZE", 0)
+    assert RiskRegressor(risk="cvar:0.5", random_state=0).fit(X, y).solver_ == "sorel"
+    assert RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5)).fit(X, y).solver_ == "lbfgs"
+    assert RiskRegressor(risk="mean").fit(X, y).solver_ == "lbfgs"
+
+
+# --------------------------------------------------------------------------- warm start
+@pytest.mark.parametrize("solver", ["lbfgs", "prospect"])
+def test_warm_start_reuses_coef(solver):
+    X, y = _regression()
+    risk = ro.CVaR(0.5, shift_cost=0.5)
+    est = RiskRegressor(risk=risk, solver=solver, warm_start=True, random_state=0).fit(X, y)
+    coef, lr = _coef_vector(est).copy(), est.lr_
+    obj = _objective(est, X, y)
+    est.fit(X, y)
+    # the second run starts at the first solution (and keeps the tuned step)
+    assert est.objective_trace_[0] == pytest.approx(obj.value(coef), rel=1e-12)
+    assert est.lr_ == lr
+    cold = clone(est).set_params(warm_start=False).fit(X, y)
+    assert cold.objective_trace_[0] == pytest.approx(obj.value(obj.zeros()), rel=1e-12)
+    if solver == "prospect":
+        assert est.lr_search_ is None and est.n_iter_ < cold.n_iter_
+
+
+def test_warm_start_shape_mismatch_is_an_error():
+    X, y = _regression()
+    est = RiskRegressor(warm_start=True).fit(X, y)
+    with pytest.raises(ValueError, match="warm_start"):
+        est.fit(X[:, :3], y)
+    Xc, yc = make_classification(n_samples=90, n_features=4, n_classes=3, n_informative=3,
+                                 n_redundant=0, random_state=0)
+    clf = RiskClassifier(warm_start=True).fit(Xc, yc)
+    with pytest.raises(ValueError, match="classes changed"):
+        clf.fit(Xc, np.where(yc == 2, 1, yc))
+
+
+# --------------------------------------------------------------------------- inputs
+def test_bad_inputs_raise_clear_errors():
+    X, y = _regression(n=40, d=3)
+    reg = RiskRegressor()
+    Xnan = X.copy()
+    Xnan[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        reg.fit(Xnan, y)
+    ynan = y.copy()
+    ynan[0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        reg.fit(X, ynan)
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        reg.fit(X, y[:-1])
+    with pytest.raises(ValueError, match="Expected 2D array"):
+        reg.fit(X[:, 0], y)
+    with pytest.raises(ValueError, match="needs numeric targets.*RiskClassifier"):
+        reg.fit(X, np.array(["a", "b"] * 20))
+    reg.fit(X, y)
+    with pytest.raises(ValueError, match="X has 2 features, but RiskRegressor is expecting 3"):
+        reg.predict(X[:, :2])
+    with pytest.raises(ValueError, match="at least 2 classes.*only one class: 'a'"):
+        RiskClassifier().fit(X, np.array(["a"] * 40))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        RiskClassifier().fit(X, y)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"lr": -1.0}, "'lr' parameter"),
+    ({"solver": "newton"}, "'solver' parameter of RiskRegressor must be a str among"),
+    ({"l2_reg": -1e-3}, "'l2_reg' parameter"),
+    ({"max_epochs": 0}, "'max_epochs' parameter"),
+    ({"risk": 0.1}, "'risk' parameter"),
+    ({"loss": "huber"}, "'loss' parameter"),
+])
+def test_parameter_validation_is_declarative(params, match):
+    X, y = _regression(n=30, d=2)
+    with pytest.raises(InvalidParameterError, match=match):
+        RiskRegressor(**params).fit(X, y)
+
+
+def test_bad_risk_string_is_a_value_error():
+    X, y = _regression(n=30, d=2)
+    with pytest.raises(ValueError, match="unknown risk 'cvr:0.1'"):
+        RiskRegressor(risk="cvr:0.1").fit(X, y)
+
+
+def test_sparse_input_matches_dense():
+    X, y = _regression(n=80, d=6)
+    X[np.abs(X) < 0.8] = 0.0
+    Xs = sp.csr_matrix(X)
+    dense = RiskRegressor(risk="cvar:0.5").fit(X, y)
+    sparse = RiskRegressor(risk="cvar:0.5").fit(Xs, y)
+    np.testing.assert_allclose(sparse.coef_, dense.coef_, atol=1e-12)
+    np.testing.assert_allclose(sparse.predict(Xs), dense.predict(X), atol=1e-12)
+    yc = (y > 0).astype(int)
+    clf = RiskClassifier(risk="cvar:0.5").fit(Xs, yc)
+    np.testing.assert_allclose(clf.predict_proba(Xs), clf.predict_proba(X), atol=1e-12)
+
+
+def test_classifier_binary_shapes_and_probabilities():
+    X, y = make_classification(n_samples=100, n_features=3, n_informative=2, n_redundant=0,
+                               random_state=2)
+    labels = np.array([-1, 7])[y]
+    clf = RiskClassifier(l2_reg=1e-2).fit(X, labels)
+    assert clf.coef_.shape == (1, 3) and clf.intercept_.shape == (1,)
+    dec = clf.decision_function(X)
+    proba = clf.predict_proba(X)
+    assert dec.shape == (100,) and proba.shape == (100, 2)
+    np.testing.assert_allclose(proba[:, 1], 1.0 / (1.0 + np.exp(-dec)))
+    np.testing.assert_allclose(np.exp(clf.predict_log_proba(X)), proba)
+    np.testing.assert_array_equal(clf.predict(X), np.where(dec > 0, 7, -1))
+    assert clf.score(X, labels) > 0.8
+    # why the classifier's default is not a small-tail CVaR: the zero model is optimal here
+    zero = RiskClassifier(risk="cvar:0.3", l2_reg=1e-2).fit(X, labels)
+    assert np.abs(zero.coef_).max() < 1e-6 and zero.score(X, labels) == 0.5
+
+
+def test_pickle_and_feature_names():
+    pd = pytest.importorskip("pandas")
+    X, y = _regression(n=50, d=3)
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    est = RiskRegressor(risk="esrm:2").fit(df, y)
+    np.testing.assert_array_equal(est.feature_names_in_, ["a", "b", "c"])
+    again = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(again.predict(df), est.predict(df))
+
+
+# --------------------------------------------------------------------------- plug-in family
+class _RUCVaRFamily:
+    """A second problem family through the ``make_objective`` protocol: CVaR in the
+    Rockafellar-Uryasev form (riskopt.ru_cvar), solved by SPL+."""
+
+    default_solver = "splplus"
+
+    def __init__(self, beta):
+        self.beta = beta
+
+    def make_objective(self, loss, X, y, *, l2_reg, fit_intercept, sample_weight):
+        from riskopt.ru_cvar import RUCVaRObjective
+
+        if sample_weight is not None:
+            raise ValueError("this family takes no sample_weight")
+        return RUCVaRObjective(loss, X, y, beta=self.beta, l2_reg=l2_reg,
+                               fit_intercept=fit_intercept)
+
+    def auto_lr(self, objective, solver):
+        return 1.0  # SPL+ is scale-free through its loss_scale l0 (Meng & Gower, eq. (16))
+
+
+def test_other_problem_families_plug_in():
+    import riskopt.solvers.spl  # noqa: F401  (registers sgm / spl / splplus)
+
+    data = ro.datasets.load("concrete")
+    X, y = data.X_train, data.y_train
+    with pytest.warns(ConvergenceWarning):  # SPL+ converges sublinearly
+        est = RiskRegressor(risk=_RUCVaRFamily(0.9), l2_reg=1e-3, max_epochs=100,
+                            random_state=0).fit(X, y)
+    assert est.solver_ == "splplus" and est.lr_ == 1.0
+    assert est.objective_trace_[-1] < 0.6 * est.objective_trace_[0]
+    # the same problem as the spectral CVaR(1 - beta): the spectral objective agrees closely
+    spectral = ro.Objective("squared", ro.CVaR(0.1), X, y, l2_reg=1e-3, fit_intercept=True)
+    f_star = ro.solvers.LBFGS().run(spectral).value
+    f0 = spectral.value(spectral.zeros())
+    assert (spectral.value(_coef_vector(est)) - f_star) / (f0 - f_star) < 0.2
