@@ -9,6 +9,8 @@
     riskopt bench plot RESULTS [--out DIR] [--x passes time] [--format png pdf]
     riskopt datasets list
     riskopt datasets info NAME
+    riskopt fit DATA --target COL [--risk cvar:0.1] ... --out model.joblib
+    riskopt predict MODEL DATA [--proba] [--out predictions.csv]
 
 ``SPEC`` is a TOML file or the name of a bundled spec. Bad specs, unknown data sets and
 missing results are reported in one line naming the offending key, with exit status 2.
@@ -309,6 +311,10 @@ def build_parser():
                              description="Describe one data set.")
     d_info.add_argument("name", help="data set name (see `riskopt datasets list`)")
     d_info.set_defaults(func=_datasets_info)
+
+    from ._cli_fit import add_parsers
+
+    add_parsers(sub)
     return p
 
 
@@ -319,12 +325,14 @@ def main(argv=None):
         from .bench.spec import SpecError
     except ImportError:  # pragma: no cover
         SpecError = ValueError
+    from ._cli_fit import FitError as _FitError
+
     try:
         return args.func(args)
     except SpecError as exc:
         _err(f"bad spec: {exc}")
         return EXIT_USAGE
-    except (_CLIError, FileNotFoundError) as exc:
+    except (_CLIError, FileNotFoundError, _FitError) as exc:
         _err(str(exc))
         return EXIT_USAGE
     except ImportError as exc:

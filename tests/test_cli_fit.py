@@ -1,0 +1,120 @@
+"""`riskopt fit` / `riskopt predict` end to end on CSV and parquet files, and their errors."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from riskopt.cli import main
+
+
+@pytest.fixture
+def table(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 200
+    X = rng.normal(size=(n, 3))
+    g = rng.integers(0, 3, n)
+    y = X @ np.array([1.0, 2.0, 3.0]) + 1.5 * g + rng.standard_t(3, n)
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    df["grp"] = g
+    df["y"] = y
+    df["label"] = np.where(y > 0, "pos", "neg")
+    path = tmp_path / "train.csv"
+    df.to_csv(path, index=False)
+    return path, df
+
+
+def test_fit_predict_regression_with_group_summary(table, tmp_path, capsys):
+    path, df = table
+    model = tmp_path / "m.joblib"
+    rc = main(["fit", str(path), "--target", "y", "--drop", "label", "--group", "grp",
+               "--risk", "cvar:0.2", "--quiet", "--out", str(model)])
+    out = capsys.readouterr().out
+    assert rc == 0 and model.exists()
+    assert "worst-group loss (grp)" in out and "objective:" in out and "updates:" in out
+    preds = tmp_path / "p.csv"
+    assert main(["predict", str(model), str(path), "--out", str(preds)]) == 0
+    p = pd.read_csv(preds)
+    assert len(p) == len(df) and np.all(np.isfinite(p["prediction"]))
+    # the saved model is the fitted estimator: predictions equal a direct fit
+    from riskopt.estimators import RiskRegressor
+
+    est = RiskRegressor(risk="cvar:0.2", l2_reg=1e-4, max_epochs=1000, tol=1e-4,
+                        random_state=0).fit(df[["a", "b", "c"]].to_numpy(), df["y"].to_numpy())
+    np.testing.assert_allclose(p["prediction"], est.predict(df[["a", "b", "c"]].to_numpy()),
+                               rtol=1e-8, atol=1e-8)
+
+
+def test_fit_predict_classification_parquet_with_proba(table, tmp_path):
+    _, df = table
+    pq = tmp_path / "train.parquet"
+    df.to_parquet(pq)
+    model = tmp_path / "c.joblib"
+    assert main(["fit", str(pq), "--target", "label", "--drop", "y", "--risk", "esrm:1",
+                 "--shift-cost", "0.5", "--quiet", "--out", str(model)]) == 0
+    preds = tmp_path / "p.csv"
+    assert main(["predict", str(model), str(pq), "--proba", "--out", str(preds)]) == 0
+    p = pd.read_csv(preds)
+    assert set(p["prediction"]) <= {"pos", "neg"}
+    np.testing.assert_allclose(p["proba_neg"] + p["proba_pos"], 1.0, atol=1e-12)
+    assert (p["prediction"] == df["label"]).mean() > 0.8
+
+
+def _error(capsys, argv):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "Traceback" not in err
+    return err
+
+
+def test_missing_target_column(table, tmp_path, capsys):
+    path, _ = table
+    err = _error(capsys, ["fit", str(path), "--target", "nope", "--out", str(tmp_path / "m")])
+    assert "target column 'nope'" in err
+
+
+def test_non_numeric_feature_is_named(table, tmp_path, capsys):
+    path, _ = table
+    err = _error(capsys, ["fit", str(path), "--target", "y", "--out", str(tmp_path / "m")])
+    assert "non-numeric" in err and "label" in err
+
+
+def test_missing_values_are_reported_by_column(table, tmp_path, capsys):
+    path, df = table
+    df = df.copy()
+    df.loc[[3, 7], "b"] = np.nan
+    bad = tmp_path / "nan.csv"
+    df.to_csv(bad, index=False)
+    err = _error(capsys, ["fit", str(bad), "--target", "y", "--drop", "label",
+                          "--out", str(tmp_path / "m")])
+    assert "b (2 missing)" in err
+    df2 = df.copy()
+    df2.loc[0, "y"] = np.nan
+    df2.loc[[3, 7], "b"] = 0.0
+    df2.to_csv(bad, index=False)
+    err = _error(capsys, ["fit", str(bad), "--target", "y", "--drop", "label",
+                          "--out", str(tmp_path / "m")])
+    assert "missing" in err and "'y'" in err
+
+
+def test_bad_risk_and_missing_files(table, tmp_path, capsys):
+    path, _ = table
+    err = _error(capsys, ["fit", str(path), "--target", "y", "--drop", "label",
+                          "--risk", "cvar:2", "--out", str(tmp_path / "m")])
+    assert "tail_fraction" in err
+    err = _error(capsys, ["fit", str(tmp_path / "none.csv"), "--target", "y",
+                          "--out", str(tmp_path / "m")])
+    assert "not found" in err
+    err = _error(capsys, ["predict", str(tmp_path / "none.joblib"), str(path)])
+    assert "model file not found" in err
+
+
+def test_predict_needs_the_model_features(table, tmp_path, capsys):
+    path, df = table
+    model = tmp_path / "m.joblib"
+    assert main(["fit", str(path), "--target", "y", "--drop", "label", "grp", "--quiet",
+                 "--out", str(model)]) == 0
+    capsys.readouterr()
+    other = tmp_path / "other.csv"
+    df.drop(columns=["c"]).to_csv(other, index=False)
+    err = _error(capsys, ["predict", str(model), str(other)])
+    assert "not found" in err and "c" in err
