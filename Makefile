@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export RISKOPT_DATA ?= $(abspath $(CURDIR)/../shared/data)
 export NUMBA_CACHE_DIR ?= $(abspath $(CURDIR)/.numba_cache)
 
-.PHONY: install demo test test-slow bench-speed clean
+.PHONY: install demo test test-slow bench-speed docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,15 @@ test-slow: install
 
 bench-speed: install
 	$(PY) benchmarks/speed.py
+
+# The documentation site (Sphinx, warnings are errors) into build/docs/html.
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e ".[docs]"
+	touch $@
+
+docs: install $(VENV)/.docs-installed
+	$(PY) -m sphinx -E -W --keep-going -q -b html docs build/docs/html
+	@echo "documentation: build/docs/html/index.html"
 
 clean:
 	rm -rf $(VENV) .numba_cache results

@@ -12,7 +12,7 @@ the registry, and behave like any scikit-learn estimator (``Pipeline``, ``GridSe
 ``clone``, pickling; ``sklearn.utils.estimator_checks`` pass, see the tests).
 
 Mapping to scikit-learn's linear models (uniform weights, ``n`` rows)
---------------------------------------------------------------------
+---------------------------------------------------------------------
 * ``RiskRegressor(risk="mean", l2_reg=mu)`` minimises ``mean 0.5 (x_i w + b - y_i)^2 +
   mu/2 |w|^2``, i.e. :class:`sklearn.linear_model.Ridge` with ``alpha = n * mu`` (Ridge:
   ``|y - Xw - b|^2 + alpha |w|^2``); with sample weights ``s``, ``alpha = mu * sum(s)``.

@@ -5,14 +5,14 @@ the reference implementations and tests) and the integer ``code`` the numba kern
 (``riskopt._kernels.losses``). ``prepare_targets`` validates labels and maps them to the float
 encoding the kernels use.
 
-=============  =========================================  ==========================
-loss           value                                      targets
-=============  =========================================  ==========================
-SquaredLoss    ``0.5 (z - y)^2``                          real
-AbsoluteLoss   ``|z - y|`` (non-smooth)                   real
-LogisticLoss   ``log(1 + exp(z)) - y z``                  {0, 1} (or {-1, 1})
-MultinomialLoss``logsumexp(z) - z_y``, ``z`` of length K  integers 0..K-1
-=============  =========================================  ==========================
+================  =========================================  ==========================
+loss              value                                      targets
+================  =========================================  ==========================
+SquaredLoss       ``0.5 (z - y)^2``                          real
+AbsoluteLoss      ``|z - y|`` (non-smooth)                   real
+LogisticLoss      ``log(1 + exp(z)) - y z``                  {0, 1} (or {-1, 1})
+MultinomialLoss   ``logsumexp(z) - z_y``, ``z`` of length K  integers 0..K-1
+================  =========================================  ==========================
 
 The squared loss carries the factor 1/2, as in the reference code of the Prospect paper.
 """

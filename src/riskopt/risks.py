@@ -20,7 +20,8 @@ Mapping to the papers' notation
   :math:`\frac{n}{2}\|q - \mathbf{1}/n\|^2`, so code ``shift_cost = s`` is our ``nu = s/2``; the
   paper's experiments (code ``shift_cost = 1``) are ``nu = 0.5`` here.
 * SOREL paper (Wang et al.): no shift penalty (``nu = 0``); their :math:`\lambda` is our ``q``.
-  Their CVaR parameter :math:`\alpha` is the *quantile level*, i.e. ``tail_fraction = 1 - alpha``.
+  Their :math:`\alpha`-CVaR (Table 1: weight :math:`1/(n\alpha)` on the ranks
+  :math:`i > n(1-\alpha)`) is ``CVaR(tail_fraction=alpha)``.
 
 The maximiser ``q`` is computed exactly by sort + pool-adjacent-violators (numba) in
 O(n log n); see :mod:`riskopt._kernels.oracles`.

@@ -1,23 +1,23 @@
 """Solvers: one algorithm per module, a registry by lower-case name.
 
-=============  =====================================================  ============
-name           algorithm                                              converges?
-=============  =====================================================  ============
-sgd            mini-batch SGD with plug-in (biased) weights            no (biased)
-srda           stochastic regularised dual averaging (Xiao 2009)       no (biased)
-sgd_momentum   SGD with heavy-ball momentum (Prospect App. I)          no (biased)
-adam           Adam (Prospect App. I)                                  no (biased)
-lsvrg          LSVRG (Mehta et al. 2023), epoch length n               yes (nu > 0)
-saddlesaga     Saddle-SAGA primal-dual (Palaniappan & Bach 2016)      yes (nu > 0)
-prospect       Prospect (Mehta et al. 2024)                            yes (nu > 0)
-prospect_moreau Prospect with proximal oracles (App. E)               yes (nu > 0)
-sorel          SOREL (Algorithm 1, practical settings)                 yes (nu = 0)
-sorel_minibatch SOREL with mini-batches (App. D)                       yes (nu = 0)
-lbfgs          full-batch L-BFGS reference                             yes
-sgm            stochastic subgradient on the RU-CVaR form (SPL+ paper) averaged iterates
-spl            stochastic prox-linear, one step size (SPL+ paper)     averaged iterates
-splplus        SPL+ (Algorithm 2, Lemma 1 closed form)                 averaged iterates
-=============  =====================================================  ============
+===============  =======================================================  =================
+name             algorithm                                                converges?
+===============  =======================================================  =================
+sgd              mini-batch SGD with plug-in (biased) weights             no (biased)
+srda             stochastic regularised dual averaging (Xiao 2009)        no (biased)
+sgd_momentum     SGD with heavy-ball momentum (Prospect App. I)           no (biased)
+adam             Adam (Prospect App. I)                                   no (biased)
+lsvrg            LSVRG (Mehta et al. 2023), epoch length n                yes (nu > 0)
+saddlesaga       Saddle-SAGA primal-dual (Palaniappan & Bach 2016)        yes (nu > 0)
+prospect         Prospect (Mehta et al. 2024)                             yes (nu > 0)
+prospect_moreau  Prospect with proximal oracles (App. E)                  yes (nu > 0)
+sorel            SOREL (Algorithm 1, practical settings)                  yes (nu = 0)
+sorel_minibatch  SOREL with mini-batches (App. D)                         yes (nu = 0)
+lbfgs            full-batch L-BFGS reference                              yes
+sgm              stochastic subgradient on the RU-CVaR form (SPL+ paper)  averaged iterates
+spl              stochastic prox-linear, one step size (SPL+ paper)       averaged iterates
+splplus          SPL+ (Algorithm 2, Lemma 1 closed form)                  averaged iterates
+===============  =======================================================  =================
 
 ``sgm``, ``spl`` and ``splplus`` solve :class:`riskopt.ru_cvar.RUCVaRObjective`, the others
 :class:`riskopt.Objective`.
