@@ -108,6 +108,19 @@ def _bench_run(args):
             raise _CLIError(f"unknown joblib backend {args.backend!r}; choose one of "
                             f"{', '.join(sorted(known))}")
     spec = load_spec(args.spec)
+    if args.dry_run and isinstance(getattr(spec, "driver", None), str):
+        from .bench.spec import driver_module
+
+        mod = driver_module(spec.driver)
+        sizes = mod.prepare(spec)
+        total, done = mod.status(spec, args.out)
+        _print(f"spec {spec.name}: valid ({spec.driver} driver, {spec.kind})")
+        for pid, sz in sizes.items():
+            _print(f"  {pid}: n = {sz['n']}, p = {sz['p']}")
+        _print(f"  methods: {', '.join(s.display for s in spec.solvers)}; "
+               f"{len(spec.lr)} step sizes; seeds {spec.seeds}")
+        _print(f"runs: {total} total, {done} finished, {total - done} to run")
+        return 0
     if args.dry_run:
         from .bench.runner import prepare, status
 
@@ -258,6 +271,7 @@ def build_parser():
                "  riskopt bench run quick --jobs 2            # bundled smoke test, ~1 min\n"
                "  riskopt bench run my_spec.toml --out results/mine\n"
                "  riskopt bench run prospect_fig3 --max-cells 200   # a chunk; rerun to go on\n"
+               "  riskopt bench run splplus_synthetic_quick     # SPL+ sensitivity (driver spec)\n"
                "on a cluster (any joblib backend; workers need riskopt installed and\n"
                "RISKOPT_DATA for non-bundled data; only this process writes files):\n"
                "  riskopt bench run prospect_fig3 --backend dask --address tcp://host:8786\n"

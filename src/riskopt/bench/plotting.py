@@ -132,6 +132,10 @@ def plot_results(results, out_dir=None, table=None, x=None, formats=("png", "pdf
     floor : float, optional
         Smallest suboptimality drawn (default 1e-12).
     """
+    from . import splplus
+
+    if splplus.is_results_folder(results):  # the SPL+ driver's own figures
+        return splplus.plot_results(results, out_dir=out_dir, table=table, formats=formats)
     if table is None:
         folder, table = _load(results)
     else:

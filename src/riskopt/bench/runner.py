@@ -335,10 +335,16 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
     -------
     RunResult
     """
+    spec = load_spec(spec)
+    if isinstance(getattr(spec, "driver", None), str):  # e.g. the SPL+ experiments
+        from .spec import driver_module
+
+        return driver_module(spec.driver).run(spec, out=out, jobs=jobs, backend=backend,
+                                              progress=progress, max_cells=max_cells,
+                                              fresh=fresh, plot=plot, echo=echo)
     say = echo or (lambda msg: None)
     t_start = time.perf_counter()
     started = _now()
-    spec = load_spec(spec)
     jobs = jobs if jobs is not None else (spec.jobs if spec.jobs is not None else -1)
     out = Path(out) if out is not None else Path("results") / spec.name
 

@@ -557,15 +557,38 @@ def read_spec_text(spec):
                             f"{', '.join(bundled)}")
 
 
+#: Specs with a top-level ``driver = "<name>"`` key are read and run by a dedicated module
+#: (same output conventions; ``riskopt bench run`` dispatches on the key).
+DRIVERS = {"splplus": "riskopt.bench.splplus"}
+
+
+def driver_module(name):
+    """The module that reads and runs specs with ``driver = name``."""
+    import importlib
+
+    if name not in DRIVERS:
+        raise SpecError("driver", f"unknown driver {name!r}; available: {', '.join(DRIVERS)}")
+    return importlib.import_module(DRIVERS[name])
+
+
 def load_spec(spec, check_registry=True):
-    """Read a spec from a TOML path or a bundled name (``"quick"``) and validate it."""
+    """Read a spec from a TOML path or a bundled name (``"quick"``) and validate it.
+
+    A spec with a top-level ``driver`` key (e.g. ``driver = "splplus"``) is read by that
+    driver's module and returned as its own spec type (it has ``.driver``).
+    """
     import tomllib
 
     if isinstance(spec, Spec):
         return spec.validate(check_registry=check_registry)
+    if isinstance(getattr(spec, "driver", None), str):
+        return driver_module(spec.driver).load_spec(spec, check_registry=check_registry)
     text, origin = read_spec_text(spec)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError("", f"invalid TOML in {origin}: {exc}") from None
+    if isinstance(data, dict) and "driver" in data:
+        return driver_module(data["driver"]).spec_from_dict(data, source=text,
+                                                            check_registry=check_registry)
     return spec_from_dict(data, source=text, check_registry=check_registry)
