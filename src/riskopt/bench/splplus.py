@@ -951,6 +951,7 @@ def sensitivity(table, spec):
             hit = np.flatnonzero(sub <= eps)
             hits.append(float(r["step"].to_numpy()[hit[0]]) if hit.size else np.inf)
         finals, hits = np.asarray(finals), np.asarray(hits)
+        gap0 = g[g["record"] == 0].groupby("seed")["suboptimality"].first().to_numpy()
         rows.append({"problem": pid, "problem_label": g["problem_label"].iloc[0],
                      "method": m, "method_label": LABELS[m], "lr": float(lr),
                      "n_seeds": len(finals), "n_diverged": int(g.groupby("seed")["diverged"]
@@ -960,6 +961,7 @@ def sensitivity(table, spec):
                      "steps_to_eps_median": float(np.median(hits)),
                      "steps_to_eps_min": float(hits.min()),
                      "steps_to_eps_max": float(hits.max()),
+                     "initial_gap": float(np.median(gap0)) if gap0.size else np.nan,
                      "f_star": float(g["f_star"].iloc[0])})
     out = pd.DataFrame(rows)
     if len(out):
@@ -1113,8 +1115,9 @@ def _legend(fig, axes_handles):
 
 
 def _sens_panel(ax, g_sens, spec, col_med, col_lo, col_hi, handles, top_factor=10.0,
-                cap=None):
-    """Median line + min-max band vs lambda; non-finite points drawn as x at the top."""
+                cap=None, band_top=None):
+    """Median line + min-max band vs lambda; non-finite points (and points above ``cap``)
+    drawn as x at the top."""
     finite = []
     for m in spec.methods:
         g = g_sens[g_sens["method"] == m].sort_values("lr")
@@ -1134,7 +1137,7 @@ def _sens_panel(ax, g_sens, spec, col_med, col_lo, col_hi, handles, top_factor=1
         med = np.maximum(g[col_med].to_numpy(dtype=float), spec.floor)
         lo = np.maximum(g[col_lo].to_numpy(dtype=float), spec.floor)
         hi = np.maximum(g[col_hi].to_numpy(dtype=float), spec.floor)
-        ok = np.isfinite(med)
+        ok = np.isfinite(med) & (med <= top)
         (line,) = ax.plot(lr, np.where(ok, med, np.nan), color=COLORS[m], lw=1.6, marker="o",
                           ms=2.5, label=LABELS[m])
         handles[LABELS[m]] = line
@@ -1142,9 +1145,10 @@ def _sens_panel(ax, g_sens, spec, col_med, col_lo, col_hi, handles, top_factor=1
             ax.plot(lr[~ok], np.full((~ok).sum(), top * 1.6 ** im), ls="none", marker="x",
                     ms=5, color=COLORS[m])
         if len(spec.seeds) > 1:
-            ax.fill_between(lr, np.where(np.isfinite(lo), lo, top),
-                            np.where(np.isfinite(hi), hi, top), color=COLORS[m], alpha=0.18,
-                            lw=0)
+            bt = top if band_top is None else band_top
+            ax.fill_between(lr, np.minimum(np.where(np.isfinite(lo), lo, bt), bt),
+                            np.minimum(np.where(np.isfinite(hi), hi, bt), bt),
+                            color=COLORS[m], alpha=0.18, lw=0)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.axvline(1.0, color="0.6", ls=":", lw=1)
@@ -1159,8 +1163,13 @@ def plot_sensitivity(spec, sens, path_stem, formats=("png", "pdf")):
     for r, row in enumerate(layout):
         for c, pid in enumerate(row):
             ax = axes[r, c]
-            _sens_panel(ax, sens[sens["problem"] == pid], spec, "final_median", "final_min",
-                        "final_max", handles)
+            g = sens[sens["problem"] == pid]
+            gap = g["initial_gap"].to_numpy(dtype=float)
+            gap = gap[np.isfinite(gap)]
+            # blown-up runs (SGM: 1e40 and beyond) would flatten the panel: anything above
+            # 10x the initial gap F(x0) - F* is drawn as an x at the top, like a divergence
+            _sens_panel(ax, g, spec, "final_median", "final_min", "final_max", handles,
+                        cap=10.0 * float(gap.max()) if gap.size else None)
             ax.set_title(_panel_title(spec, pid), fontsize=9)
             if c == 0:
                 ax.set_ylabel("final suboptimality")
@@ -1169,7 +1178,8 @@ def plot_sensitivity(spec, sens, path_stem, formats=("png", "pdf")):
     budget = (f"T = {spec.n_steps:g} steps" if spec.kind == "synthetic"
               else f"{spec.passes} passes")
     fig.suptitle(f"{spec.name}: final F(avg iterate) - F* after {budget}\nmedian and min-max "
-                 f"over {len(spec.seeds)} seeds; x at the top: diverged", fontsize=10)
+                 f"over {len(spec.seeds)} seeds; x at the top: diverged or above 10x the initial "
+                 "gap", fontsize=10)
     _legend(fig, handles)
     return _save(fig, path_stem, formats)
 
@@ -1191,7 +1201,8 @@ def plot_fixed_accuracy(spec, sens, table, path_stem, formats=("png", "pdf")):
             for col in ("steps_to_eps_median", "steps_to_eps_min", "steps_to_eps_max"):
                 g[col] = g[col] / per
             _sens_panel(ax, g, spec, "steps_to_eps_median", "steps_to_eps_min",
-                        "steps_to_eps_max", handles, cap=2.0 * budget / per)
+                        "steps_to_eps_max", handles, cap=2.0 * budget / per,
+                        band_top=budget / per)
             ax.axhline(budget / per, color="0.5", ls="--", lw=1)
             eps = float(g["epsilon"].iloc[0]) if len(g) else float("nan")
             ax.set_title(f"{_panel_title(spec, pid)}\n$\\epsilon$ = {eps:.3g}", fontsize=9)
