@@ -229,7 +229,7 @@ def _sens_table(vals, lrs=(0.01, 0.1, 1.0, 10.0, 100.0)):
     for m, v in vals.items():
         for lr, x in zip(lrs, v):
             rows.append({"problem": "p", "problem_label": "p", "method": m, "lr": lr,
-                         "final_median": x})
+                         "final_median": x, "epsilon": 0.35})
     return pd.DataFrame(rows)
 
 
@@ -252,6 +252,11 @@ def test_summary_widths():
     # against the best of all methods (0.01): only SPL+ qualifies
     assert np.isnan(s.loc["spl", "width_decades_vs_all"])
     assert s.loc["splplus", "n_good_vs_all"] == 1
+    # within the fixed-accuracy target epsilon = 0.35
+    assert s.loc["sgm", "width_decades_eps"] == 0 and s.loc["sgm", "n_reach_eps"] == 1
+    assert s.loc["spl", "width_decades_eps"] == pytest.approx(1.0)
+    assert s.loc["splplus", "width_decades_eps"] == pytest.approx(1.0)
+    assert s.loc["splplus", "n_reach_eps"] == 3
 
 
 # ---------------------------------------------------------------------------- end to end
@@ -268,7 +273,8 @@ def _check_outputs(out_dir, n_cells, kind):
     assert (sens["final_min"] <= sens["final_median"]).all()
     assert (sens["final_median"] <= sens["final_max"]).all()
     summ = pd.read_csv(out_dir / "summary.csv")
-    assert {"best_lr", "best_final", "width_decades", "lr1_good"} <= set(summ.columns)
+    assert {"best_lr", "best_final", "width_decades", "width_decades_vs_all",
+            "width_decades_eps", "lr1_good"} <= set(summ.columns)
     assert len(summ) == table.groupby(["problem", "method"]).ngroups
     meta = json.loads((out_dir / "metadata.json").read_text())
     assert meta["driver"] == "splplus" and meta["kind"] == kind

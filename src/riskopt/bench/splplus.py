@@ -988,8 +988,10 @@ def summary(sens, spec):
     ``width_decades``: ``log10(lr_hi / lr_lo)`` of the contiguous grid range around it where the
     median final suboptimality is ``<= tolerance x best_final`` (``n_good``: grid points in the
     range; ``n_good_all``: anywhere in the grid); ``*_vs_all``: the same with the threshold
-    ``tolerance x`` the best of all methods on the problem; ``lr1_ratio``: median final at
-    ``lambda = 1`` over ``best_final``, ``lr1_good``: ``lr1_ratio <= tolerance``.
+    ``tolerance x`` the best of all methods on the problem; ``*_eps``: the same with the
+    threshold ``epsilon`` of the problem (the median run ends within the fixed-accuracy target;
+    ``NaN`` width when no lambda does); ``lr1_ratio``: median final at ``lambda = 1`` over
+    ``best_final``, ``lr1_good``: ``lr1_ratio <= tolerance``.
     Suboptimalities are floored at ``plot.floor`` so the ratios are defined.
     """
     import pandas as pd
@@ -1002,6 +1004,7 @@ def summary(sens, spec):
             g = g.sort_values("lr")
             lrs = g["lr"].to_numpy()
             vals = np.maximum(g["final_median"].to_numpy(), floor)
+            eps = float(g["epsilon"].iloc[0]) if "epsilon" in g.columns else np.nan
             i = int(np.argmin(vals))
             best = float(vals[i])
             row = {"problem": pid, "problem_label": g["problem_label"].iloc[0], "method": m,
@@ -1021,6 +1024,12 @@ def summary(sens, spec):
                                n_good_vs_all=hi2 - lo2 + 1)
                 else:
                     row.update(width_decades_vs_all=np.nan, n_good_vs_all=0)
+            if np.isfinite(best) and vals[i] <= eps:
+                lo3, hi3 = _good_range(lrs, vals, eps, i)
+                row.update(width_decades_eps=float(np.log10(lrs[hi3] / lrs[lo3])),
+                           n_reach_eps=int(np.sum(vals <= eps)))
+            else:
+                row.update(width_decades_eps=np.nan, n_reach_eps=0)
             one = np.flatnonzero(np.isclose(lrs, 1.0))
             if one.size:
                 r1 = float(vals[one[0]] / best) if np.isfinite(best) else np.nan
