@@ -17,7 +17,7 @@ import riskopt as ro  # noqa: E402
 import riskopt.bench as rb  # noqa: E402
 from riskopt.bench import splplus as sp  # noqa: E402
 from riskopt.cli import main  # noqa: E402
-from riskopt.ru_cvar import RUCVaRObjective, StreamingRUCVaRObjective, SyntheticSampler  # noqa
+from riskopt.objectives.ru_cvar import RUCVaRObjective, StreamingRUCVaRObjective, SyntheticSampler  # noqa
 from riskopt.solvers.spl import SGM, SPL, SPLPlus  # noqa: E402
 
 FIGURES = ["sensitivity", "fixed_accuracy", "convergence"]

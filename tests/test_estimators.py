@@ -419,7 +419,7 @@ def test_pickle_and_feature_names():
 # --------------------------------------------------------------------------- plug-in family
 class _RUCVaRFamily:
     """A second problem family through the ``make_objective`` protocol: CVaR in the
-    Rockafellar-Uryasev form (riskopt.ru_cvar), solved by SPL+."""
+    Rockafellar-Uryasev form (riskopt.objectives.ru_cvar), solved by SPL+."""
 
     default_solver = "splplus"
 
@@ -427,7 +427,7 @@ class _RUCVaRFamily:
         self.beta = beta
 
     def make_objective(self, loss, X, y, *, l2_reg, fit_intercept, sample_weight):
-        from riskopt.ru_cvar import RUCVaRObjective
+        from riskopt.objectives.ru_cvar import RUCVaRObjective
 
         if sample_weight is not None:
             raise ValueError("this family takes no sample_weight")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import riskopt as ro
-from riskopt.ru_cvar import (ArraySampler, RUCVaRObjective, StreamingRUCVaRObjective,
+from riskopt.objectives.ru_cvar import (ArraySampler, RUCVaRObjective, StreamingRUCVaRObjective,
                              SyntheticSampler, erm_objective, max_loss_objective)
 
 LOSSES = ["squared", "absolute", "logistic", "multinomial"]

@@ -10,7 +10,7 @@ import pytest
 import riskopt as ro
 from riskopt._kernels.spl import _prox_linear_step
 from riskopt.callbacks import DivergenceWarning
-from riskopt.ru_cvar import (ArraySampler, RUCVaRObjective, StreamingRUCVaRObjective,
+from riskopt.objectives.ru_cvar import (ArraySampler, RUCVaRObjective, StreamingRUCVaRObjective,
                              SyntheticSampler, erm_objective, max_loss_objective)
 from riskopt.solvers.spl import SGM, SPL, SPLPlus
 
@@ -358,7 +358,7 @@ def test_validation_errors():
         SGM().init_state(obj, alpha0=float("nan"))
     with pytest.raises(ValueError, match="coef0"):
         SGM().init_state(obj, coef0=np.full(obj.p, np.inf))
-    with pytest.raises(ValueError, match="RUCVaRObjective"):
+    with pytest.raises(ValueError, match="solves the ru_cvar family"):
         SPLPlus().init_state(ro.Objective("squared", ro.CVaR(0.1), obj.X, obj.y))
     state = SGM().init_state(obj)
     with pytest.raises(ValueError, match="indices"):

@@ -229,11 +229,11 @@ def test_unknown_solver():
 
 def supported_objective(solver):
     """A small problem the solver accepts: a spectral risk with nu > 0 or nu = 0, or CVaR in
-    the Rockafellar-Uryasev form (``riskopt.ru_cvar``) for the SPL family."""
+    the Rockafellar-Uryasev form (``riskopt.objectives.ru_cvar``) for the SPL family."""
     candidates = [make_problem("squared", ro.CVaR(0.5, shift_cost=nu), n=10, d=2)
                   for nu in (0.5, 0.0)]
     try:
-        from riskopt.ru_cvar import RUCVaRObjective
+        from riskopt.objectives.ru_cvar import RUCVaRObjective
         X, y = data(n=10, d=2)
         candidates.append(RUCVaRObjective("squared", X, y, beta=0.5))
     except ImportError:

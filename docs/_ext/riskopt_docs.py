@@ -142,7 +142,7 @@ class SolversDirective(SphinxDirective):
             params = inspect.signature(cls.__init__).parameters
             defaults = [f"{k}={v.default!r}" for k, v in params.items()
                         if k != "self" and v.default is not inspect.Parameter.empty]
-            problem = ("RU-CVaR (:class:`~riskopt.ru_cvar.RUCVaRObjective`)"
+            problem = ("RU-CVaR (:class:`~riskopt.objectives.ru_cvar.RUCVaRObjective`)"
                        if cls.__module__.endswith(".spl")
                        else "spectral risk (:class:`~riskopt.Objective`)")
             rows.append([

@@ -2,11 +2,11 @@
 
 ``import riskopt`` stays light: no torch, pandas or matplotlib.
 """
-from . import datasets, solvers
+from . import datasets, objectives, solvers
 from .callbacks import DivergenceWarning, Timeout, Trace
 from .losses import AbsoluteLoss, LogisticLoss, Loss, MultinomialLoss, SquaredLoss, get_loss
-from .objective import Objective
-from .ru_cvar import RUCVaRObjective, StreamingRUCVaRObjective, erm_objective, max_loss_objective
+from .objectives import (Objective, ObjectiveBase, RUCVaRObjective, StreamingRUCVaRObjective,
+                         erm_objective, max_loss_objective)
 from .risks import CVaR, ESRM, Extremile, MaxLoss, Mean, SpectralRisk, parse_risk
 
 __version__ = "0.1.0"
@@ -21,7 +21,7 @@ def __getattr__(name):  # lazy: keeps ``import riskopt`` free of scikit-learn's 
 
 
 __all__ = [
-    "Objective", "RiskRegressor", "RiskClassifier", "Trace", "Timeout", "DivergenceWarning",
+    "Objective", "ObjectiveBase", "objectives", "RiskRegressor", "RiskClassifier", "Trace", "Timeout", "DivergenceWarning",
     "Loss", "SquaredLoss", "AbsoluteLoss", "LogisticLoss", "MultinomialLoss", "get_loss",
     "CVaR", "ESRM", "Extremile", "Mean", "MaxLoss", "SpectralRisk", "parse_risk",
     "RUCVaRObjective", "StreamingRUCVaRObjective", "erm_objective", "max_loss_objective",

@@ -40,7 +40,7 @@ The ``risk`` parameter
 Solver choice (``solver="auto"``)
 ---------------------------------
 Full-batch L-BFGS (:class:`riskopt.solvers.LBFGS`, exact: the project's reference for ``f*``;
-the estimators skip its SLSQP tie polish at ``tol >= 1e-8``, see ``_EstimatorLBFGS``) for
+the estimators skip its SLSQP tie polish at ``tol >= 1e-8``, see ``_fit_lbfgs``) for
 every built-in risk: it was faster than SOREL (``shift_cost = 0``) and far faster than Prospect
 (``shift_cost > 0``) at every size measured, up to ``n p = 1e7`` (table in the comment of
 ``AUTO_LBFGS_MAX_SIZE``, which can switch large ``shift_cost = 0`` problems to SOREL). Non-uniform
@@ -117,7 +117,7 @@ from threadpoolctl import threadpool_limits
 
 from . import solvers as _solvers
 from .losses import LogisticLoss, MultinomialLoss, get_loss
-from .objective import Objective
+from .objectives.spectral import Objective
 from .risks import _RiskBase, parse_risk
 
 __all__ = ["RiskRegressor", "RiskClassifier", "AUTO_LBFGS_MAX_SIZE"]
@@ -311,38 +311,6 @@ class _Monitor:
         return False
 
 
-class _EstimatorLBFGS(_solvers.LBFGS):
-    """:class:`riskopt.solvers.LBFGS` that reports iteration-limit stops, tie polish optional.
-
-    ``hit_limit`` is set when any inner L-BFGS-B solve stopped at ``max_iter`` (the ``shift_cost
-    = 0`` path runs several: the chi-square continuation, the frozen-order polish).
-
-    ``polish_ties=False`` skips the reference's last step for ``shift_cost = 0``: after the
-    continuation down to ``nu = 1e-9`` and the frozen-order polish (ample for the estimators'
-    ``tol``), it solves losses tied across a jump of the spectrum exactly by SLSQP on an
-    epigraph program. That step makes ``f*`` exact to ~1e-12 but can cost seconds on small
-    data with duplicated rows (14 s for one ``fit`` of ``RiskClassifier(risk="esrm:1")`` on
-    scikit-learn's sample-weight check data, 30 rows, against 0.03 s without it). The
-    estimators keep it when ``tol < _TIE_POLISH_TOL``.
-    """
-
-    def __init__(self, polish_ties=True, **params):
-        super().__init__(**params)
-        self.polish_ties = polish_ties
-        self.hit_limit = False
-
-    def _minimize(self, fun, W0, gtol):
-        W, res = super()._minimize(fun, W0, gtol)
-        if getattr(res, "status", 0) == 1:  # L-BFGS-B: iteration / evaluation limit
-            self.hit_limit = True
-        return W, res
-
-    def _polish_ties(self, objective, W, *args, **kwargs):
-        if not self.polish_ties:
-            return W, objective.value(W)
-        return super()._polish_ties(objective, W, *args, **kwargs)
-
-
 # ---------------------------------------------------------------------------- base class
 class _RiskEstimatorBase(BaseEstimator):
     """Shared parameters, validation and the solver driver."""
@@ -413,8 +381,12 @@ class _RiskEstimatorBase(BaseEstimator):
 
     def _fit_lbfgs(self, obj, params, coef0):
         tol = self.tol if self.tol else 1e-15
-        solver = _EstimatorLBFGS(polish_ties=tol < _TIE_POLISH_TOL, tol=tol,
-                                 max_iter=self.max_epochs, **params)
+        # The tie polish (SLSQP on an epigraph program, shift_cost = 0) makes f* exact to
+        # ~1e-12 but can cost seconds on small data with duplicated rows (14 s for one fit of
+        # RiskClassifier(risk="esrm:1") on scikit-learn's sample-weight check data, 30 rows,
+        # against 0.03 s without it): kept only when tol < _TIE_POLISH_TOL.
+        solver = _solvers.LBFGS(polish_ties=tol < _TIE_POLISH_TOL, tol=tol,
+                                max_iter=self.max_epochs, **params)
         self.solver_params_ = params
         W0 = obj.zeros() if coef0 is None else coef0
         f0 = float(obj.value(W0))
@@ -429,7 +401,7 @@ class _RiskEstimatorBase(BaseEstimator):
         self.lr_search_ = None
         self.n_iter_ = max(int(res.n_epochs), 1)
         self.objective_trace_ = np.array([f0, float(res.value)])
-        converged = not solver.hit_limit or self.tol is None
+        converged = not res.extra["hit_limit"] or self.tol is None
         return obj.as_matrix(res.coef), converged
 
     def _base_lr(self, obj, risk, name):

@@ -188,7 +188,7 @@ class ObjectiveSpec:
                 "fit_intercept": bool(self.fit_intercept)}
 
     def build(self, X, y):
-        from ..objective import Objective
+        from ..objectives.spectral import Objective
 
         n = X.shape[0]
         return Objective(self.loss, self.risk_object(), X, y,

@@ -8,12 +8,12 @@ SGM (Algorithm 1), SPL (one step size) and SPL+ (Algorithm 2) of
 Two kinds of experiment, chosen by the spec's ``kind``:
 
 ``"synthetic"`` (Section 6.1, Figures 3 and 8)
-    The problems of Tables 1-2 (:class:`riskopt.ru_cvar.SyntheticSampler`): ``d = 10``, losses
+    The problems of Tables 1-2 (:class:`riskopt.objectives.ru_cvar.SyntheticSampler`): ``d = 10``, losses
     absolute / squared (regression) and logistic (classification) x noises Normal(0, 2^2),
     Gumbel(0, 4), LogNormal(2, 1). The methods run in streaming mode (a fresh sample per step,
     :meth:`~riskopt.solvers.spl.SPL.run_stream`) for ``n_steps`` (the paper's ``T = 1e5``)
     steps; the objective is the ``N = n_eval``-sample discretisation (27) of the paper
-    (:class:`riskopt.ru_cvar.StreamingRUCVaRObjective`, one fixed evaluation sample per
+    (:class:`riskopt.objectives.ru_cvar.StreamingRUCVaRObjective`, one fixed evaluation sample per
     problem), and ``F*`` its exact minimum (:meth:`RUCVaRObjective.exact_solution`, ``"lbfgs"``).
     Values are recorded at ``n_records`` log-spaced steps (and at step 0).
 ``"real"`` (Section 6.2, Figures 4-7)
@@ -453,7 +453,7 @@ def _load_real(name):
 @lru_cache(maxsize=2)
 def _build(pkey_json):
     """``(objective, sampler)`` of a problem (cached per process; the evaluation sample is big)."""
-    from ..ru_cvar import RUCVaRObjective, StreamingRUCVaRObjective, SyntheticSampler
+    from ..objectives.ru_cvar import RUCVaRObjective, StreamingRUCVaRObjective, SyntheticSampler
 
     k = json.loads(pkey_json)
     if k["kind"] == "synthetic":
@@ -598,7 +598,7 @@ def _warm_up(loss):
     if loss in _WARM:
         return
     _WARM.add(loss)
-    from ..ru_cvar import RUCVaRObjective
+    from ..objectives.ru_cvar import RUCVaRObjective
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((16, 2))
@@ -613,7 +613,7 @@ def _warm_up(loss):
 
 def _run_synthetic(task, obj, sampler, theta0, alpha0, steps):
     """Streaming run; returns the averaged iterates at ``steps`` and solver time."""
-    from ..ru_cvar import StreamingRUCVaRObjective
+    from ..objectives.ru_cvar import StreamingRUCVaRObjective
 
     k = task["problem"]
     # a 64-row twin of the objective for the solver (encoding, loss, beta, l2); the big

@@ -19,52 +19,29 @@ spl              stochastic prox-linear, one step size (SPL+ paper)       averag
 splplus          SPL+ (Algorithm 2, Lemma 1 closed form)                  averaged iterates
 ===============  =======================================================  =================
 
-``sgm``, ``spl`` and ``splplus`` solve :class:`riskopt.ru_cvar.RUCVaRObjective`, the others
-:class:`riskopt.Objective`.
+Each solver declares the problem families it solves (``Solver.families``): ``sgm``, ``spl`` and
+``splplus`` solve the ``"ru_cvar"`` family (:class:`riskopt.objectives.ru_cvar.RUCVaRObjective`),
+``lbfgs`` both, the others the ``"spectral"`` family (:class:`riskopt.Objective`).
+:func:`solvers_for` lists the solvers that accept an objective; passing an incompatible one
+raises :class:`IncompatibleObjectiveError` with that list. Third-party solvers plug in through
+the ``riskopt.solvers`` entry-point group (see :mod:`riskopt.solvers._registry`).
 """
+from . import _registry
+from ._registry import (ENTRY_POINT_GROUP, IncompatibleObjectiveError, available, get,
+                        get_class, register, reload_entry_points, solvers_for)
 from .base import Result, Solver
-from .lbfgs import LBFGS
 
-_REGISTRY = {"lbfgs": LBFGS}
+_registry._load_builtins()  # every solver module of this package registers itself
 
+from .lbfgs import LBFGS  # noqa: E402
+from .lsvrg import LSVRG  # noqa: E402
+from .prospect import Prospect, ProspectMoreau  # noqa: E402
+from .saddlesaga import SaddleSAGA  # noqa: E402
+from .sgd import SGD, SRDA, Adam, SGDMomentum  # noqa: E402
+from .sorel import SOREL, SORELMiniBatch  # noqa: E402
+from .spl import SGM, SPL, SPLPlus  # noqa: E402
 
-def register(cls):
-    """Class decorator adding a solver to the registry under ``cls.name``."""
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def get(name, **params):
-    """A solver instance from its registry name, e.g. ``get("prospect", lr=0.03)``."""
-    _load_all()
-    key = str(name).lower()
-    if key not in _REGISTRY:
-        raise ValueError(f"unknown solver {name!r}; available: {sorted(_REGISTRY)}")
-    return _REGISTRY[key](**params)
-
-
-def available():
-    _load_all()
-    return sorted(_REGISTRY)
-
-
-def _load_all():
-    import importlib
-
-    for mod in ("sgd", "lsvrg", "saddlesaga", "prospect", "sorel", "spl"):
-        try:
-            importlib.import_module(f"{__name__}.{mod}")
-        except ModuleNotFoundError as exc:  # module not written yet
-            if exc.name != f"{__name__}.{mod}":
-                raise
-
-
-def __getattr__(attr):
-    _load_all()
-    for cls in _REGISTRY.values():
-        if cls.__name__ == attr:
-            return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
-
-
-__all__ = ["Solver", "Result", "LBFGS", "get", "register", "available"]
+__all__ = ["Solver", "Result", "get", "get_class", "register", "available", "solvers_for",
+           "reload_entry_points", "IncompatibleObjectiveError", "ENTRY_POINT_GROUP",
+           "LBFGS", "LSVRG", "Prospect", "ProspectMoreau", "SaddleSAGA", "SGD", "SRDA", "Adam",
+           "SGDMomentum", "SOREL", "SORELMiniBatch", "SGM", "SPL", "SPLPlus"]

@@ -1,34 +1,53 @@
-"""Common solver interface.
+"""The solver interface and the one run loop every solver uses.
 
-A solver stores hyper-parameters only (scikit-learn rule). Its state is an explicit
-``NamedTuple`` of arrays with at least ``coef`` (the ``(p, K)`` coefficient matrix),
-``epoch`` (passes done) and ``rng`` (a ``numpy.random.Generator`` drawing sample indices), so
-warm starts and pickling come free.
+A solver stores hyper-parameters only (scikit-learn rule) and declares the problem families it
+solves (``families``, see :mod:`riskopt.objectives.base`). Its state is an explicit
+``NamedTuple`` of arrays with at least ``coef`` (the ``(p, K)`` coefficient matrix), ``epoch``
+(updates done) and ``rng`` (a ``numpy.random.Generator`` drawing sample indices), so warm
+starts, pickling and resuming come free.
 
-* ``init_state(objective, coef0=None) -> state``
-* ``draw_indices(objective, state) -> indices`` — the sample-index sequence of one pass, drawn
-  in Python from the seeded generator.
-* ``update(objective, state, indices=None) -> state`` — one pass, inside one kernel call; with
-  ``indices`` given, the pass uses exactly that sequence (how the tests compare a kernel to its
-  NumPy twin).
-* ``run(objective, max_epochs, callback, coef0, state) -> Result``.
+* ``init_state(objective, coef0=None, **init) -> state`` (``init``: family-specific starting
+  values of the auxiliary variables, e.g. ``alpha0`` for the RU-CVaR solvers);
+* ``draw_indices(objective, state) -> indices``: the sample-index sequence of one update, drawn
+  in Python from the seeded generator (:mod:`riskopt.samplers`);
+* ``update(objective, state, indices=None) -> state``: one pass, inside one kernel call; with
+  ``indices`` given the pass uses exactly that sequence (how the tests compare a kernel to its
+  NumPy twin);
+* ``run(objective, max_epochs, callback, coef0, state, timeout, **init) -> Result``: the run
+  loop below, shared by all solvers: callbacks (:class:`riskopt.Trace` records passes,
+  solver-only time and the objective; :class:`riskopt.Timeout`), divergence detection
+  (non-finite iterates stop the run with a :class:`~riskopt.callbacks.DivergenceWarning`; the
+  trace also flags a blown-up objective), an optional ``timeout`` in seconds of solver time,
+  warm starts (``coef0``) and resuming (``state=result.state`` continues where a run stopped,
+  bit for bit);
+* ``run_stream(objective, n_steps, sampler, ...)``: the same loop on fresh samples from a data
+  stream, for solvers with ``streaming = True``.
+
+Hooks for subclasses: ``_check_params``, ``_check_objective`` (beyond the family), ``_init``,
+``_pass`` (and ``_pass_data`` for streaming), ``passes_per_update``, ``draw_indices``,
+``_iterate`` (the point the callbacks see; default ``state.coef``; the averaged iterate for
+averaging methods), ``_finite`` and ``_result``. See ``docs/extending.rst``.
 """
+import inspect
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .._validation import check_int, check_positive
-from ..callbacks import Trace, as_callback, perf_counter
+from ..callbacks import DivergenceWarning, Timeout, Trace, as_callback, perf_counter
+from ._registry import IncompatibleObjectiveError, solvers_for
 
 
 @dataclass
 class Result:
     """Outcome of :meth:`Solver.run`.
 
-    ``coef`` has the objective's public coefficient shape; ``trace`` is the first
-    :class:`~riskopt.callbacks.Trace` among the callbacks (or None); ``diverged`` and
-    ``message`` say why the run stopped.
+    ``coef`` has the objective's public coefficient shape; ``value`` is the objective there
+    (the profile over auxiliary variables, or ``F(coef, aux)`` for averaging methods: see the
+    solver); ``trace`` is the first :class:`~riskopt.callbacks.Trace` among the callbacks (or
+    None); ``diverged`` and ``message`` say why the run stopped; ``state`` resumes the run.
     """
 
     coef: np.ndarray
@@ -43,13 +62,20 @@ class Result:
 
 
 class Solver:
-    """Base class. Subclasses define ``name``, ``_init(objective, W, rng)`` and ``_pass``."""
+    """Base class. Subclasses define ``name``, ``families``, ``_init(objective, W, rng)`` and
+    ``_pass(objective, state, indices)``."""
 
     name = "base"
+    #: Problem families (``objective.family``) this solver solves.
+    families = ("spectral",)
     #: True when the method converges to the minimiser of the objective (not biased).
     convergent = True
     #: Stochastic solvers sample uniformly: they need uniform sample weights.
     supports_sample_weight = False
+    #: True when :meth:`run_stream` is available (updates on fresh samples of a stream).
+    streaming = False
+    #: True for deterministic full-batch methods (no sample indices).
+    deterministic = False
 
     def __init__(self, lr=0.01, random_state=None):
         self.lr = lr
@@ -60,7 +86,7 @@ class Solver:
         check_positive("lr", self.lr)
 
     def _check_objective(self, objective):
-        """Raise ValueError when the solver does not support this objective."""
+        """Raise ValueError when the solver does not support this objective of its family."""
 
     def _init(self, objective, W, rng):
         raise NotImplementedError
@@ -68,37 +94,77 @@ class Solver:
     def _pass(self, objective, state, indices):
         raise NotImplementedError
 
+    def _pass_data(self, objective, state, X, y, indices):
+        raise NotImplementedError(f"solver {self.name!r} has no streaming mode")
+
     def passes_per_update(self, objective):
         """Oracle calls of one ``update`` divided by n (the papers' x-axis unit). Default 1."""
         return 1.0
 
     def draw_indices(self, objective, state):
         """Default: n indices drawn uniformly with replacement."""
-        return state.rng.integers(0, objective.n, size=objective.n)
+        from .. import samplers
+
+        return samplers.uniform(state.rng, objective.n, objective.n)
+
+    def _iterate(self, state):
+        """The ``(p, K)`` point handed to the callbacks and returned (default: ``state.coef``)."""
+        return state.coef
+
+    def _finite(self, state):
+        return bool(np.all(np.isfinite(state.coef)))
+
+    def _result(self, objective, state, elapsed, trace, diverged, message, progress):
+        coef = objective.as_coef(self._iterate(state))
+        value = float(objective.value(coef)) if np.all(np.isfinite(coef)) else float("nan")
+        return Result(coef=coef, value=value, n_epochs=int(state.epoch), time=elapsed,
+                      state=state, trace=trace, diverged=diverged, message=message,
+                      extra={"passes": progress})
+
+    # -- compatibility -------------------------------------------------------
+    def incompatibility(self, objective):
+        """None when this solver solves ``objective``, else the reason (a string)."""
+        family = getattr(objective, "family", None)
+        if family not in self.families:
+            return (f"solver {self.name!r} solves the {' / '.join(self.families)} "
+                    f"famil{'ies' if len(self.families) > 1 else 'y'}, not {family!r} "
+                    f"({type(objective).__name__})")
+        try:
+            self._check_objective(objective)
+        except (ValueError, TypeError) as exc:
+            return str(exc)
+        return None
+
+    def check_objective(self, objective):
+        """Raise :class:`IncompatibleObjectiveError` (listing the solvers that fit) if this
+        solver cannot solve ``objective``."""
+        reason = self.incompatibility(objective)
+        if reason is not None:
+            fits = [s for s in solvers_for(objective) if s != self.name]
+            raise IncompatibleObjectiveError(
+                f"{reason}; solvers for this objective: {', '.join(fits) or '(none)'}")
 
     # -- public --------------------------------------------------------------
     def get_params(self):
-        import inspect
-
         sig = inspect.signature(type(self).__init__)
-        return {k: getattr(self, k) for k in sig.parameters if k != "self"}
+        return {k: getattr(self, k) for k in sig.parameters if k not in ("self", "args", "kwargs")}
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
-    def init_state(self, objective, coef0=None):
+    def init_state(self, objective, coef0=None, **init):
         self._check_params(objective)
         if getattr(objective, "sample_weight", None) is not None and not self.supports_sample_weight:
             raise ValueError(f"solver {self.name!r} does not support non-uniform sample_weight; "
                              "use the 'lbfgs' solver")
-        self._check_objective(objective)
+        self.check_objective(objective)
         W = objective.zeros() if coef0 is None else coef0
         W = objective.as_matrix(W).copy()
         if not np.all(np.isfinite(W)):
             raise ValueError("coef0 contains NaN or infinite values")
         rng = np.random.default_rng(self.random_state)
-        return self._init(objective, W, rng)
+        return self._init(objective, W, rng, **init)
 
     def update(self, objective, state, indices=None):
         if indices is None:
@@ -106,48 +172,86 @@ class Solver:
         indices = np.ascontiguousarray(indices, dtype=np.int64)
         return self._pass(objective, state, indices)
 
-    def run(self, objective, max_epochs=64, callback=None, coef0=None, state=None):
-        """Run ``max_epochs`` updates (or until a callback stops it).
+    def run(self, objective, max_epochs=64, callback=None, coef0=None, state=None, timeout=None,
+            **init):
+        """Run ``max_epochs`` updates (or until a callback or the ``timeout`` stops it).
 
-        ``state`` continues a previous run (warm start); otherwise ``coef0`` (default zeros)
-        is the starting point.
+        ``state`` continues a previous run (``result.state``: warm start and resume, the
+        random stream included); otherwise ``coef0`` (default zeros) and the family-specific
+        ``init`` values are the starting point. ``timeout`` is in seconds of solver time.
         """
         max_epochs = check_int("max_epochs", max_epochs, minimum=0)
         if state is None:
-            state = self.init_state(objective, coef0)
-        cb = as_callback(callback)
-        trace = _find_trace(callback)
-        if cb is not None:
-            cb.on_start(objective, objective.as_coef(state.coef))
-        elapsed = 0.0
-        passes = 0.0
+            state = self.init_state(objective, coef0, **init)
+        elif coef0 is not None or init:
+            raise ValueError("give either state (to resume) or a starting point, not both")
+        else:
+            self.check_objective(objective)
         ppu = float(self.passes_per_update(objective))
-        message = "max_epochs reached"
+
+        def step(st, k):
+            return self.update(objective, st), ppu
+
+        return self._loop(objective, state, step, max_epochs, callback, timeout, "passes")
+
+    def run_stream(self, objective, n_steps, sampler=None, chunk_size=8192, callback=None,
+                   coef0=None, state=None, timeout=None, **init):
+        """Streaming mode: ``n_steps`` steps on fresh samples ``z ~ P`` (one sample per step).
+
+        Samples are drawn from ``sampler.draw(state.rng, m)`` in chunks of ``chunk_size``, each
+        validated and encoded by ``objective.prepare`` and passed whole to the pass kernel.
+        Callbacks are called after every chunk with the number of steps taken so far (in place
+        of ``passes``). ``sampler`` defaults to ``objective.sampler``.
+        """
+        if not self.streaming:
+            raise ValueError(f"solver {self.name!r} has no streaming mode")
+        n_steps = check_int("n_steps", n_steps, minimum=0)
+        chunk_size = check_int("chunk_size", chunk_size)
+        if sampler is None:
+            sampler = getattr(objective, "sampler", None)
+        if not callable(getattr(sampler, "draw", None)):
+            raise ValueError("run_stream needs a sampler with draw(rng, size) -> (X, y)")
+        if state is None:
+            state = self.init_state(objective, coef0, **init)
+        n_chunks = -(-n_steps // chunk_size)
+
+        def step(st, k):
+            m = min(chunk_size, n_steps - k * chunk_size)
+            X, y = objective.prepare(*sampler.draw(st.rng, m))
+            return self._pass_data(objective, st, X, y, np.arange(m, dtype=np.int64)), float(m)
+
+        return self._loop(objective, state, step, n_chunks, callback, timeout, "steps")
+
+    # -- the run loop ----------------------------------------------------------
+    def _loop(self, objective, state, step, n_calls, callback, timeout, unit):
+        callbacks = list(callback) if isinstance(callback, (list, tuple)) else [callback]
+        if timeout is not None:
+            callbacks.append(Timeout(check_positive("timeout", timeout)))
+        callbacks = [c for c in callbacks if c is not None]
+        cb = as_callback(callbacks) if callbacks else None
+        trace = _find_trace(callbacks)
+        if cb is not None:
+            cb.on_start(objective, objective.as_coef(self._iterate(state)))
+        elapsed, progress = 0.0, 0.0
+        message = "max_epochs reached" if unit == "passes" else "n_steps reached"
         diverged = False
-        for _ in range(max_epochs):
+        for k in range(n_calls):
             t0 = perf_counter()
-            state = self.update(objective, state)
+            state, amount = step(state, k)
             elapsed += perf_counter() - t0
-            passes += ppu
-            finite = bool(np.all(np.isfinite(state.coef)))
-            if cb is not None and cb(passes, objective.as_coef(state.coef), elapsed):
+            progress += amount
+            finite = self._finite(state)
+            if cb is not None and cb(progress, objective.as_coef(self._iterate(state)), elapsed):
                 message = cb.stop_reason or "stopped by callback"
                 diverged = bool(getattr(trace, "diverged", False)) or not finite
                 break
             if not finite:
                 diverged = True
-                message = f"diverged after {state.epoch} passes: non-finite coefficients"
-                import warnings
-
-                from ..callbacks import DivergenceWarning
-
-                warnings.warn(message, DivergenceWarning, stacklevel=2)
+                message = (f"diverged after {state.epoch} updates ({progress:g} {unit}): "
+                           "non-finite iterates")
+                warnings.warn(message, DivergenceWarning, stacklevel=3)
                 break
-        coef = objective.as_coef(state.coef)
-        value = float(objective.value(coef)) if np.all(np.isfinite(coef)) else float("nan")
-        return Result(coef=coef, value=value, n_epochs=int(state.epoch), time=elapsed,
-                      state=state, trace=trace, diverged=diverged, message=message,
-                      extra={"passes": passes})
+        return self._result(objective, state, elapsed, trace, diverged, message, progress)
 
 
 def _find_trace(callback):

@@ -1,23 +1,23 @@
-"""Full-batch L-BFGS reference solver (the ``f*`` of every suboptimality plot).
+"""Full-batch L-BFGS: the reference solver (the ``f*`` of every suboptimality plot), a
+:class:`~riskopt.solvers.base.Solver` like the others.
 
-For ``nu > 0`` the objective is smooth and L-BFGS (scipy) is run to a tight gradient
-tolerance. For ``nu = 0`` the spectral risk is non-smooth where losses tie; we use the
-"hidden smoothness" of Mehta et al. (2024, Prop. 8): if the losses at the minimiser are
-distinct, the chi-square-smoothed problem has *exactly* the same minimiser for all small
-enough ``nu``. The reference therefore follows a continuation ``nu = 1, 1e-1, ...`` (warm
-starts), then polishes on the smooth function ``sum_i sigma_i l_{pi(i)}(w) + mu/2 |w|^2`` with
-the sorting permutation ``pi`` frozen at the current point, and keeps the best point under the
-true (``nu = 0``) objective. Tests certify this reference against cvxpy on small problems.
+It calls the objective's :meth:`reference_solution` with ``method="lbfgs"``: for the spectral
+family :class:`riskopt.objectives._lbfgs.ReferenceLBFGS` (smooth L-BFGS for ``nu > 0``;
+continuation in ``nu`` and exact polishes for ``nu = 0``), for RU-CVaR the same on its CVaR
+form. Being deterministic and full-batch, it has no per-pass ``update``: :meth:`LBFGS.run`
+calls the callbacks once at the start and once at the end (``passes`` = L-BFGS iterations, an
+approximation: each iteration evaluates the full objective and gradient at least once).
 """
 import numpy as np
-from scipy.optimize import minimize
 
-from .._kernels import oracles as _ko
 from .._validation import check_int, check_positive
-from .base import Result
+from ..callbacks import as_callback, perf_counter
+from ._registry import register
+from .base import Result, Solver, _find_trace
 
 
-class LBFGS:
+@register
+class LBFGS(Solver):
     """Deterministic reference solver.
 
     Parameters
@@ -25,6 +25,7 @@ class LBFGS:
     tol : float, default 1e-12
         Gradient-norm tolerance (``gtol``) relative to ``max(1, |grad F(w0)|)``.
     max_iter : int, default 20000
+        Iteration limit of each inner L-BFGS-B solve (``run(max_epochs=...)`` lowers it).
     nu_min : float, default 1e-9
         Smallest shift cost of the continuation used when ``nu = 0``.
     polish_ties : bool, default True
@@ -36,12 +37,15 @@ class LBFGS:
     Limitations (``nu = 0``): for the non-smooth absolute loss there is no polish step and the
     reference can stop ~1e-5 (relative) above the optimum; with non-uniform, non-integer
     sample weights there is no smoothing either, and L-BFGS runs on the non-smooth objective
-    (a warning says so).
+    (a warning says so). ``Result.extra["hit_limit"]`` is True when an inner solve stopped at
+    its iteration limit.
     """
 
     name = "lbfgs"
+    families = ("spectral", "ru_cvar")
     convergent = True
     supports_sample_weight = True
+    deterministic = True
 
     def __init__(self, tol=1e-12, max_iter=20000, nu_min=1e-9, polish_ties=True):
         self.tol = tol
@@ -49,184 +53,59 @@ class LBFGS:
         self.nu_min = nu_min
         self.polish_ties = polish_ties
 
-    def _minimize(self, fun, W0, gtol):
-        shape = W0.shape
-
-        def f(x):
-            v, g = fun(x.reshape(shape))
-            return v, np.ravel(g)
-
-        res = minimize(f, np.ravel(W0), jac=True, method="L-BFGS-B",
-                       options={"maxiter": self.max_iter, "maxfun": 2 * self.max_iter,
-                                "ftol": 0.0, "gtol": gtol, "maxcor": 30})
-        return res.x.reshape(shape), res
-
-    def run(self, objective, coef0=None):
+    def _check_params(self, objective):
         check_positive("tol", self.tol)
         check_int("max_iter", self.max_iter)
-        W0 = objective.as_matrix(objective.zeros() if coef0 is None else coef0)
-        g0 = np.linalg.norm(objective.value_grad(W0)[1])
-        gtol = self.tol * max(1.0, g0)
-        from ..risks import Mean
+        check_positive("nu_min", self.nu_min)
 
-        if objective.nu > 0 or (isinstance(objective.risk, Mean) and objective.loss.smooth):
-            W, res = self._minimize(objective.value_grad, W0, gtol)
-            coef = objective.as_coef(W)
-            return Result(coef=coef, value=float(objective.value(coef)), n_epochs=int(res.nit),
-                          time=0.0, message=str(res.message), extra={"grad_norm": float(
-                              np.linalg.norm(objective.grad(coef)))})
-        return self._run_nonsmooth(objective, W0, gtol)
+    def run(self, objective, max_epochs=None, callback=None, coef0=None, state=None,
+            timeout=None):
+        """Minimise ``objective`` from ``coef0`` (or ``state.coef``); see the class docstring.
 
-    def _run_nonsmooth(self, objective, W, gtol):
-        best_W, best_f = W, objective.value(W)
-        nu = 1.0
-        n_it = 0
-        if objective.sample_weight is not None:  # no chi2 smoothing of a weighted sample
-            import warnings
-
-            warnings.warn("L-BFGS on a non-smooth weighted spectral risk (shift_cost=0, "
-                          "non-integer sample weights): the solution may be inexact",
-                          RuntimeWarning, stacklevel=3)
-            W, res = self._minimize(objective.value_grad, W, gtol)
-            n_it += res.nit
-            if objective.value(W) < best_f:
-                best_W, best_f = W, objective.value(W)
-            nu = 0.0
-        while nu >= self.nu_min and nu > 0:
-            smoothed = objective.with_shift(nu, _ko.CHI2)
-            W, res = self._minimize(smoothed.value_grad, W, gtol)
-            n_it += res.nit
-            f = objective.value(W)
-            if f < best_f:
-                best_W, best_f = W, f
-            nu /= 10.0
-        if objective.loss.smooth:
-            W, f = self._polish(objective, best_W, gtol)
-            if f < best_f:
-                best_W, best_f = W, f
-            if objective.sample_weight is None and self.polish_ties:
-                # near-ties across a jump of the spectrum: solve the local piece exactly,
-                # trying widening tolerances (the L-BFGS point may sit 1e-4 off the kink)
-                seen = set()
-                for tol in (1e-7, 1e-5, 1e-4, 1e-3, 1e-2):
-                    W, f = self._polish_ties(objective, best_W, tol=tol, seen=seen)
-                    if f < best_f:
-                        best_W, best_f = W, f
-        coef = objective.as_coef(best_W)
-        return Result(coef=coef, value=float(objective.value(coef)), n_epochs=n_it, time=0.0,
-                      message="continuation in nu + frozen-order polish")
-
-    def _polish_ties(self, objective, W, tol=1e-5, max_group=6, seen=None):
-        """Exact local solve when losses tie across a jump of the spectrum at the optimum.
-
-        Near ``W`` the losses are grouped into blocks of (almost) equal value; outside the blocks
-        the order is frozen (weight ``sigma`` by rank). Inside a block ``G`` with spectrum slice
-        ``s`` the contribution ``sum_k s_k l_(k)`` is written exactly as
-        ``sum_j (s_j - s_{j-1}) top_{m-j+1}(l_G)`` with epigraph variables
-        ``t >= sum_{i in S} l_i`` over all subsets ``S`` of the right size, a smooth convex
-        program solved by SLSQP. Returns ``(W, F0(W))`` (the input if nothing applies).
+        ``timeout`` is not supported (L-BFGS-B cannot be interrupted): pass ``max_epochs``.
         """
-        from itertools import combinations
+        self._check_params(objective)
+        self.check_objective(objective)
+        if timeout is not None:
+            raise ValueError("LBFGS has no timeout; bound its work with max_epochs")
+        max_iter = self.max_iter
+        if max_epochs is not None:
+            max_iter = min(max_iter, check_int("max_epochs", max_epochs, minimum=1))
+        if state is not None:
+            coef0 = state.coef
+        W0 = objective.as_matrix(objective.zeros() if coef0 is None else coef0)
+        cb = as_callback(callback)
+        trace = _find_trace(callback)
+        if cb is not None:
+            cb.on_start(objective, objective.as_coef(W0))
+        t0 = perf_counter()
+        ref = objective.reference_solution("lbfgs", coef0=objective.as_coef(W0), tol=self.tol,
+                                           max_iter=max_iter, nu_min=self.nu_min,
+                                           polish_ties=self.polish_ties)
+        elapsed = perf_counter() - t0
+        message = ref.message
+        diverged = False
+        if cb is not None and cb(float(max(ref.n_iter, 1)), ref.coef, elapsed):
+            message = cb.stop_reason or message
+            diverged = bool(getattr(trace, "diverged", False))
+        state = _LBFGSState(coef=objective.as_matrix(ref.coef), epoch=int(ref.n_iter), rng=None)
+        return Result(coef=ref.coef, value=float(ref.value), n_epochs=int(ref.n_iter),
+                      time=elapsed, state=state, trace=trace, diverged=diverged,
+                      message=message,
+                      extra={"hit_limit": bool(ref.hit_limit), "aux": ref.aux, **ref.extra})
 
-        sigma = objective.sigma
-        losses = objective.losses(W)
-        order = np.argsort(losses, kind="mergesort")
-        ls = losses[order]
-        scale = max(1.0, float(np.max(np.abs(ls))))
-        n = objective.n
-        groups = []
-        r = 0
-        while r < n:
-            e = r + 1
-            while e < n and ls[e] - ls[e - 1] <= tol * scale:
-                e += 1
-            if e - r > 1 and sigma[e - 1] > sigma[r] and not _duplicates(objective, order[r:e]):
-                groups.append(np.arange(r, e))
-            r = e
-        if not groups or any(len(g) > max_group for g in groups):
-            return W, objective.value(W)
-        key = tuple(tuple(sorted(order[g])) for g in groups)
-        if seen is not None:
-            if key in seen:  # same local problem as at a tighter tolerance: nothing new
-                return W, objective.value(W)
-            seen.add(key)
-        q = sigma[np.argsort(order)].copy()  # q[i] = sigma[rank(i)]
-        terms = []  # (coef, [sample index subsets]) per epigraph variable
-        for g in groups:
-            idx = order[g]
-            q[idx] = 0.0
-            s = sigma[g]
-            m = len(g)
-            prev = 0.0
-            for j in range(m):
-                c = s[j] - prev
-                prev = s[j]
-                if c > 0:
-                    terms.append((c, [list(S) for S in combinations(idx, m - j)]))
-        pk = W.size
-        shape = W.shape
-        X = objective.X
-        t0 = []
-        for c, subsets in terms:
-            t0.append(max(losses[S].sum() for S in subsets))
-        x0 = np.concatenate([W.ravel(), np.asarray(t0)])
-        coefs = np.array([c for c, _ in terms])
-
-        def split(x):
-            return x[:pk].reshape(shape), x[pk:]
-
-        def fun(x):
-            Wc, t = split(x)
-            lo, de = objective.losses_derivs(Wc)
-            val = q @ lo + coefs @ t + objective._reg_value(Wc)
-            G = X.T @ (q[:, None] * de) + objective.reg[:, None] * Wc
-            return val, np.concatenate([G.ravel(), coefs])
-
-        cons_rows = [(k, S) for k, (_, subsets) in enumerate(terms) for S in subsets]
-
-        def cons(x):
-            Wc, t = split(x)
-            lo = objective.losses(Wc)
-            return np.array([t[k] - lo[S].sum() for k, S in cons_rows])
-
-        def cons_jac(x):
-            Wc, _ = split(x)
-            _, de = objective.losses_derivs(Wc)
-            J = np.zeros((len(cons_rows), x.size))
-            for row, (k, S) in enumerate(cons_rows):
-                G = X[S].T @ de[S]
-                J[row, :pk] = -G.ravel()
-                J[row, pk + k] = 1.0
-            return J
-
-        res = minimize(fun, x0, jac=True, method="SLSQP",
-                       constraints=[{"type": "ineq", "fun": cons, "jac": cons_jac}],
-                       options={"maxiter": 200, "ftol": 1e-16})
-        W_new = split(res.x)[0]
-        return W_new, objective.value(W_new)
-
-    def _polish(self, objective, W, gtol):
-        """Minimise sum_i sigma_i l_{pi(i)}(w) + reg with the order pi frozen; repeat if it moves."""
-        for _ in range(5):
-            order = objective.sorted_order(W)
-            q = objective.weights(W)  # sigma by rank (averaged over exact ties), frozen
-
-            def fun(Wc):
-                losses, derivs = objective.losses_derivs(Wc)
-                val = q @ losses + objective._reg_value(Wc)
-                G = objective.X.T @ (q[:, None] * derivs) + objective.reg[:, None] * Wc
-                return val, G
-
-            W_new, _ = self._minimize(fun, W, gtol)
-            same = np.array_equal(objective.sorted_order(W_new), order)
-            if objective.value(W_new) <= objective.value(W):
-                W = W_new
-            if same:
-                break
-        return W, objective.value(W)
+    def update(self, objective, state, indices=None):
+        raise NotImplementedError("LBFGS is a full-batch method: call run()")
 
 
-def _duplicates(objective, idx):
-    """True when all samples ``idx`` have identical rows and targets (always tied: smooth)."""
-    X, y = objective.X, objective.y
-    return bool(np.all(X[idx] == X[idx[0]]) and np.all(y[idx] == y[idx[0]]))
+class _LBFGSState:
+    __slots__ = ("coef", "epoch", "rng")
+
+    def __init__(self, coef, epoch, rng):
+        self.coef, self.epoch, self.rng = coef, epoch, rng
+
+    def __getstate__(self):
+        return (self.coef, self.epoch, self.rng)
+
+    def __setstate__(self, s):
+        self.coef, self.epoch, self.rng = s

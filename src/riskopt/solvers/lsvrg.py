@@ -10,7 +10,7 @@ import numpy as np
 
 from .._kernels import lsvrg as _k
 from .._validation import check_int, check_positive
-from . import register
+from ._registry import register
 from .base import Solver
 
 

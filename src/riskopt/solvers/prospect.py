@@ -101,7 +101,7 @@ import numpy as np
 from .._kernels import losses as _kl
 from .._kernels import prospect as _kp
 from .._validation import check_positive
-from . import register
+from ._registry import register
 from .base import Solver
 
 _SUPPORTED_LOSSES = (_kl.SQUARED, _kl.ABSOLUTE, _kl.LOGISTIC, _kl.MULTINOMIAL)

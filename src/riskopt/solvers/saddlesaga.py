@@ -12,7 +12,7 @@ import numpy as np
 from .._kernels import oracles as _ko
 from .._kernels import saddlesaga as _k
 from .._validation import check_positive
-from . import register
+from ._registry import register
 from .base import Solver
 
 #: Step-size schemes of the Prospect paper (App. I, Fig. 13), by the paper's names.

@@ -61,7 +61,7 @@ import numpy as np
 
 from .._kernels import sgd as _ks
 from .._validation import check_int, check_positive
-from . import register
+from ._registry import register
 from .base import Solver
 
 

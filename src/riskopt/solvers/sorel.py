@@ -111,7 +111,7 @@ import numpy as np
 
 from .._kernels import sorel as _ks
 from .._validation import check_int, check_positive
-from . import register
+from ._registry import register
 from .base import Solver
 
 

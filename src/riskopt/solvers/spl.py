@@ -1,7 +1,7 @@
 r"""SGM, SPL and SPL+ for CVaR in the Rockafellar-Uryasev form.
 
 Meng & Gower, "A model-based method for minimizing CVaR and beyond". The objective is
-:class:`riskopt.ru_cvar.RUCVaRObjective`,
+:class:`riskopt.objectives.ru_cvar.RUCVaRObjective`,
 ``F(w, alpha) = alpha + B mean_i max(l_i(w) - alpha, 0) + mu/2 |w|^2`` with ``B = 1/(1-beta)``.
 Each step samples one ``i`` and, with ``ell = l_i(w_t)``, ``v = grad l_i(w_t)`` and the step scale
 ``c_t = 1/sqrt(t+1)`` (``schedule="decreasing"``, the paper's choice) or ``1`` (``"constant"``):
@@ -46,7 +46,7 @@ feeds each chunk to the same kernel.
 Examples
 --------
 >>> import numpy as np
->>> from riskopt.ru_cvar import RUCVaRObjective
+>>> from riskopt.objectives.ru_cvar import RUCVaRObjective
 >>> from riskopt.solvers.spl import SPLPlus
 >>> rng = np.random.default_rng(0)
 >>> X = rng.normal(size=(200, 3)); y = X @ np.ones(3) + rng.normal(size=200)
@@ -63,8 +63,8 @@ import numpy as np
 from .._kernels import spl as _ks
 from .._validation import check_int, check_positive
 from ..callbacks import DivergenceWarning, as_callback, perf_counter
-from ..ru_cvar import RUCVaRObjective, _check_alpha
-from . import register
+from ..objectives.ru_cvar import RUCVaRObjective, _check_alpha
+from ._registry import register
 from .base import Result, Solver, _find_trace
 
 _SCHEDULES = ("decreasing", "constant")
@@ -89,7 +89,11 @@ class RUState(NamedTuple):
 
 
 class _RUSolver(Solver):
-    """Common machinery of the RU-CVaR solvers (state, passes, streaming, run loop)."""
+    """Common machinery of the RU-CVaR solvers: state with averaged iterates, streaming."""
+
+    families = ("ru_cvar",)
+    convergent = True
+    streaming = True
 
     def __init__(self, lr=1.0, schedule="decreasing", random_state=None):
         self.lr = lr
@@ -101,13 +105,6 @@ class _RUSolver(Solver):
         check_positive("lr", self.lr)
         if self.schedule not in _SCHEDULES:
             raise ValueError(f"schedule must be one of {_SCHEDULES}, got {self.schedule!r}")
-
-    def _check_objective(self, objective):
-        if not isinstance(objective, RUCVaRObjective):
-            raise ValueError(
-                f"{type(self).__name__} minimises the Rockafellar-Uryasev CVaR objective; pass a "
-                f"riskopt.ru_cvar.RUCVaRObjective, not {type(objective).__name__}"
-            )
 
     def _loss_scale(self, objective, W):
         """``l0``: the mean loss at the initial point (``loss_scale`` when given)."""
@@ -121,26 +118,19 @@ class _RUSolver(Solver):
         """Run the pass kernel on ``(X, y)[indices]``, updating ``W``, ``W_avg`` in place."""
         raise NotImplementedError
 
-    # -- state ---------------------------------------------------------------
-    def init_state(self, objective, coef0=None, alpha0=None):
+    def _init(self, objective, W, rng, alpha0=None):
         """Initial state at ``(coef0, alpha0)``.
 
         ``coef0`` defaults to zeros; ``alpha0`` to ``objective.value_at_risk(coef0)``, the
         beta-quantile of the initial losses, i.e. the best ``alpha`` for ``coef0`` (the paper's
         experiments draw ``alpha0 ~ U(0, 1)``; pass it explicitly to reproduce them).
         """
-        self._check_params(objective)
-        self._check_objective(objective)
-        W = objective.as_matrix(objective.zeros() if coef0 is None else coef0).copy()
-        if not np.all(np.isfinite(W)):
-            raise ValueError("coef0 contains NaN or infinite values")
         alpha0 = objective.value_at_risk(W) if alpha0 is None else _check_alpha(alpha0)
         l0 = self._loss_scale(objective, W)
-        rng = np.random.default_rng(self.random_state)
         return RUState(coef=W, alpha=alpha0, coef_avg=W.copy(), alpha_avg=alpha0, t=0, epoch=0,
                        rng=rng, loss_scale=l0)
 
-    def _advance(self, objective, state, X, y, indices):
+    def _pass_data(self, objective, state, X, y, indices):
         W = state.coef.copy()
         W_avg = state.coef_avg.copy()
         alpha, alpha_avg, t = self._kernel(objective, X, y, state, indices, W, W_avg)
@@ -150,9 +140,16 @@ class _RUSolver(Solver):
     def _pass(self, objective, state, indices):
         if indices.size and (indices.min() < 0 or indices.max() >= objective.n):
             raise ValueError(f"indices must lie in [0, {objective.n})")
-        return self._advance(objective, state, objective.X, objective.y, indices)
+        return self._pass_data(objective, state, objective.X, objective.y, indices)
 
-    # -- runs ----------------------------------------------------------------
+    # -- the run loop's view -------------------------------------------------
+    def _iterate(self, state):
+        return state.coef_avg
+
+    def _finite(self, state):
+        return bool(np.all(np.isfinite(state.coef_avg)) and np.isfinite(state.alpha_avg)
+                    and np.all(np.isfinite(state.coef)) and np.isfinite(state.alpha))
+
     def _result(self, objective, state, elapsed, trace, diverged, message, passes):
         coef = objective.as_coef(state.coef_avg)
         finite = np.all(np.isfinite(coef)) and np.isfinite(state.alpha_avg)
@@ -166,83 +163,6 @@ class _RUSolver(Solver):
                  "loss_scale": float(state.loss_scale)}
         return Result(coef=coef, value=value, n_epochs=int(state.epoch), time=elapsed,
                       state=state, trace=trace, diverged=diverged, message=message, extra=extra)
-
-    def _loop(self, objective, state, step, n_calls, callback, unit):
-        cb = as_callback(callback)
-        trace = _find_trace(callback)
-        if cb is not None:
-            cb.on_start(objective, objective.as_coef(state.coef_avg))
-        elapsed, progress = 0.0, 0.0
-        message = "max_epochs reached" if unit == "passes" else "n_steps reached"
-        diverged = False
-        for k in range(n_calls):
-            t0 = perf_counter()
-            state, amount = step(state, k)
-            elapsed += perf_counter() - t0
-            progress += amount
-            finite = bool(np.all(np.isfinite(state.coef_avg)) and np.isfinite(state.alpha_avg)
-                          and np.all(np.isfinite(state.coef)) and np.isfinite(state.alpha))
-            if cb is not None and cb(progress, objective.as_coef(state.coef_avg), elapsed):
-                message = cb.stop_reason or "stopped by callback"
-                diverged = bool(getattr(trace, "diverged", False)) or not finite
-                break
-            if not finite:
-                diverged = True
-                message = f"diverged after {state.t} steps ({unit}): non-finite iterates"
-                warnings.warn(message, DivergenceWarning, stacklevel=3)
-                break
-        return self._result(objective, state, elapsed, trace, diverged, message, progress)
-
-    def run(self, objective, max_epochs=64, callback=None, coef0=None, state=None, alpha0=None):
-        """``max_epochs`` finite-sum passes of ``n`` steps (or until a callback stops the run).
-
-        ``state`` continues a previous run (the step counter and the averages continue);
-        otherwise the run starts at ``(coef0, alpha0)``. Callbacks get ``passes`` and ``w_bar``.
-        """
-        max_epochs = check_int("max_epochs", max_epochs, minimum=0)
-        if state is None:
-            state = self.init_state(objective, coef0, alpha0)
-
-        def step(st, k):
-            return self.update(objective, st), 1.0
-
-        return self._loop(objective, state, step, max_epochs, callback, "passes")
-
-    def run_stream(self, objective, n_steps, sampler=None, chunk_size=8192, callback=None,
-                   coef0=None, state=None, alpha0=None):
-        """Streaming mode: ``n_steps`` steps on fresh samples ``z ~ P`` (one sample per step).
-
-        Samples are drawn from ``sampler.draw(state.rng, m)`` in chunks of ``chunk_size``, each
-        validated and encoded by ``objective.prepare`` and passed whole to the pass kernel.
-
-        Parameters
-        ----------
-        objective : RUCVaRObjective
-            Defines loss, ``beta`` and the l2 term, and evaluates values (for a
-            :class:`~riskopt.ru_cvar.StreamingRUCVaRObjective`, on its fixed sample).
-        n_steps : int
-        sampler : object with ``draw(rng, size) -> (X, y)``, optional
-            Default ``objective.sampler``.
-        chunk_size : int, default 8192
-        callback : called after every chunk with the number of steps taken so far (in place of
-            ``passes``) and ``w_bar``.
-        """
-        n_steps = check_int("n_steps", n_steps, minimum=0)
-        chunk_size = check_int("chunk_size", chunk_size)
-        if sampler is None:
-            sampler = getattr(objective, "sampler", None)
-        if not callable(getattr(sampler, "draw", None)):
-            raise ValueError("run_stream needs a sampler with draw(rng, size) -> (X, y)")
-        if state is None:
-            state = self.init_state(objective, coef0, alpha0)
-        n_chunks = -(-n_steps // chunk_size)
-
-        def step(st, k):
-            m = min(chunk_size, n_steps - k * chunk_size)
-            X, y = objective.prepare(*sampler.draw(st.rng, m))
-            return self._advance(objective, st, X, y, np.arange(m, dtype=np.int64)), float(m)
-
-        return self._loop(objective, state, step, n_chunks, callback, "streaming")
 
 
 @register
@@ -268,7 +188,7 @@ class SGM(_RUSolver):
     Examples
     --------
     >>> import numpy as np
-    >>> from riskopt.ru_cvar import RUCVaRObjective
+    >>> from riskopt.objectives.ru_cvar import RUCVaRObjective
     >>> from riskopt.solvers.spl import SGM
     >>> rng = np.random.default_rng(0)
     >>> obj = RUCVaRObjective("absolute", rng.normal(size=(100, 2)), rng.normal(size=100), 0.8)
@@ -307,7 +227,7 @@ class SPL(_RUSolver):
     Examples
     --------
     >>> import numpy as np
-    >>> from riskopt.ru_cvar import RUCVaRObjective
+    >>> from riskopt.objectives.ru_cvar import RUCVaRObjective
     >>> from riskopt.solvers.spl import SPL
     >>> rng = np.random.default_rng(0)
     >>> obj = RUCVaRObjective("logistic", rng.normal(size=(100, 2)), rng.integers(0, 2, 100), 0.9)
@@ -353,13 +273,13 @@ class SPLPlus(SPL):
 
     Notes
     -----
-    Also usable as an adaptive ERM method on :func:`riskopt.ru_cvar.erm_objective` (Section 4.5)
-    and as a max-loss solver on :func:`riskopt.ru_cvar.max_loss_objective` (Section 4.4).
+    Also usable as an adaptive ERM method on :func:`riskopt.objectives.ru_cvar.erm_objective` (Section 4.5)
+    and as a max-loss solver on :func:`riskopt.objectives.ru_cvar.max_loss_objective` (Section 4.4).
 
     Examples
     --------
     >>> import numpy as np
-    >>> from riskopt.ru_cvar import RUCVaRObjective
+    >>> from riskopt.objectives.ru_cvar import RUCVaRObjective
     >>> from riskopt.solvers.spl import SPLPlus
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(100, 2)); y = X @ [1.0, -2.0] + rng.normal(size=100)

@@ -15,7 +15,11 @@ i.e. ``min_alpha F_beta(w, alpha) = riskopt.CVaR(1 - beta).value(losses(w)) + mu
 ``VaR_beta(w) = l_(k)`` with ``k = max(1, ceil(beta n))`` (eq. (3) for the empirical distribution),
 returned by :meth:`RUCVaRObjective.value_at_risk`.
 
-Exact minimisers of small finite problems (:meth:`RUCVaRObjective.exact_solution`):
+The ``"ru_cvar"`` family: auxiliary variable ``alpha`` (``aux_names = ("alpha",)``); with
+``aux=None`` the values and gradients are those of the profile ``min_alpha F(w, alpha)``.
+
+Exact minimisers of small finite problems (:meth:`RUCVaRObjective.reference_solution`, alias
+``exact_solution``):
 
 * ``"lbfgs"``: the spectral-risk form ``riskopt.Objective(loss, CVaR(1 - beta), X, y, l2_reg)``
   minimised by :class:`riskopt.solvers.LBFGS` (its ``nu = 0`` path), ``alpha* = VaR_beta(w*)``;
@@ -42,7 +46,7 @@ objective (27) of the paper. :class:`SyntheticSampler` generates the problems of
 Examples
 --------
 >>> import numpy as np
->>> from riskopt.ru_cvar import RUCVaRObjective
+>>> from riskopt.objectives.ru_cvar import RUCVaRObjective
 >>> rng = np.random.default_rng(0)
 >>> X, y = rng.normal(size=(40, 3)), rng.normal(size=40)
 >>> obj = RUCVaRObjective("squared", X, y, beta=0.9)
@@ -53,13 +57,11 @@ True
 """
 import math
 import numbers
-from dataclasses import dataclass
 
 import numpy as np
 
-from ._kernels import losses as _kl
-from ._validation import check_X_y, check_int, check_positive
-from .losses import get_loss
+from .._validation import check_int, check_X_y
+from .base import LinearModelObjective, Reference
 
 
 def _check_beta(beta):
@@ -74,6 +76,13 @@ def _check_beta(beta):
     return beta
 
 
+def _one(aux):
+    """The scalar ``alpha`` of ``aux`` (a number or a one-element sequence)."""
+    if np.ndim(aux) == 1 and np.size(aux) == 1:
+        return np.asarray(aux).ravel()[0]
+    return aux
+
+
 def _check_alpha(alpha):
     if isinstance(alpha, (bool, str, bytes)) or np.ndim(alpha) != 0:
         raise ValueError(f"alpha must be a real number, got {alpha!r}")
@@ -86,17 +95,15 @@ def _check_alpha(alpha):
     return alpha
 
 
-@dataclass
-class RUSolution:
+class RUSolution(Reference):
     """An exact minimiser ``(coef, alpha)`` of the RU objective and ``value = F(coef, alpha)``."""
 
-    coef: np.ndarray
-    alpha: float
-    value: float
-    method: str
+    @property
+    def alpha(self):
+        return self.aux[0]
 
 
-class RUCVaRObjective:
+class RUCVaRObjective(LinearModelObjective):
     r"""Finite-sum CVaR objective in the Rockafellar-Uryasev form.
 
     ``F(w, alpha) = alpha + 1/(1-beta) mean_i max(l_i(w) - alpha, 0) + l2_reg/2 |w|^2``.
@@ -124,38 +131,18 @@ class RUCVaRObjective:
         ``1 / (1 - beta)``.
     """
 
+    family = "ru_cvar"
+    aux_names = ("alpha",)
+    reference_methods = ("lbfgs", "cvxpy", "linprog")
+
     def __init__(self, loss, X, y, beta, l2_reg=0.0, fit_intercept=False):
-        self.loss = get_loss(loss)
         self.beta = _check_beta(beta)
         self.inv_tail = 1.0 / (1.0 - self.beta)
-        self.l2_reg = check_positive("l2_reg", l2_reg, allow_zero=True)
-        self.fit_intercept = bool(fit_intercept)
-        X, y = check_X_y(X, y)
-        self.y = np.ascontiguousarray(self.loss.prepare_targets(y), dtype=np.float64)
-        self.n_features = X.shape[1]
-        if self.fit_intercept:
-            X = np.hstack([X, np.ones((X.shape[0], 1))])
-        self.X = np.ascontiguousarray(X)
-        self.n, self.p = self.X.shape
-        self.K = self.loss.n_outputs(self.y)
-        self.reg = np.full(self.p, self.l2_reg)
-        if self.fit_intercept:
-            self.reg[-1] = 0.0
-        self.coef_shape = (self.p,) if self.K == 1 else (self.p, self.K)
+        self._init_data(loss, X, y, l2_reg, fit_intercept)
 
-    # ------------------------------------------------------------------ shapes / data
-    def as_matrix(self, w):
-        """The coefficient as a C-contiguous ``(p, K)`` float64 matrix (validated)."""
-        W = np.asarray(w, dtype=np.float64)
-        if W.size != self.p * self.K:
-            raise ValueError(f"coefficient has {W.size} entries, expected shape {self.coef_shape}")
-        return np.ascontiguousarray(W.reshape(self.p, self.K))
-
-    def as_coef(self, W):
-        return np.asarray(W).reshape(self.coef_shape).copy()
-
-    def zeros(self):
-        return np.zeros(self.coef_shape)
+    @property
+    def smooth(self):
+        return False
 
     def prepare(self, X, y):
         """Validate raw ``(X, y)`` (e.g. a sampler's draw); encode them like ``self.X, self.y``."""
@@ -170,21 +157,6 @@ class RUCVaRObjective:
         return np.ascontiguousarray(X), y
 
     # ------------------------------------------------------------------ oracles
-    def losses_derivs(self, w):
-        """Per-sample losses ``(n,)`` and derivatives w.r.t. the predictions ``(n, K)``."""
-        W = self.as_matrix(w)
-        Z = np.ascontiguousarray(self.X @ W)
-        losses = np.empty(self.n)
-        derivs = np.empty((self.n, self.K))
-        _kl._losses_derivs_z(self.loss.code, self.y, Z, losses, derivs)
-        return losses, derivs
-
-    def losses(self, w):
-        return self.losses_derivs(w)[0]
-
-    def _reg_value(self, W):
-        return 0.5 * float(np.sum(self.reg[:, None] * W * W))
-
     def _quantile(self, losses):
         """Lower beta-quantile ``l_(k)``, ``k = max(1, ceil(beta n))`` (a minimiser in alpha)."""
         n = losses.shape[0]
@@ -198,42 +170,53 @@ class RUCVaRObjective:
     def _value_losses(self, losses, alpha):
         return alpha + self.inv_tail * float(np.mean(np.maximum(losses - alpha, 0.0)))
 
-    def value(self, w, alpha=None):
-        """``F(w, alpha)``; ``alpha=None`` gives the profile ``min_alpha F(w, alpha)`` (CVaR of w).
+    def value(self, w, aux=None):
+        """``F(w, alpha)`` (``aux = alpha``); ``aux=None`` gives the profile
+        ``min_alpha F(w, alpha)`` (CVaR of w).
 
         The profile equals ``self.cvar_objective().value(w)``; the callbacks of
         :meth:`riskopt.solvers.Solver.run` (``Trace``) see this profile value.
         """
         W = self.as_matrix(w)
         losses = self.losses(W)
-        alpha = self._quantile(losses) if alpha is None else _check_alpha(alpha)
+        alpha = self._quantile(losses) if aux is None else _check_alpha(_one(aux))
         return self._value_losses(losses, alpha) + self._reg_value(W)
 
-    def subgradient(self, w, alpha):
+    def value_grad(self, w, aux=None):
+        """``(F, grad)`` at ``(w, alpha)``; see :meth:`grad`."""
+        W = self.as_matrix(w)
+        losses, derivs = self.losses_derivs(W)
+        alpha = self._quantile(losses) if aux is None else _check_alpha(_one(aux))
+        u = (losses > alpha).astype(np.float64)
+        c = self.inv_tail / self.n
+        G = (c * (self.X.T @ (u[:, None] * derivs)) + self.reg[:, None] * W).reshape(np.shape(w))
+        value = self._value_losses(losses, alpha) + self._reg_value(W)
+        if aux is None:
+            return value, G
+        return value, (G, 1.0 - c * float(u.sum()))
+
+    def grad(self, w, aux=None):
         """A subgradient ``(g_w, g_alpha)`` of ``F`` at ``(w, alpha)`` (``u_i = 1[l_i > alpha]``).
 
         ``g_w = B/n sum_i u_i grad l_i(w) + reg w``, ``g_alpha = 1 - B/n sum_i u_i`` (eq. (6)
-        averaged over the samples), ``B = 1/(1-beta)``. ``g_w`` has the shape of ``w``.
+        averaged over the samples), ``B = 1/(1-beta)``. ``g_w`` has the shape of ``w``. With
+        ``aux=None``, ``g_w`` alone at ``alpha = VaR_beta(w)``: a subgradient of the profile.
         """
-        W = self.as_matrix(w)
-        alpha = _check_alpha(alpha)
-        losses, derivs = self.losses_derivs(W)
-        u = (losses > alpha).astype(np.float64)
-        c = self.inv_tail / self.n
-        G = c * (self.X.T @ (u[:, None] * derivs)) + self.reg[:, None] * W
-        return G.reshape(np.shape(w)), 1.0 - c * float(u.sum())
+        return self.value_grad(w, aux)[1]
+
+    subgradient = grad
 
     # ------------------------------------------------------------------ exact solutions
     def cvar_objective(self):
         """The same problem as a spectral risk: ``riskopt.Objective(loss, CVaR(1 - beta), ...)``."""
-        from .objective import Objective
-        from .risks import CVaR
+        from ..risks import CVaR
+        from .spectral import Objective
 
         X = self.X[:, :-1] if self.fit_intercept else self.X
         return Objective(self.loss, CVaR(1.0 - self.beta), X, self.y, l2_reg=self.l2_reg,
                          fit_intercept=self.fit_intercept)
 
-    def exact_solution(self, method="lbfgs", **options):
+    def reference_solution(self, method="auto", **options):
         """An exact minimiser ``(w*, alpha*)`` (small problems); see the module docstring.
 
         Parameters
@@ -248,19 +231,21 @@ class RUCVaRObjective:
         RUSolution
             ``value`` is ``self.value(coef, alpha)`` evaluated here, not the solver's report.
         """
+        method = self._check_method(method)
+        n_iter, message, hit = 0, "", False
         if method == "lbfgs":
-            from .solvers.lbfgs import LBFGS
-
-            coef = LBFGS(**options).run(self.cvar_objective()).coef
+            ref = self.cvar_objective().reference_solution(**options)
+            coef, n_iter, message, hit = ref.coef, ref.n_iter, ref.message, ref.hit_limit
             alpha = self.value_at_risk(coef)
         elif method == "cvxpy":
             coef, alpha = self._solve_cvxpy(**options)
         elif method == "linprog":
             coef, alpha = self._solve_linprog()
-        else:
-            raise ValueError(f"method must be 'lbfgs', 'cvxpy' or 'linprog', got {method!r}")
         coef = self.as_coef(coef)
-        return RUSolution(coef=coef, alpha=alpha, value=self.value(coef, alpha), method=method)
+        return RUSolution(coef=coef, aux=(float(alpha),), value=self.value(coef, alpha),
+                          method=method, n_iter=n_iter, message=message, hit_limit=hit)
+
+    exact_solution = reference_solution
 
     def _solve_cvxpy(self, solver="CLARABEL", **kw):
         import cvxpy as cp

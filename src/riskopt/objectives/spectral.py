@@ -11,7 +11,7 @@ intercept, which is not penalised). The gradient follows from Danskin's theorem:
 ``nu = 0`` this is a subgradient; with ties, the one whose weights average the spectrum over
 the tied losses).
 
-Solvers, traces, the L-BFGS reference and the tests all use this class.
+The ``"spectral"`` family of :mod:`riskopt.objectives` (protocol in :mod:`riskopt.objectives.base`).
 
 Examples
 --------
@@ -22,18 +22,18 @@ Examples
 >>> w = np.zeros(3)
 >>> float(obj.value(w)) > 0
 True
+>>> obj.family, obj.n_aux
+('spectral', 0)
 """
 import numpy as np
 
-from ._kernels import losses as _kl
-from ._kernels import oracles as _ko
-from ._validation import check_X_y, check_positive
-from .losses import get_loss
-from .risks import _RiskBase, parse_risk
+from .._kernels import oracles as _ko
+from ..risks import _RiskBase, parse_risk
+from .base import LinearModelObjective
 
 
-class Objective:
-    """Loss + risk + l2 regularisation + data.
+class Objective(LinearModelObjective):
+    """Loss + risk + l2 regularisation + data: the ``"spectral"`` family.
 
     Parameters
     ----------
@@ -59,32 +59,27 @@ class Objective:
     sigma : (n,) spectrum; ``nu``, ``div`` the shift cost and divergence code
     reg : (p,) per-row l2 strength (``mu`` except 0 for the intercept)
     coef_shape : shape of the public coefficient (``(p,)`` or ``(p, K)``)
+
+    Notes
+    -----
+    No auxiliary variables (``aux`` must be None). Reference optimum
+    (:meth:`reference_solution`): ``"lbfgs"``, see :mod:`riskopt.objectives._lbfgs`
+    (smooth for ``nu > 0``; continuation in ``nu`` and exact polishes for ``nu = 0``, certified
+    against cvxpy in the tests).
     """
 
+    family = "spectral"
+    reference_methods = ("lbfgs",)
+
     def __init__(self, loss, risk, X, y, l2_reg=0.0, fit_intercept=False, sample_weight=None):
-        self.loss = get_loss(loss)
-        self.risk = parse_risk(risk)
-        if not isinstance(self.risk, _RiskBase):
+        risk_obj = parse_risk(risk)
+        if not isinstance(risk_obj, _RiskBase):
             raise ValueError(f"risk must be a spectral risk object, got {type(risk).__name__}")
-        X, y = check_X_y(X, y)
-        self.l2_reg = check_positive("l2_reg", l2_reg, allow_zero=True)
-        if not isinstance(fit_intercept, (bool, np.bool_)):
-            raise ValueError(f"fit_intercept must be True or False, got {fit_intercept!r}")
-        self.fit_intercept = bool(fit_intercept)
-        self.y = np.ascontiguousarray(self.loss.prepare_targets(y))
-        self.n_features = X.shape[1]
-        if self.fit_intercept:
-            X = np.hstack([X, np.ones((X.shape[0], 1))])
-        self.X = np.ascontiguousarray(X)
-        self.n, self.p = self.X.shape
-        self.K = self.loss.n_outputs(self.y)
+        self._init_data(loss, X, y, l2_reg, fit_intercept)
+        self.risk = risk_obj
         self.sigma = np.ascontiguousarray(self.risk.spectrum(self.n), dtype=np.float64)
         self.nu = float(self.risk.shift_cost)
         self.div = self.risk.div_code
-        self.reg = np.full(self.p, self.l2_reg)
-        if self.fit_intercept:
-            self.reg[-1] = 0.0
-        self.coef_shape = (self.p,) if self.K == 1 else (self.p, self.K)
         self.sample_weight = None
         if sample_weight is not None:
             sw = np.asarray(sample_weight, dtype=np.float64)
@@ -96,36 +91,18 @@ class Objective:
                 self.risk.weighted_weights(np.zeros(self.n), sw)  # raises if unsupported
                 self.sample_weight = sw / sw.sum()
 
-    # ------------------------------------------------------------------ shapes
-    def as_matrix(self, w):
-        """The coefficient as a C-contiguous ``(p, K)`` float64 matrix (validated)."""
-        W = np.asarray(w, dtype=np.float64)
-        if W.size != self.p * self.K:
-            raise ValueError(
-                f"coefficient has {W.size} entries, expected shape {self.coef_shape}"
-            )
-        return np.ascontiguousarray(W.reshape(self.p, self.K))
+    @property
+    def smooth(self):
+        """True when ``F`` is differentiable everywhere (smooth loss and ``nu > 0`` or the mean)."""
+        if not self.loss.smooth:
+            return False
+        return self.nu > 0 or bool(np.ptp(self.sigma) == 0.0)
 
-    def as_coef(self, W):
-        """The public coefficient shape of a ``(p, K)`` matrix."""
-        return np.asarray(W).reshape(self.coef_shape).copy()
-
-    def zeros(self):
-        return np.zeros(self.coef_shape)
+    def _no_aux(self, aux):
+        if aux is not None and np.size(aux) != 0:
+            raise ValueError("the spectral family has no auxiliary variables; pass aux=None")
 
     # ------------------------------------------------------------------ oracles
-    def losses_derivs(self, w):
-        """Per-sample losses ``(n,)`` and derivatives w.r.t. the predictions ``(n, K)``."""
-        W = self.as_matrix(w)
-        Z = np.ascontiguousarray(self.X @ W)
-        losses = np.empty(self.n)
-        derivs = np.empty((self.n, self.K))
-        _kl._losses_derivs_z(self.loss.code, self.y, Z, losses, derivs)
-        return losses, derivs
-
-    def losses(self, w):
-        return self.losses_derivs(w)[0]
-
     def risk_weights(self, losses):
         """``(R(losses), q)`` by the exact oracle."""
         losses = np.ascontiguousarray(losses, dtype=np.float64)
@@ -142,30 +119,38 @@ class Objective:
         """The maximising distribution ``q`` at ``w``."""
         return self.risk_weights(self.losses(w))[1]
 
-    def _reg_value(self, W):
-        return 0.5 * float(np.sum(self.reg[:, None] * W * W))
-
-    def value(self, w):
+    def value(self, w, aux=None):
         """``F(w)``."""
+        self._no_aux(aux)
         W = self.as_matrix(w)
         return self.risk_weights(self.losses(W))[0] + self._reg_value(W)
 
-    def value_grad(self, w):
+    def value_grad(self, w, aux=None):
         """``(F(w), grad F(w))``, the gradient in the shape of ``w``."""
+        self._no_aux(aux)
         W = self.as_matrix(w)
         losses, derivs = self.losses_derivs(W)
         val, q = self.risk_weights(losses)
         G = self.X.T @ (q[:, None] * derivs) + self.reg[:, None] * W
         return val + self._reg_value(W), G.reshape(np.shape(w))
 
-    def grad(self, w):
+    def grad(self, w, aux=None):
         """``grad F(w)`` (Danskin); a subgradient when ``nu = 0``."""
-        return self.value_grad(w)[1]
+        return self.value_grad(w, aux)[1]
 
-    # ------------------------------------------------------------------ constants
-    def smoothness(self):
-        """Per-sample smoothness bounds ``L_i`` of the losses (None for non-smooth losses)."""
-        return self.loss.smoothness(self.X)
+    subgradient = grad
+
+    # ------------------------------------------------------------------ reference
+    def reference_solution(self, method="auto", coef0=None, **options):
+        """The reference minimiser (``f*``) by full-batch L-BFGS.
+
+        ``options`` go to :class:`riskopt.objectives._lbfgs.ReferenceLBFGS` (``tol``,
+        ``max_iter``, ``nu_min``, ``polish_ties``).
+        """
+        from ._lbfgs import ReferenceLBFGS
+
+        self._check_method(method)
+        return ReferenceLBFGS(**options).minimize(self, coef0)
 
     def __repr__(self):
         return (f"Objective(loss={self.loss.name}, risk={self.risk!r}, n={self.n}, p={self.p}, "

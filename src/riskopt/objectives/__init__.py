@@ -1,0 +1,22 @@
+"""Problem families: one module per family, each an implementation of
+:class:`~riskopt.objectives.base.ObjectiveBase` (see that module for the protocol).
+
+=============  ==========================================  =================================
+family         class                                       reference optimum
+=============  ==========================================  =================================
+``spectral``   :class:`~riskopt.objectives.spectral.Objective`  L-BFGS (+ exact polish, nu = 0)
+``ru_cvar``    :class:`~riskopt.objectives.ru_cvar.RUCVaRObjective`,  L-BFGS on the CVaR form,
+               ``StreamingRUCVaRObjective``              cvxpy, or an LP (HiGHS)
+=============  ==========================================  =================================
+"""
+from ._registry import ENTRY_POINT_GROUP, families, get_family, register_family
+from .base import LinearModelObjective, ObjectiveBase, Reference
+from .ru_cvar import (RUCVaRObjective, RUSolution, StreamingRUCVaRObjective, erm_objective,
+                      max_loss_objective)
+from .spectral import Objective
+
+register_family(Objective)
+register_family(RUCVaRObjective)
+
+__all__ = ["families", "get_family", "register_family", "ENTRY_POINT_GROUP", "ObjectiveBase", "LinearModelObjective", "Reference", "Objective", "RUCVaRObjective",
+           "StreamingRUCVaRObjective", "RUSolution", "erm_objective", "max_loss_objective"]
