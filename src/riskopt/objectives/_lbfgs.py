@@ -24,23 +24,8 @@ class ReferenceLBFGS:
     :class:`riskopt.solvers.LBFGS` solver. ``hit_limit`` is set when any inner L-BFGS-B solve
     stopped at ``max_iter`` (the ``nu = 0`` path runs several).
 
-    Parameters
-    ----------
-    tol : float, default 1e-12
-        Gradient-norm tolerance (``gtol``) relative to ``max(1, |grad F(w0)|)``.
-    max_iter : int, default 20000
-    nu_min : float, default 1e-9
-        Smallest shift cost of the continuation used when ``nu = 0``.
-    polish_ties : bool, default True
-        For ``nu = 0``: solve exactly (SLSQP on an epigraph form) the local problem where losses
-        tie across a jump of the spectrum at the optimum (typical at the CVaR boundary).
-
-    Notes
-    -----
-    Limitations (``nu = 0``): for the non-smooth absolute loss there is no polish step and the
-    reference can stop ~1e-5 (relative) above the optimum; with non-uniform, non-integer
-    sample weights there is no smoothing either, and L-BFGS runs on the non-smooth objective
-    (a warning says so).
+    Parameters: those of :class:`riskopt.solvers.LBFGS` (``tol``, ``max_iter``, ``nu_min``,
+    ``polish_ties``), whose docstring also states the limitations.
     """
 
     def __init__(self, tol=1e-12, max_iter=20000, nu_min=1e-9, polish_ties=True):

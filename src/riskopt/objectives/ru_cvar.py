@@ -47,8 +47,7 @@ Examples
 --------
 >>> import numpy as np
 >>> from riskopt.objectives.ru_cvar import RUCVaRObjective
->>> rng = np.random.default_rng(0)
->>> X, y = rng.normal(size=(40, 3)), rng.normal(size=40)
+>>> rng = np.random.default_rng(0); X, y = rng.normal(size=(40, 3)), rng.normal(size=40)
 >>> obj = RUCVaRObjective("squared", X, y, beta=0.9)
 >>> w = np.zeros(3)
 >>> a = obj.value_at_risk(w)

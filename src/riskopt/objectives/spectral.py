@@ -16,8 +16,7 @@ The ``"spectral"`` family of :mod:`riskopt.objectives` (protocol in :mod:`riskop
 Examples
 --------
 >>> import numpy as np, riskopt as ro
->>> rng = np.random.default_rng(0)
->>> X, y = rng.normal(size=(50, 3)), rng.normal(size=50)
+>>> rng = np.random.default_rng(0); X, y = rng.normal(size=(50, 3)), rng.normal(size=50)
 >>> obj = ro.Objective(ro.SquaredLoss(), ro.CVaR(0.5, shift_cost=1.0), X, y, l2_reg=1 / 50)
 >>> w = np.zeros(3)
 >>> float(obj.value(w)) > 0

@@ -8,8 +8,6 @@ form. Being deterministic and full-batch, it has no per-pass ``update``: :meth:`
 calls the callbacks once at the start and once at the end (``passes`` = L-BFGS iterations, an
 approximation: each iteration evaluates the full objective and gradient at least once).
 """
-import numpy as np
-
 from .._validation import check_int, check_positive
 from ..callbacks import as_callback, perf_counter
 from ._registry import register

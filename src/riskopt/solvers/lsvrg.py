@@ -79,11 +79,9 @@ class LSVRG(Solver):
     Examples
     --------
     >>> import numpy as np, riskopt as ro
-    >>> rng = np.random.default_rng(0)
-    >>> X, y = rng.normal(size=(100, 3)), rng.normal(size=100)
+    >>> rng = np.random.default_rng(0); X, y = rng.normal(size=(100, 3)), rng.normal(size=100)
     >>> obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=0.5), X, y, l2_reg=0.01)
-    >>> res = ro.solvers.LSVRG(lr=0.03, random_state=0).run(obj, max_epochs=20)
-    >>> bool(res.value < obj.value(np.zeros(3)))
+    >>> ro.solvers.LSVRG(lr=0.03, random_state=0).run(obj, 20).value < obj.value(np.zeros(3))
     True
     """
 

@@ -86,8 +86,7 @@ counts as two passes.
 Examples
 --------
 >>> import numpy as np, riskopt as ro
->>> rng = np.random.default_rng(0)
->>> X, y = rng.normal(size=(60, 3)), rng.normal(size=60)
+>>> rng = np.random.default_rng(0); X, y = rng.normal(size=(60, 3)), rng.normal(size=60)
 >>> obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=0.5), X, y, l2_reg=1 / 60)
 >>> res = ro.solvers.Prospect(lr=0.03, random_state=0).run(obj, max_epochs=30)
 >>> f_star = ro.solvers.LBFGS().run(obj).value
@@ -100,7 +99,6 @@ import numpy as np
 
 from .._kernels import losses as _kl
 from .._kernels import prospect as _kp
-from .._validation import check_positive
 from ._registry import register
 from .base import Solver
 
@@ -159,8 +157,7 @@ class Prospect(Solver):
     Examples
     --------
     >>> import numpy as np, riskopt as ro
-    >>> rng = np.random.default_rng(1)
-    >>> X, y = rng.normal(size=(50, 2)), rng.normal(size=50)
+    >>> rng = np.random.default_rng(1); X, y = rng.normal(size=(50, 2)), rng.normal(size=50)
     >>> obj = ro.Objective("squared", ro.ESRM(1.0, shift_cost=0.5), X, y, l2_reg=0.02)
     >>> state = ro.solvers.Prospect(lr=0.05, random_state=0).init_state(obj)
     >>> state.q.shape, state.derivs.shape
@@ -168,13 +165,6 @@ class Prospect(Solver):
     """
 
     name = "prospect"
-
-    def __init__(self, lr=0.01, random_state=None):
-        self.lr = lr
-        self.random_state = random_state
-
-    def _check_params(self, objective):
-        check_positive("lr", self.lr)
 
     def _check_objective(self, objective):
         _check_loss(objective, "Prospect")
@@ -240,22 +230,13 @@ class ProspectMoreau(Solver):
     Examples
     --------
     >>> import numpy as np, riskopt as ro
-    >>> rng = np.random.default_rng(1)
-    >>> X, y = rng.normal(size=(50, 2)), rng.normal(size=50)
+    >>> rng = np.random.default_rng(1); X, y = rng.normal(size=(50, 2)), rng.normal(size=50)
     >>> obj = ro.Objective("absolute", ro.CVaR(0.5, shift_cost=0.5), X, y, l2_reg=0.02)
-    >>> res = ro.solvers.ProspectMoreau(lr=0.05, random_state=0).run(obj, max_epochs=3)
-    >>> res.coef.shape
+    >>> ro.solvers.ProspectMoreau(lr=0.05, random_state=0).run(obj, max_epochs=3).coef.shape
     (2,)
     """
 
     name = "prospect_moreau"
-
-    def __init__(self, lr=0.01, random_state=None):
-        self.lr = lr
-        self.random_state = random_state
-
-    def _check_params(self, objective):
-        check_positive("lr", self.lr)
 
     def _check_objective(self, objective):
         _check_loss(objective, "ProspectMoreau")

@@ -54,6 +54,18 @@ Differences with the reference code (ronakdm/prospect)
   factor ``n`` in front of the chi2 term.
 * SRDA centres its proximal term at the starting point ``coef0`` (the reference starts at 0, where
   both coincide).
+
+Examples
+--------
+>>> import numpy as np, riskopt as ro
+>>> rng = np.random.default_rng(0); X, y = rng.normal(size=(256, 3)), rng.normal(size=256)
+>>> obj = ro.Objective(ro.SquaredLoss(), ro.CVaR(0.5, shift_cost=0.5), X, y, l2_reg=1 / 256)
+>>> steps = {"sgd": 0.03, "srda": 0.03, "sgd_momentum": 0.003, "adam": 0.01}
+>>> [ro.solvers.get(k, lr=v, random_state=0).run(obj, 10).value < obj.value(np.zeros(3))
+...  for k, v in steps.items()]
+[True, True, True, True]
+>>> ro.solvers.Adam(random_state=0).run(obj, max_epochs=10).state.n_iter  # 4 batches per pass
+40
 """
 from typing import NamedTuple
 
@@ -184,15 +196,7 @@ class SGD(_PluginMiniBatch):
     batch_size : int, default 64
     random_state : int, Generator or None
 
-    Examples
-    --------
-    >>> import numpy as np, riskopt as ro
-    >>> rng = np.random.default_rng(0)
-    >>> X, y = rng.normal(size=(256, 3)), rng.normal(size=256)
-    >>> obj = ro.Objective(ro.SquaredLoss(), ro.CVaR(0.5, shift_cost=0.5), X, y, l2_reg=1 / 256)
-    >>> res = ro.solvers.SGD(lr=0.03, random_state=0).run(obj, max_epochs=10)
-    >>> bool(res.value < obj.value(np.zeros(3)))
-    True
+    Examples: see the module docstring.
     """
 
     name = "sgd"
@@ -243,15 +247,7 @@ class SRDA(_PluginMiniBatch):
     batch_size : int, default 64
     random_state : int, Generator or None
 
-    Examples
-    --------
-    >>> import numpy as np, riskopt as ro
-    >>> rng = np.random.default_rng(0)
-    >>> X, y = rng.normal(size=(256, 3)), rng.normal(size=256)
-    >>> obj = ro.Objective(ro.SquaredLoss(), ro.CVaR(0.5, shift_cost=0.5), X, y, l2_reg=1 / 256)
-    >>> res = ro.solvers.SRDA(lr=0.03, random_state=0).run(obj, max_epochs=10)
-    >>> res.state.n_iter
-    40
+    Examples: see the module docstring.
     """
 
     name = "srda"
@@ -293,15 +289,7 @@ class SGDMomentum(_PluginMiniBatch):
     batch_size : int, default 64
     random_state : int, Generator or None
 
-    Examples
-    --------
-    >>> import numpy as np, riskopt as ro
-    >>> rng = np.random.default_rng(0)
-    >>> X, y = rng.normal(size=(256, 3)), rng.normal(size=256)
-    >>> obj = ro.Objective(ro.SquaredLoss(), ro.CVaR(0.5, shift_cost=0.5), X, y, l2_reg=1 / 256)
-    >>> res = ro.solvers.SGDMomentum(lr=0.003, random_state=0).run(obj, max_epochs=10)
-    >>> res.state.velocity.shape
-    (3, 1)
+    Examples: see the module docstring.
     """
 
     name = "sgd_momentum"
@@ -357,15 +345,7 @@ class Adam(_PluginMiniBatch):
     batch_size : int, default 64
     random_state : int, Generator or None
 
-    Examples
-    --------
-    >>> import numpy as np, riskopt as ro
-    >>> rng = np.random.default_rng(0)
-    >>> X, y = rng.normal(size=(256, 3)), rng.normal(size=256)
-    >>> obj = ro.Objective(ro.SquaredLoss(), ro.CVaR(0.5, shift_cost=0.5), X, y, l2_reg=1 / 256)
-    >>> res = ro.solvers.Adam(lr=0.01, random_state=0).run(obj, max_epochs=10)
-    >>> res.state.n_iter
-    40
+    Examples: see the module docstring.
     """
 
     name = "adam"

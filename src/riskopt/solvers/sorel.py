@@ -98,11 +98,9 @@ there (see ``tests/test_sorel.py`` for the settings and numbers).
 Examples
 --------
 >>> import numpy as np, riskopt as ro
->>> rng = np.random.default_rng(0)
->>> X, y = rng.normal(size=(100, 3)), rng.normal(size=100)
+>>> rng = np.random.default_rng(0); X, y = rng.normal(size=(100, 3)), rng.normal(size=100)
 >>> obj = ro.Objective("squared", ro.CVaR(0.5), X, y, l2_reg=1 / 100)
->>> res = ro.solvers.SOREL(lr=0.03, dual_lr=0.4, random_state=0).run(obj, max_epochs=10)
->>> bool(res.value < obj.value(np.zeros(3)))
+>>> ro.solvers.SOREL(lr=0.03, dual_lr=0.4, random_state=0).run(obj, 10).value < obj.value(np.zeros(3))
 True
 """
 from typing import NamedTuple
@@ -228,11 +226,9 @@ class SORELMiniBatch(SOREL):
     Examples
     --------
     >>> import numpy as np, riskopt as ro
-    >>> rng = np.random.default_rng(0)
-    >>> X, y = rng.normal(size=(300, 3)), rng.normal(size=300)
+    >>> rng = np.random.default_rng(0); X, y = rng.normal(size=(300, 3)), rng.normal(size=300)
     >>> obj = ro.Objective("squared", ro.Extremile(2.0), X, y, l2_reg=1 / 300)
-    >>> res = ro.solvers.SORELMiniBatch(lr=0.3, random_state=0).run(obj, max_epochs=10)
-    >>> bool(res.value < obj.value(np.zeros(3)))
+    >>> ro.solvers.SORELMiniBatch(lr=0.3, random_state=0).run(obj, 10).value < obj.value(np.zeros(3))
     True
     """
 

@@ -55,17 +55,15 @@ Examples
 >>> bool(res.value < obj.value(np.zeros(3)))  # F(w_bar, alpha_bar) < min_alpha F(0, alpha)
 True
 """
-import warnings
 from typing import NamedTuple
 
 import numpy as np
 
 from .._kernels import spl as _ks
-from .._validation import check_int, check_positive
-from ..callbacks import DivergenceWarning, as_callback, perf_counter
-from ..objectives.ru_cvar import RUCVaRObjective, _check_alpha
+from .._validation import check_positive
+from ..objectives.ru_cvar import _check_alpha
 from ._registry import register
-from .base import Result, Solver, _find_trace
+from .base import Result, Solver
 
 _SCHEDULES = ("decreasing", "constant")
 
@@ -187,13 +185,9 @@ class SGM(_RUSolver):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from riskopt.objectives.ru_cvar import RUCVaRObjective
-    >>> from riskopt.solvers.spl import SGM
-    >>> rng = np.random.default_rng(0)
-    >>> obj = RUCVaRObjective("absolute", rng.normal(size=(100, 2)), rng.normal(size=100), 0.8)
-    >>> res = SGM(lr=0.1, random_state=0).run(obj, max_epochs=5)
-    >>> res.coef.shape
+    >>> import numpy as np, riskopt as ro
+    >>> rng = np.random.default_rng(0); X, y = rng.normal(size=(100, 2)), rng.normal(size=100)
+    >>> ro.solvers.SGM(lr=0.1).run(ro.RUCVaRObjective("absolute", X, y, 0.8), 5).coef.shape
     (2,)
     """
 
@@ -226,13 +220,9 @@ class SPL(_RUSolver):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from riskopt.objectives.ru_cvar import RUCVaRObjective
-    >>> from riskopt.solvers.spl import SPL
-    >>> rng = np.random.default_rng(0)
-    >>> obj = RUCVaRObjective("logistic", rng.normal(size=(100, 2)), rng.integers(0, 2, 100), 0.9)
-    >>> res = SPL(lr=1.0, random_state=0).run(obj, max_epochs=5)
-    >>> bool(np.isfinite(res.value))
+    >>> import numpy as np, riskopt as ro
+    >>> rng = np.random.default_rng(0); X, y = rng.normal(size=(100, 2)), rng.integers(0, 2, 100)
+    >>> bool(np.isfinite(ro.solvers.SPL(lr=1.0).run(ro.RUCVaRObjective("logistic", X, y, 0.9)).value))
     True
     """
 
@@ -278,12 +268,9 @@ class SPLPlus(SPL):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from riskopt.objectives.ru_cvar import RUCVaRObjective
-    >>> from riskopt.solvers.spl import SPLPlus
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.normal(size=(100, 2)); y = X @ [1.0, -2.0] + rng.normal(size=100)
-    >>> res = SPLPlus(random_state=0).run(RUCVaRObjective("squared", X, y, 0.95), max_epochs=10)
+    >>> import numpy as np, riskopt as ro
+    >>> rng = np.random.default_rng(0); X = rng.normal(size=(100, 2)); y = X @ [1.0, -2.0]
+    >>> res = ro.solvers.SPLPlus().run(ro.RUCVaRObjective("squared", X, y, 0.95), max_epochs=10)
     >>> round(res.extra["loss_scale"], 3) == round(float(np.mean(0.5 * y**2)), 3)
     True
     """
