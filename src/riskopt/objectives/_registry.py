@@ -1,8 +1,7 @@
 """Registry of the problem families: the built-in ones and those of third-party packages,
 declared in the ``riskopt.objectives`` entry-point group (value: an
 :class:`~riskopt.objectives.base.ObjectiveBase` subclass with a ``family`` name)."""
-import warnings
-from importlib import metadata
+from .._plugins import load_entry_points
 
 ENTRY_POINT_GROUP = "riskopt.objectives"
 
@@ -23,12 +22,7 @@ def _load_entry_points():
     if _loaded["entry_points"]:
         return
     _loaded["entry_points"] = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            register_family(ep.load())
-        except Exception as exc:  # a broken plug-in must not break riskopt
-            warnings.warn(f"riskopt: could not load objective plug-in {ep.name!r} ({ep.value}): "
-                          f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=3)
+    load_entry_points(ENTRY_POINT_GROUP, register_family)
 
 
 def families():

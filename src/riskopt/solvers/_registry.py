@@ -13,8 +13,8 @@ estimators' ``solver=`` parameter, ``riskopt bench run`` specs and the CLI.
 """
 import importlib
 import pkgutil
-import warnings
-from importlib import metadata
+
+from .._plugins import load_entry_points
 
 ENTRY_POINT_GROUP = "riskopt.solvers"
 
@@ -58,15 +58,15 @@ def _load_entry_points():
     if _state["entry_points"]:
         return
     _state["entry_points"] = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-        except Exception as exc:  # a broken plug-in must not break riskopt
-            warnings.warn(f"riskopt: could not load solver plug-in {ep.name!r} ({ep.value}): "
-                          f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=3)
-            continue
-        if isinstance(obj, type):
-            register(obj)
+    load_entry_points(ENTRY_POINT_GROUP, _register_loaded)
+
+
+def _register_loaded(obj):
+    if not isinstance(obj, type):  # a module that registered its solvers on import
+        return
+    if not all(callable(getattr(obj, m, None)) for m in ("run", "incompatibility")):
+        raise TypeError(f"{obj!r} is not a riskopt.solvers.Solver subclass")
+    register(obj)
 
 
 def reload_entry_points():

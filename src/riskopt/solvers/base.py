@@ -78,8 +78,16 @@ class Solver:
     deterministic = False
 
     def __init__(self, lr=0.01, random_state=None):
-        self.lr = lr
-        self.random_state = random_state
+        self._store(locals())
+
+    def _store(self, params):
+        """Store the constructor's arguments as attributes: ``self._store(locals())``.
+
+        Constructors only store (scikit-learn rule); validation happens in ``init_state``.
+        """
+        for key, value in params.items():
+            if key not in ("self", "__class__"):
+                setattr(self, key, value)
 
     # -- hooks ---------------------------------------------------------------
     def _check_params(self, objective):
@@ -252,6 +260,15 @@ class Solver:
                 warnings.warn(message, DivergenceWarning, stacklevel=3)
                 break
         return self._result(objective, state, elapsed, trace, diverged, message, progress)
+
+
+def copy_arrays(state, *names):
+    """``{name: state.name.copy()}``: the arrays a pass kernel updates in place.
+
+    A pass copies them (the old state stays valid: warm starts, comparisons), hands them to the
+    kernel in this order and puts them back with ``state._replace(**arrays)``.
+    """
+    return {name: getattr(state, name).copy() for name in names}
 
 
 def _find_trace(callback):

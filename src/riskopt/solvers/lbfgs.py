@@ -46,10 +46,7 @@ class LBFGS(Solver):
     deterministic = True
 
     def __init__(self, tol=1e-12, max_iter=20000, nu_min=1e-9, polish_ties=True):
-        self.tol = tol
-        self.max_iter = max_iter
-        self.nu_min = nu_min
-        self.polish_ties = polish_ties
+        self._store(locals())
 
     def _check_params(self, objective):
         check_positive("tol", self.tol)

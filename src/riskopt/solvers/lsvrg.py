@@ -11,7 +11,7 @@ import numpy as np
 from .._kernels import lsvrg as _k
 from .._validation import check_int, check_positive
 from ._registry import register
-from .base import Solver
+from .base import Solver, copy_arrays
 
 
 class LSVRGState(NamedTuple):
@@ -81,16 +81,15 @@ class LSVRG(Solver):
     >>> import numpy as np, riskopt as ro
     >>> rng = np.random.default_rng(0); X, y = rng.normal(size=(100, 3)), rng.normal(size=100)
     >>> obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=0.5), X, y, l2_reg=0.01)
-    >>> ro.solvers.LSVRG(lr=0.03, random_state=0).run(obj, 20).value < obj.value(np.zeros(3))
-    True
+    >>> res = ro.solvers.LSVRG(lr=0.03, random_state=0).run(obj, 20, callback=ro.Trace())
+    >>> res.trace.passes[-1], res.value < obj.value(np.zeros(3))  # 2 passes per update
+    (40.0, True)
     """
 
     name = "lsvrg"
 
     def __init__(self, lr=0.01, epoch_length=None, random_state=None):
-        self.lr = lr
-        self.epoch_length = epoch_length
-        self.random_state = random_state
+        self._store(locals())
 
     def _check_params(self, objective):
         check_positive("lr", self.lr)
@@ -116,14 +115,8 @@ class LSVRG(Solver):
                           ckpt_grad=Gc, since=0)
 
     def _pass(self, objective, state, indices):
-        W = state.coef.copy()
-        Wc = state.ckpt_coef.copy()
-        qc = state.ckpt_q.copy()
-        Dc = state.ckpt_derivs.copy()
-        Gc = state.ckpt_grad.copy()
+        a = copy_arrays(state, "coef", "ckpt_coef", "ckpt_q", "ckpt_derivs", "ckpt_grad")
         since = _k._epoch_lsvrg(objective.loss.code, objective.X, objective.y, objective.reg,
                                 objective.sigma, objective.nu, objective.div, float(self.lr),
-                                self._m(objective), indices, W, Wc, qc, Dc, Gc,
-                                int(state.since))
-        return state._replace(coef=W, epoch=state.epoch + 1, ckpt_coef=Wc, ckpt_q=qc,
-                              ckpt_derivs=Dc, ckpt_grad=Gc, since=int(since))
+                                self._m(objective), indices, *a.values(), int(state.since))
+        return state._replace(epoch=state.epoch + 1, since=int(since), **a)

@@ -100,7 +100,7 @@ import numpy as np
 from .._kernels import losses as _kl
 from .._kernels import prospect as _kp
 from ._registry import register
-from .base import Solver
+from .base import Solver, copy_arrays
 
 _SUPPORTED_LOSSES = (_kl.SQUARED, _kl.ABSOLUTE, _kl.LOGISTIC, _kl.MULTINOMIAL)
 
@@ -180,15 +180,11 @@ class Prospect(Solver):
                              order=order, rank=rank)
 
     def _pass(self, objective, state, indices):
-        W = state.coef.copy()
-        losses, derivs, q, rho, gbar = (state.losses.copy(), state.derivs.copy(), state.q.copy(),
-                                        state.rho.copy(), state.gbar.copy())
-        order, rank = state.order.copy(), state.rank.copy()
+        a = copy_arrays(state, "coef", "losses", "derivs", "q", "rho", "gbar", "order", "rank")
         _kp._epoch_prospect(objective.loss.code, objective.X, objective.y, objective.reg,
                             objective.sigma, objective.nu, objective.div, float(self.lr),
-                            indices, W, losses, derivs, q, rho, gbar, order, rank)
-        return state._replace(coef=W, epoch=state.epoch + 1, losses=losses, derivs=derivs, q=q,
-                              rho=rho, gbar=gbar, order=order, rank=rank)
+                            indices, *a.values())
+        return state._replace(epoch=state.epoch + 1, **a)
 
 
 class ProspectMoreauState(NamedTuple):
@@ -268,12 +264,8 @@ class ProspectMoreau(Solver):
 
     def _pass(self, objective, state, indices):
         jdx = np.ascontiguousarray(np.asarray(indices, dtype=np.int64).reshape(-1, 2))
-        W = state.coef.copy()
-        losses, q, grads, gbar = (state.losses.copy(), state.q.copy(), state.grads.copy(),
-                                  state.gbar.copy())
-        order, rank = state.order.copy(), state.rank.copy()
+        a = copy_arrays(state, "coef", "losses", "q", "grads", "gbar", "order", "rank")
         _kp._epoch_prospect_moreau(objective.loss.code, objective.X, objective.y, objective.reg,
                                    objective.sigma, objective.nu, objective.div, float(self.lr),
-                                   jdx, W, losses, q, grads, gbar, order, rank)
-        return state._replace(coef=W, epoch=state.epoch + 1, losses=losses, q=q, grads=grads,
-                              gbar=gbar, order=order, rank=rank)
+                                   jdx, *a.values())
+        return state._replace(epoch=state.epoch + 1, **a)

@@ -13,7 +13,7 @@ from .._kernels import oracles as _ko
 from .._kernels import saddlesaga as _k
 from .._validation import check_positive
 from ._registry import register
-from .base import Solver
+from .base import Solver, copy_arrays
 
 #: Step-size schemes of the Prospect paper (App. I, Fig. 13), by the paper's names.
 SCHEMES = {
@@ -152,10 +152,7 @@ class SaddleSAGA(Solver):
     name = "saddlesaga"
 
     def __init__(self, lr=0.01, dual_lr=None, scheme="heuristic", random_state=None):
-        self.lr = lr
-        self.dual_lr = dual_lr
-        self.scheme = scheme
-        self.random_state = random_state
+        self._store(locals())
 
     def _check_params(self, objective):
         check_positive("lr", self.lr)
@@ -190,17 +187,9 @@ class SaddleSAGA(Solver):
                                derivs=np.ascontiguousarray(derivs), grad_avg=G, order=order)
 
     def _pass(self, objective, state, indices):
-        W = state.coef.copy()
-        q = state.q.copy()
-        rho = state.rho.copy()
-        L = state.losses.copy()
-        D = state.derivs.copy()
-        G = state.grad_avg.copy()
-        order = state.order.copy()
+        a = copy_arrays(state, "coef", "q", "rho", "losses", "derivs", "grad_avg", "order")
         _k._epoch_saddlesaga(objective.loss.code, objective.X, objective.y, objective.reg,
                              objective.sigma, objective.nu,
                              _kl_geometry(objective.nu, objective.div), float(self.lr),
-                             self.dual_step_size(objective), indices, W, q, rho, L, D, G,
-                             order)
-        return state._replace(coef=W, epoch=state.epoch + 1, q=q, rho=rho, losses=L,
-                              derivs=D, grad_avg=G, order=order)
+                             self.dual_step_size(objective), indices, *a.values())
+        return state._replace(epoch=state.epoch + 1, **a)

@@ -74,7 +74,7 @@ import numpy as np
 from .._kernels import sgd as _ks
 from .._validation import check_int, check_positive
 from ._registry import register
-from .base import Solver
+from .base import Solver, copy_arrays
 
 
 class SGDState(NamedTuple):
@@ -114,9 +114,7 @@ class _PluginMiniBatch(Solver):
     convergent = False
 
     def __init__(self, lr=0.01, batch_size=64, random_state=None):
-        self.lr = lr
-        self.batch_size = batch_size
-        self.random_state = random_state
+        self._store(locals())
 
     # -- validation ----------------------------------------------------------
     def _check_params(self, objective):
@@ -167,10 +165,25 @@ class _PluginMiniBatch(Solver):
             raise ValueError(f"indices must lie in [0, {objective.n})")
         return np.ascontiguousarray(idx), self._batch_spectrum(objective, b)
 
-    @staticmethod
-    def _common(objective):
-        return (objective.loss.code, objective.X, objective.y, objective.reg,
-                float(objective.nu), int(objective.div))
+    #: The pass kernel, its hyper-parameters after the batch spectrum (``_hyper``) and the
+    #: state arrays it updates in place, in the kernel's argument order; a state field
+    #: ``n_iter`` is passed last and set from the kernel's return value.
+    _kernel = None
+    _arrays = ("coef",)
+
+    def _hyper(self):
+        return (float(self.lr),)
+
+    def _pass(self, objective, state, indices):
+        batches, sigma_b = self._batches(objective, indices)
+        a = copy_arrays(state, *self._arrays)
+        counter = (int(state.n_iter),) if "n_iter" in state._fields else ()
+        out = self._kernel(objective.loss.code, objective.X, objective.y, objective.reg, sigma_b,
+                           float(objective.nu), int(objective.div), *self._hyper(), batches,
+                           *a.values(), *counter)
+        if counter:
+            a["n_iter"] = int(out)
+        return state._replace(epoch=state.epoch + 1, **a)
 
 
 @register
@@ -204,12 +217,7 @@ class SGD(_PluginMiniBatch):
     def _init(self, objective, W, rng):
         return SGDState(coef=W, epoch=0, rng=rng)
 
-    def _pass(self, objective, state, indices):
-        batches, sigma_b = self._batches(objective, indices)
-        code, X, y, reg, nu, div = self._common(objective)
-        W = state.coef.copy()
-        _ks._epoch_sgd(code, X, y, reg, sigma_b, nu, div, float(self.lr), batches, W)
-        return state._replace(coef=W, epoch=state.epoch + 1)
+    _kernel = staticmethod(_ks._epoch_sgd)
 
 
 @register
@@ -256,14 +264,8 @@ class SRDA(_PluginMiniBatch):
         return SRDAState(coef=W, epoch=0, rng=rng, coef0=W.copy(), dual_avg=np.zeros_like(W),
                          n_iter=0)
 
-    def _pass(self, objective, state, indices):
-        batches, sigma_b = self._batches(objective, indices)
-        code, X, y, reg, nu, div = self._common(objective)
-        W = state.coef.copy()
-        A = state.dual_avg.copy()
-        n_iter = _ks._epoch_srda(code, X, y, reg, sigma_b, nu, div, float(self.lr), batches,
-                                 W, state.coef0, A, int(state.n_iter))
-        return state._replace(coef=W, epoch=state.epoch + 1, dual_avg=A, n_iter=int(n_iter))
+    _kernel = staticmethod(_ks._epoch_srda)
+    _arrays = ("coef", "coef0", "dual_avg")
 
 
 @register
@@ -295,8 +297,7 @@ class SGDMomentum(_PluginMiniBatch):
     name = "sgd_momentum"
 
     def __init__(self, lr=0.01, momentum=0.9, batch_size=64, random_state=None):
-        super().__init__(lr=lr, batch_size=batch_size, random_state=random_state)
-        self.momentum = momentum
+        self._store(locals())
 
     def _check_params(self, objective):
         super()._check_params(objective)
@@ -307,14 +308,11 @@ class SGDMomentum(_PluginMiniBatch):
     def _init(self, objective, W, rng):
         return SGDMomentumState(coef=W, epoch=0, rng=rng, velocity=np.zeros_like(W))
 
-    def _pass(self, objective, state, indices):
-        batches, sigma_b = self._batches(objective, indices)
-        code, X, y, reg, nu, div = self._common(objective)
-        W = state.coef.copy()
-        V = state.velocity.copy()
-        _ks._epoch_sgd_momentum(code, X, y, reg, sigma_b, nu, div, float(self.lr),
-                                float(self.momentum), batches, W, V)
-        return state._replace(coef=W, epoch=state.epoch + 1, velocity=V)
+    _kernel = staticmethod(_ks._epoch_sgd_momentum)
+    _arrays = ("coef", "velocity")
+
+    def _hyper(self):
+        return float(self.lr), float(self.momentum)
 
 
 @register
@@ -352,10 +350,7 @@ class Adam(_PluginMiniBatch):
 
     def __init__(self, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, batch_size=64,
                  random_state=None):
-        super().__init__(lr=lr, batch_size=batch_size, random_state=random_state)
-        self.beta1 = beta1
-        self.beta2 = beta2
-        self.eps = eps
+        self._store(locals())
 
     def _check_params(self, objective):
         super()._check_params(objective)
@@ -369,16 +364,11 @@ class Adam(_PluginMiniBatch):
         return AdamState(coef=W, epoch=0, rng=rng, m=np.zeros_like(W), v=np.zeros_like(W),
                          n_iter=0)
 
-    def _pass(self, objective, state, indices):
-        batches, sigma_b = self._batches(objective, indices)
-        code, X, y, reg, nu, div = self._common(objective)
-        W = state.coef.copy()
-        M = state.m.copy()
-        S = state.v.copy()
-        n_iter = _ks._epoch_adam(code, X, y, reg, sigma_b, nu, div, float(self.lr),
-                                 float(self.beta1), float(self.beta2), float(self.eps),
-                                 batches, W, M, S, int(state.n_iter))
-        return state._replace(coef=W, epoch=state.epoch + 1, m=M, v=S, n_iter=int(n_iter))
+    _kernel = staticmethod(_ks._epoch_adam)
+    _arrays = ("coef", "m", "v")
+
+    def _hyper(self):
+        return float(self.lr), float(self.beta1), float(self.beta2), float(self.eps)
 
 
 __all__ = ["SGD", "SRDA", "SGDMomentum", "Adam", "SGDState", "SRDAState", "SGDMomentumState",

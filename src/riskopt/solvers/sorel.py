@@ -151,10 +151,7 @@ class SOREL(Solver):
     name = "sorel"
 
     def __init__(self, lr=0.01, dual_lr=1.0, prox_scale=20.0, random_state=None):
-        self.lr = lr
-        self.dual_lr = dual_lr
-        self.prox_scale = prox_scale
-        self.random_state = random_state
+        self._store(locals())
 
     def _check_params(self, objective):
         check_positive("lr", self.lr)
@@ -235,11 +232,7 @@ class SORELMiniBatch(SOREL):
     name = "sorel_minibatch"
 
     def __init__(self, lr=0.1, batch_size=64, dual_lr=1.0, prox_scale=20.0, random_state=None):
-        self.lr = lr
-        self.batch_size = batch_size
-        self.dual_lr = dual_lr
-        self.prox_scale = prox_scale
-        self.random_state = random_state
+        self._store(locals())
 
     def _check_params(self, objective):
         super()._check_params(objective)

@@ -94,9 +94,7 @@ class _RUSolver(Solver):
     streaming = True
 
     def __init__(self, lr=1.0, schedule="decreasing", random_state=None):
-        self.lr = lr
-        self.schedule = schedule
-        self.random_state = random_state
+        self._store(locals())
 
     # -- hooks ---------------------------------------------------------------
     def _check_params(self, objective):
@@ -194,7 +192,7 @@ class SGM(_RUSolver):
     name = "sgm"
 
     def __init__(self, lr=0.1, schedule="decreasing", random_state=None):
-        super().__init__(lr=lr, schedule=schedule, random_state=random_state)
+        self._store(locals())
 
     def _kernel(self, objective, X, y, state, indices, W, W_avg):
         return _ks._epoch_sgm(objective.loss.code, X, y, objective.reg, objective.inv_tail,
@@ -229,7 +227,7 @@ class SPL(_RUSolver):
     name = "spl"
 
     def __init__(self, lr=0.1, schedule="decreasing", random_state=None):
-        super().__init__(lr=lr, schedule=schedule, random_state=random_state)
+        self._store(locals())
 
     def _steps(self, state):
         """``(lr_theta, lr_alpha)`` before the schedule factor ``c_t``."""
@@ -278,8 +276,7 @@ class SPLPlus(SPL):
     name = "splplus"
 
     def __init__(self, lr=1.0, schedule="decreasing", loss_scale=None, random_state=None):
-        super().__init__(lr=lr, schedule=schedule, random_state=random_state)
-        self.loss_scale = loss_scale
+        self._store(locals())
 
     def _loss_scale(self, objective, W):
         l0 = super()._loss_scale(objective, W)
