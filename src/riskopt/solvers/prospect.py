@@ -97,6 +97,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import samplers
 from .._kernels import losses as _kl
 from .._kernels import prospect as _kp
 from ._registry import register
@@ -248,7 +249,7 @@ class ProspectMoreau(Solver):
         """
         n = objective.n
         out = np.empty((n, 2), dtype=np.int64)
-        out[:, 0] = state.rng.integers(0, n, size=n)
+        out[:, 0] = samplers.uniform(state.rng, n, n)
         out[:, 1] = state.rng.integers(0, 2**53, size=n)
         return out
 

@@ -71,6 +71,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import samplers
 from .._kernels import sgd as _ks
 from .._validation import check_int, check_positive
 from ._registry import register
@@ -141,10 +142,7 @@ class _PluginMiniBatch(Solver):
 
     def draw_indices(self, objective, state):
         """One pass: a random permutation cut into ``n // b`` batches, shape ``(n // b, b)``."""
-        b = self._effective_batch(objective)
-        nb = objective.n // b
-        perm = state.rng.permutation(objective.n)
-        return np.ascontiguousarray(perm[: nb * b].reshape(nb, b))
+        return samplers.permutation_batches(state.rng, objective.n, self._effective_batch(objective))
 
     def passes_per_update(self, objective):
         """Oracle calls of one pass divided by n: ``(n // b) * b / n``."""

@@ -107,6 +107,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import samplers
 from .._kernels import sorel as _ks
 from .._validation import check_int, check_positive
 from ._registry import register
@@ -249,8 +250,7 @@ class SORELMiniBatch(SOREL):
 
     def draw_indices(self, objective, state):
         """``(n // b, b)`` indices: consecutive slices of a random permutation of the samples."""
-        m, b = self._shape(objective)
-        return state.rng.permutation(objective.n)[: m * b].reshape(m, b)
+        return samplers.permutation_batches(state.rng, objective.n, self._shape(objective)[1])
 
     def _batches(self, objective, indices):
         if indices.ndim != 2:
