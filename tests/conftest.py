@@ -48,3 +48,75 @@ def random_coef(obj, rng, scale=0.5):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+# ------------------------------------------------------------------------ plug-in fixtures
+PLUGINS_DIR = __import__("pathlib").Path(__file__).resolve().parent / "plugins"
+
+
+def _install_dist(root, dist, entry_points):
+    """Write a minimal ``<dist>-0.1.dist-info`` (METADATA + entry_points.txt) under ``root``."""
+    info = root / f"{dist}-0.1.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return info
+
+
+class _Installed:
+    def __init__(self, site, pythonpath):
+        self.site = site                  # the folder holding the .dist-info
+        self.pythonpath = pythonpath      # what a subprocess needs on PYTHONPATH
+
+
+def _plugin_fixture(tmp_path_factory, dist, entry_points, solver_names, modules):
+    import importlib
+    import sys
+
+    from riskopt.solvers import _registry
+
+    site = tmp_path_factory.mktemp(dist)
+    _install_dist(site, dist, entry_points)
+    added = [str(site), str(PLUGINS_DIR)]
+    sys.path[:0] = added
+    importlib.invalidate_caches()
+    try:
+        yield _Installed(site, added)
+    finally:
+        for p in added:
+            if p in sys.path:
+                sys.path.remove(p)
+        for name in solver_names:
+            _registry._REGISTRY.pop(name, None)
+        for mod in modules:
+            sys.modules.pop(mod, None)
+        importlib.invalidate_caches()
+        _registry._state["entry_points"] = False  # the next lookup rescans, without the plug-in
+
+
+@pytest.fixture(scope="module")
+def toy_plugin(tmp_path_factory):
+    """Install the toy third-party package ``tests/plugins/riskopt_toy`` for the module: a
+    ``riskopt_toy-0.1.dist-info`` declaring ``toy_sgd = riskopt_toy:ToySGD`` in the
+    ``riskopt.solvers`` entry-point group, on ``sys.path`` with the package folder; then
+    :func:`riskopt.solvers.reload_entry_points`. Removed (registry entry included) afterwards."""
+    import riskopt.solvers
+
+    gen = _plugin_fixture(tmp_path_factory, "riskopt_toy",
+                          "[riskopt.solvers]\ntoy_sgd = riskopt_toy:ToySGD\n",
+                          ["toy_sgd"], ["riskopt_toy"])
+    installed = next(gen)
+    riskopt.solvers.reload_entry_points()
+    yield installed
+    next(gen, None)
+
+
+@pytest.fixture
+def broken_plugin(tmp_path_factory):
+    """A plug-in whose entry point cannot be imported (``ImportError`` on load); not yet
+    scanned: the test calls :func:`riskopt.solvers.reload_entry_points` itself."""
+    gen = _plugin_fixture(tmp_path_factory, "riskopt_broken",
+                          "[riskopt.solvers]\nbroken = riskopt_broken_missing_module:Nope\n",
+                          ["broken"], ["riskopt_broken_missing_module"])
+    yield next(gen)
+    next(gen, None)

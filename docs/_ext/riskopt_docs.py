@@ -126,25 +126,27 @@ class SpecsDirective(SphinxDirective):
                                                          widths=[22, 78])))
 
 
+_FAMILY_DOC = {"spectral": "spectral risk (:class:`~riskopt.Objective`)",
+               "ru_cvar": "RU-CVaR (:class:`~riskopt.objectives.ru_cvar.RUCVaRObjective`)"}
+
+
 class SolversDirective(SphinxDirective):
     has_content = False
 
     def run(self):
         from riskopt import solvers
 
-        def order(name):  # spectral-risk solvers first, then the biased ones, then RU-CVaR
-            cls = solvers._REGISTRY[name]
-            return (cls.__module__.endswith(".spl"), not getattr(cls, "convergent", True), name)
+        def order(name):  # spectral-risk solvers first, then the biased ones, then the others
+            cls = solvers.get_class(name)
+            return ("spectral" not in cls.families, not getattr(cls, "convergent", True), name)
 
         rows = []
         for name in sorted(solvers.available(), key=order):
-            cls = solvers._REGISTRY[name]
+            cls = solvers.get_class(name)
             params = inspect.signature(cls.__init__).parameters
             defaults = [f"{k}={v.default!r}" for k, v in params.items()
                         if k != "self" and v.default is not inspect.Parameter.empty]
-            problem = ("RU-CVaR (:class:`~riskopt.objectives.ru_cvar.RUCVaRObjective`)"
-                       if cls.__module__.endswith(".spl")
-                       else "spectral risk (:class:`~riskopt.Objective`)")
+            problem = ", ".join(_FAMILY_DOC.get(f, _literal(f)) for f in cls.families)
             rows.append([
                 _literal(name), f":class:`~riskopt.solvers.{cls.__name__}`", problem,
                 "yes" if getattr(cls, "convergent", True) else "**no (biased)**",

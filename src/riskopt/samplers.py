@@ -6,16 +6,16 @@ indices, so both can be fed the same sequence. The same samplers drive PyTorch t
 each sampler class is an iterable of index batches, usable as a ``torch.utils.data.DataLoader``
 ``batch_sampler``.
 
-=========================  =====================================================================
-function                   draws
-=========================  =====================================================================
-:func:`uniform`            ``size`` indices uniform on ``[0, n)``, with replacement
-:func:`permutation_batches`  a random permutation cut into ``n // b`` batches of ``b`` distinct
-                           indices (the ``n mod b`` left-over samples are not used)
-:func:`stratified_batches`  per batch, ``B1`` distinct groups (uniform) and ``B2`` indices of each
-                           group (uniform with replacement): the per-group sampler of the
-                           compositional methods (group DRO, constrained learning)
-=========================  =====================================================================
+============================  ==================================================================
+function                      draws
+============================  ==================================================================
+:func:`uniform`               ``size`` indices uniform on ``[0, n)``, with replacement
+:func:`permutation_batches`   a random permutation cut into ``n // b`` batches of ``b`` distinct
+                              indices (the ``n mod b`` left-over samples are not used)
+:func:`stratified_batches`    per batch, ``B1`` distinct groups (uniform) and ``B2`` indices of
+                              each group (uniform with replacement): the per-group sampler of
+                              the compositional methods (group DRO, constrained learning)
+============================  ==================================================================
 
 Examples
 --------

@@ -1,13 +1,14 @@
 """Problem families: one module per family, each an implementation of
 :class:`~riskopt.objectives.base.ObjectiveBase` (see that module for the protocol).
 
-=============  ==========================================  =================================
-family         class                                       reference optimum
-=============  ==========================================  =================================
-``spectral``   :class:`~riskopt.objectives.spectral.Objective`  L-BFGS (+ exact polish, nu = 0)
-``ru_cvar``    :class:`~riskopt.objectives.ru_cvar.RUCVaRObjective`,  L-BFGS on the CVaR form,
-               ``StreamingRUCVaRObjective``              cvxpy, or an LP (HiGHS)
-=============  ==========================================  =================================
+=============  ===========================================================  ===========================
+family         class                                                        reference optimum
+=============  ===========================================================  ===========================
+``spectral``   :class:`~riskopt.objectives.spectral.Objective`              L-BFGS (+ exact polish,
+                                                                            nu = 0)
+``ru_cvar``    :class:`~riskopt.objectives.ru_cvar.RUCVaRObjective`,        L-BFGS on the CVaR form,
+               ``StreamingRUCVaRObjective``                                 cvxpy, or an LP (HiGHS)
+=============  ===========================================================  ===========================
 """
 from ._registry import ENTRY_POINT_GROUP, families, get_family, register_family
 from .base import LinearModelObjective, ObjectiveBase, Reference

@@ -124,7 +124,7 @@ class Solver:
 
     def _result(self, objective, state, elapsed, trace, diverged, message, progress):
         coef = objective.as_coef(self._iterate(state))
-        value = float(objective.value(coef)) if np.all(np.isfinite(coef)) else float("nan")
+        value = _safe_value(objective, coef)
         return Result(coef=coef, value=value, n_epochs=int(state.epoch), time=elapsed,
                       state=state, trace=trace, diverged=diverged, message=message,
                       extra={"passes": progress})
@@ -260,6 +260,15 @@ class Solver:
                 warnings.warn(message, DivergenceWarning, stacklevel=3)
                 break
         return self._result(objective, state, elapsed, trace, diverged, message, progress)
+
+
+def _safe_value(objective, coef, *aux):
+    """``objective.value(coef, *aux)``, NaN (without overflow warnings) where not finite."""
+    if not (np.all(np.isfinite(coef)) and np.all(np.isfinite(aux))):
+        return float("nan")
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = float(objective.value(coef, *aux))
+    return value if np.isfinite(value) else float("nan")
 
 
 def copy_arrays(state, *names):

@@ -63,7 +63,7 @@ from .._kernels import spl as _ks
 from .._validation import check_positive
 from ..objectives.ru_cvar import _check_alpha
 from ._registry import register
-from .base import Result, Solver
+from .base import Result, Solver, _safe_value
 
 _SCHEDULES = ("decreasing", "constant")
 
@@ -148,11 +148,8 @@ class _RUSolver(Solver):
 
     def _result(self, objective, state, elapsed, trace, diverged, message, passes):
         coef = objective.as_coef(state.coef_avg)
-        finite = np.all(np.isfinite(coef)) and np.isfinite(state.alpha_avg)
-        value = float(objective.value(coef, state.alpha_avg)) if finite else float("nan")
-        last_ok = np.all(np.isfinite(state.coef)) and np.isfinite(state.alpha)
-        value_last = (float(objective.value(state.coef, state.alpha)) if last_ok
-                      else float("nan"))
+        value = _safe_value(objective, coef, state.alpha_avg)
+        value_last = _safe_value(objective, state.coef, state.alpha)
         extra = {"passes": passes, "alpha": float(state.alpha_avg),
                  "coef_last": objective.as_coef(state.coef), "alpha_last": float(state.alpha),
                  "value_last": value_last, "steps": int(state.t),
