@@ -11,10 +11,15 @@
   over groups);
 * :class:`KLDROLoss` — KL-penalised and KL-constrained DRO;
 * :mod:`riskopt.torch.distributed` — all-gathers for ``gather=True`` (global weights under
-  data parallelism, gradients scaled for DDP's averaging).
+  data parallelism, gradients scaled for DDP's averaging);
+* :mod:`riskopt.torch.optim` — :class:`~riskopt.torch.optim.IndexedStateOptimizer`, the base
+  class of optimizers whose per-sample / per-group state is indexed by the dataset indices a
+  loader yields.
 
-See :mod:`riskopt.torch.losses` for the maths, the gradient scaling and the cost of the CPU
-oracle round trip.
+One module per loss under :mod:`riskopt.torch.losses` (see there for the maths, the gradient
+scaling and the cost of the CPU oracle round trip); the NumPy KL-DRO maths live in
+:mod:`riskopt.objectives.kl_dro` (``kl_dro`` here is kept as an alias of its
+:func:`~riskopt.objectives.kl_dro.kl_dro_weights`).
 """
 try:
     import torch  # noqa: F401
@@ -23,8 +28,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
         "riskopt.torch needs PyTorch: pip install 'riskopt[torch]'"
     ) from exc
 
-from . import distributed
+from . import distributed, losses, optim
 from .losses import GroupDROLoss, KLDROLoss, SpectralRiskLoss, TableSpectralRiskLoss, kl_dro
 
 __all__ = ["SpectralRiskLoss", "TableSpectralRiskLoss", "GroupDROLoss", "KLDROLoss", "kl_dro",
-           "distributed"]
+           "distributed", "losses", "optim"]

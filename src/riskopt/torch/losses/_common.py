@@ -1,0 +1,104 @@
+"""Validation, gathering and gradient-attachment helpers shared by the loss modules."""
+import numpy as np
+import torch
+
+from ... import risks as _risks
+from .. import distributed as _dist
+
+def _check_risk(risk):
+    risk = _risks.parse_risk(risk)
+    if not isinstance(risk, _risks._RiskBase):
+        raise ValueError(f"risk must be a riskopt spectral risk, got {type(risk).__name__}")
+    return risk
+
+
+def _check_losses(losses, allow_empty=False):
+    if not isinstance(losses, torch.Tensor):
+        raise ValueError(f"losses must be a torch.Tensor, got {type(losses).__name__}")
+    if losses.ndim != 1:
+        raise ValueError(
+            f"losses must be a 1-D tensor of per-sample losses (reduction='none'), "
+            f"got shape {tuple(losses.shape)}"
+        )
+    if not losses.is_floating_point():
+        raise ValueError(f"losses must be a floating-point tensor, got {losses.dtype}")
+    if losses.shape[0] == 0 and not allow_empty:
+        raise ValueError("losses is empty")
+    return losses
+
+
+def _check_finite_np(name, a):
+    if not np.all(np.isfinite(a)):
+        bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+        raise ValueError(f"{name} contain {bad} NaN or infinite value(s)")
+
+
+def _as_index_tensor(name, idx, b):
+    """A 1-D int64 CPU tensor of length ``b`` (range checked later, after any gathering)."""
+    if isinstance(idx, torch.Tensor):
+        if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+            raise ValueError(f"{name} must be integers, got dtype {idx.dtype}")
+        t = idx.detach().to("cpu", torch.int64)
+    else:
+        a = np.asarray(idx)
+        if a.dtype.kind not in "iu":
+            raise ValueError(f"{name} must be integers, got dtype {a.dtype}")
+        t = torch.from_numpy(a.astype(np.int64, copy=True))
+    if t.ndim != 1 or t.shape[0] != b:
+        raise ValueError(f"{name} must have shape ({b},) like the losses, got {tuple(t.shape)}")
+    return t
+
+
+def _check_range(name, idx_np, n):
+    if idx_np.size and (idx_np.min() < 0 or idx_np.max() >= n):
+        bad = idx_np[(idx_np < 0) | (idx_np >= n)]
+        raise ValueError(f"{name} out of range [0, {n}): {bad[:5].tolist()}")
+
+
+def _attach(losses, q_local, value, scale):
+    """``scale * (q.l - stop_grad(q.l)) + value``: value ``value``, gradient ``scale * q``."""
+    q = q_local.to(device=losses.device, dtype=losses.dtype)
+    s = torch.dot(q, losses)
+    val = torch.as_tensor(value, dtype=losses.dtype, device=losses.device)
+    return scale * (s - s.detach()) + val
+
+
+def _to_numpy64(t):
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+class _GatherMixin:
+    """Shared ``gather`` / ``group`` / ``grad_average`` handling."""
+
+    def _init_gather(self, gather, group, grad_average, check_finite):
+        self.gather = bool(gather)
+        self.group = group
+        self.grad_average = bool(grad_average)
+        self.check_finite = bool(check_finite)
+
+    def _scale(self):
+        return _dist.grad_scale(self.group, self.grad_average) if self.gather else 1.0
+
+    def _gather(self, tensors):
+        if self.gather:
+            return _dist.all_gather_1d(tensors, self.group)
+        return [t.detach() for t in tensors], [int(tensors[0].shape[0])], 0
+
+
+
+    def _gather_losses(self, losses, *others):
+        """Gather the losses (and ``others``, 1-D tensors of the same length) over the ranks.
+
+        Returns ``(l_np, others, local)``: the global losses as a contiguous float64 NumPy
+        array, the gathered ``others`` and the slice of this rank's entries. Raises
+        ``ValueError`` when the global batch is empty or (with ``check_finite``) holds NaN /
+        inf, on every rank alike (the checks run after gathering).
+        """
+        b = int(losses.shape[0])
+        gathered, _, offset = self._gather([losses.detach().to(torch.float64), *others])
+        l_np = np.ascontiguousarray(_to_numpy64(gathered[0]))
+        if l_np.shape[0] == 0:
+            raise ValueError("losses is empty on every rank")
+        if self.check_finite:
+            _check_finite_np("losses", l_np)
+        return l_np, gathered[1:], slice(offset, offset + b)

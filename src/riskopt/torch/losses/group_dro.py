@@ -1,0 +1,162 @@
+r"""Group DRO (Sagawa et al., ICLR 2020): online, worst-group and CVaR-over-groups weights."""
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from ... import risks as _risks
+from ..._kernels import oracles as _ko
+from ..._validation import check_int, check_positive
+from .. import distributed as _dist
+from ._common import _GatherMixin, _as_index_tensor, _check_losses
+
+__all__ = ["GroupDROLoss"]
+
+_GROUP_MODES = ("online", "max", "cvar")
+
+
+class GroupDROLoss(_GatherMixin, nn.Module):
+    r"""Group distributionally robust loss over ``n_groups`` groups (Sagawa et al., ICLR 2020).
+
+    For a batch with per-sample losses ``l`` and group ids ``g`` let
+    :math:`L_k = \frac{1}{N_k}\sum_{i: g_i = k} l_i` be the average loss of group ``k`` in the
+    batch (:math:`N_k` samples; :math:`L_k = 0` for a group absent from the batch). The loss is
+    :math:`\sum_k q_k L_k` with group weights ``q`` given by ``mode``:
+
+    * ``"online"`` (default): the online group DRO algorithm of Sagawa et al. (Algorithm 1):
+      a persistent buffer ``group_weights`` (uniform at start) updated by exponentiated
+      gradient ascent on every training call,
+
+      .. math:: q_k \leftarrow \frac{q_k \exp(\eta (L_k + C_k))}{\sum_j q_j \exp(\eta(L_j + C_j))}
+
+      with ``step_size`` :math:`\eta` (their default 0.01) and the optional generalisation
+      ``adjustment`` :math:`C_k` (theirs is :math:`C/\sqrt{n_k}` with :math:`n_k` the training
+      size of group k); the *updated* weights then weight the loss, as in their code. In
+      ``eval()`` mode the weights are used but not updated.
+    * ``"max"``: the worst present group, :math:`\max_k L_k` (ties share the weight).
+    * ``"cvar"``: CVaR over the present groups, the average of the worst ``tail_fraction`` of
+      the group losses (exact oracle, fractional boundary group); ``tail_fraction = 1/m``
+      with ``m`` present groups is ``"max"``, ``1`` the average of the group means.
+
+    The gradient with respect to ``l_i`` is :math:`q_{g_i}/N_{g_i}` (the weights are constants
+    for autograd). With ``gather=True`` the group sums and counts are all-reduced over the ranks
+    (so :math:`L_k` and ``q`` are the global ones, identical on all ranks) and each rank's part
+    is scaled by the world size for DDP averaging (``grad_average``).
+
+    Parameters
+    ----------
+    n_groups : int
+    mode : {"online", "max", "cvar"}, default "online"
+    step_size : float, default 0.01
+        :math:`\eta` of the online mode.
+    tail_fraction : float in (0, 1], default 0.5 (used by ``"cvar"``)
+    adjustment : array-like of shape (n_groups,), optional
+        :math:`C_k` added to the group losses in the online weight update only.
+    gather, group, grad_average, check_finite : see :class:`SpectralRiskLoss`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from riskopt.torch import GroupDROLoss
+    >>> crit = GroupDROLoss(2, mode="max")
+    >>> l = torch.tensor([1.0, 5.0, 2.0, 2.0], requires_grad=True)
+    >>> r = crit(l, torch.tensor([0, 0, 1, 1]))
+    >>> r.backward()
+    >>> r.item(), l.grad.tolist()
+    (3.0, [0.5, 0.5, 0.0, 0.0])
+    """
+
+    def __init__(self, n_groups, mode="online", step_size=0.01, tail_fraction=0.5,
+                 adjustment=None, gather=False, group=None, grad_average=True,
+                 check_finite=True):
+        super().__init__()
+        self.n_groups = check_int("n_groups", n_groups, minimum=1)
+        if mode not in _GROUP_MODES:
+            raise ValueError(f"mode must be one of {_GROUP_MODES}, got {mode!r}")
+        self.mode = mode
+        self.step_size = check_positive("step_size", step_size)
+        tf = check_positive("tail_fraction", tail_fraction)
+        if tf > 1:
+            raise ValueError(f"tail_fraction must be in (0, 1], got {tf}")
+        self.tail_fraction = tf
+        self._init_gather(gather, group, grad_average, check_finite)
+        m = self.n_groups
+        if adjustment is None:
+            adj = torch.zeros(m, dtype=torch.float64)
+        else:
+            adj = torch.as_tensor(np.asarray(adjustment, dtype=np.float64))
+            if adj.shape != (m,) or not bool(torch.isfinite(adj).all()):
+                raise ValueError(f"adjustment must be a finite array of shape ({m},)")
+        self.register_buffer("adjustment", adj)
+        self.register_buffer("group_weights", torch.full((m,), 1.0 / m, dtype=torch.float64))
+
+    def reset_weights(self):
+        """Reset the online group weights to uniform."""
+        with torch.no_grad():
+            self.group_weights.fill_(1.0 / self.n_groups)
+
+    def _group_q(self, means, present):
+        m = self.n_groups
+        if self.mode == "online":
+            q = self.group_weights.to(means.device)
+            if self.training:
+                adjusted = means + self.adjustment.to(means.device)
+                logits = torch.log(q) + self.step_size * adjusted
+                q = torch.softmax(logits, dim=0)
+                with torch.no_grad():
+                    self.group_weights.copy_(q.to(self.group_weights.device))
+            return q
+        if self.mode == "max":
+            masked = torch.where(present, means, torch.full_like(means, -math.inf))
+            top = masked == masked.max()
+            return top.to(means.dtype) / top.sum()
+        # cvar over the present groups by the exact oracle (CPU)
+        pres = present.cpu().numpy()
+        mp = np.ascontiguousarray(means.cpu().numpy()[pres])
+        k = mp.shape[0]
+        sigma = np.ascontiguousarray(_risks.CVaR(self.tail_fraction).spectrum(k))
+        qp = np.empty(k)
+        _ko._risk_weights(mp, sigma, 0.0, _ko.CHI2, qp)
+        q = np.zeros(m)
+        q[pres] = qp
+        return torch.from_numpy(q).to(means.device)
+
+    def forward(self, losses, groups):
+        _check_losses(losses, allow_empty=self.gather)
+        m = self.n_groups
+        b = int(losses.shape[0])
+        if isinstance(groups, torch.Tensor):
+            if groups.is_floating_point() or groups.dtype == torch.bool or groups.is_complex():
+                raise ValueError(f"groups must be integers, got dtype {groups.dtype}")
+            g = groups.detach().to(losses.device, torch.int64)
+            if g.ndim != 1 or g.shape[0] != b:
+                raise ValueError(f"groups must have shape ({b},), got {tuple(g.shape)}")
+        else:
+            g = _as_index_tensor("groups", groups, b).to(losses.device)
+        out_of_range = ((g < 0) | (g >= m)).sum().to(torch.float64).reshape(1)
+        local_sums = torch.zeros(m, dtype=losses.dtype, device=losses.device)
+        local_sums = local_sums.index_add(0, g.clamp(0, m - 1), losses)
+        counts = torch.bincount(g.clamp(0, m - 1), minlength=m).to(torch.float64)
+        stats = torch.cat([local_sums.detach().to(torch.float64), counts, out_of_range])
+        if self.gather:
+            stats = _dist.all_reduce_sum(stats, self.group)
+        if float(stats[-1]) > 0:
+            raise ValueError(f"groups out of range [0, {m})")
+        sums, counts = stats[:m], stats[m:2 * m]
+        if float(counts.sum()) == 0:
+            raise ValueError("losses is empty on every rank")
+        if self.check_finite and not bool(torch.isfinite(sums).all()):
+            raise ValueError("losses contain NaN or infinite value(s)")
+        present = counts > 0
+        means = sums / counts.clamp(min=1.0)
+        q = self._group_q(means, present)
+        value = torch.dot(q, means)
+        per_group = (q / counts.clamp(min=1.0)).to(losses.dtype)
+        s = torch.dot(per_group, local_sums)
+        return self._scale() * (s - s.detach()) + value.to(losses.dtype)
+
+    def extra_repr(self):
+        return f"n_groups={self.n_groups}, mode={self.mode!r}, step_size={self.step_size:g}"
+
+

@@ -1,0 +1,239 @@
+r"""Spectral risk of the whole training set through a table of the latest per-sample losses."""
+import numpy as np
+import torch
+from torch import nn
+
+from ... import risks as _risks
+from ..._kernels import oracles as _ko
+from ..._validation import check_int
+from ._common import (_GatherMixin, _as_index_tensor, _attach, _check_finite_np, _check_losses,
+                      _check_range, _check_risk, _to_numpy64)
+
+__all__ = ["TableSpectralRiskLoss"]
+
+
+class TableSpectralRiskLoss(_GatherMixin, nn.Module):
+    r"""Spectral risk of the full training set through a table of the latest per-sample losses.
+
+    Keeps a table :math:`\hat l \in \mathbb R^n` holding, for each training sample ``i``, its
+    loss at the last step that saw it (the loss table of Prospect, Mehta et al. 2024, Sec. 2
+    "Bias Reduction via Loss Estimation" and Sec. 3). A call ``forward(losses, indices)``
+
+    1. writes the batch losses into the table (``table[indices] = losses``);
+    2. computes the *global* weights :math:`q = q^{\hat l} = \arg\max_{q \in \mathcal
+       P(\sigma_n)} q^\top \hat l - \nu D(q\|\mathbf 1/n)` over all ``n`` entries with the
+       exact oracle (the table is kept sorted by merging the ``b`` updated entries, O(n + b log
+       b), then PAV in O(n));
+    3. returns a scalar whose value is the risk of the table :math:`R(\hat l)` and whose gradient
+       is :math:`\frac{n}{b}\sum_{k=1}^{b} q_{i_k} \nabla \ell_{i_k}(w)`.
+
+    Scaling (unbiasedness): if the batch is a uniformly random subset of size ``b`` (or ``b``
+    uniform draws with replacement), each sample is in the batch with probability ``b/n``
+    (appears ``b/n`` times on average), so
+
+    .. math::
+
+        \mathbb E_B\Big[\frac nb \sum_{i \in B} q_i \nabla\ell_i(w)\Big]
+        = \sum_{i=1}^n \frac bn \cdot \frac nb\, q_i \nabla \ell_i(w)
+        = \sum_{i=1}^n q_i \nabla\ell_i(w),
+
+    which is the full-batch gradient :math:`\nabla_w R(\ell(w))` whenever the table is exact
+    (:math:`\hat l = \ell(w)`, hence :math:`q = q^{\ell(w)}`) — the paper's estimator
+    :math:`n q_i \nabla\ell_i` averaged over a batch. With a stale table the bias is controlled
+    by :math:`\|\hat l - \ell(w)\|` (the map :math:`l \mapsto q^l` is Lipschitz for ``nu > 0``,
+    Prospect Lemma 6). This module implements the bias reduction only; Prospect's control
+    variate (a table of per-sample gradients) is left out, as it needs O(n d) memory for a
+    general network.
+
+    With ``gather=True`` the losses and indices of all ranks form the global batch of size
+    ``B = sum_r b_r``; every rank applies the same table updates (rank order) and computes the
+    same weights, and rank ``r`` back-propagates :math:`s \frac nB \sum_{i\in B_r} q_i \nabla
+    \ell_i` with ``s`` the world size (``grad_average=True``, DDP) or 1.
+
+    Initialisation: call :meth:`init_table` with the losses of a full pass (all ``n`` samples,
+    or a subset with their ``indices``). Otherwise the table fills lazily: while only ``m < n``
+    samples have been seen, the weights are those of the risk of the ``m`` seen samples (a
+    spectrum discretised for ``m``) and the scale is ``m/b`` instead of ``n/b``, i.e. the first
+    step is the plain mini-batch risk; the estimate is biased until every sample has been seen
+    once (one epoch). A custom ``ro.SpectralRisk`` (spectrum for ``n`` only) needs
+    :meth:`init_table`.
+
+    Parameters
+    ----------
+    risk : riskopt risk or str
+    n : int
+        Number of training samples; ``indices`` are sample ids in ``[0, n)``.
+    gather, group, grad_average, check_finite : see :class:`SpectralRiskLoss`.
+
+    Notes
+    -----
+    The table lives on the CPU in float64 (``n`` doubles; the oracle runs there anyway) and
+    is saved in ``state_dict`` (extra state). Duplicate indices in a batch are allowed (sampling
+    with replacement): the last value is written and each occurrence is weighted.
+
+    Examples
+    --------
+    >>> import torch, riskopt as ro
+    >>> from riskopt.torch import TableSpectralRiskLoss
+    >>> crit = TableSpectralRiskLoss(ro.CVaR(0.5, shift_cost=0.5), n=6)
+    >>> crit.init_table(torch.arange(6.0))
+    >>> l = torch.tensor([5.0, 0.0], requires_grad=True)
+    >>> r = crit(l, torch.tensor([5, 0]))
+    >>> r.backward()
+    >>> abs(r.item() - ro.CVaR(0.5, shift_cost=0.5).value(crit.table.numpy())) < 1e-6
+    True
+    >>> [round(g, 6) for g in l.grad.tolist()]  # (n/b) q_i for the two batch samples
+    [1.0, 0.0]
+    """
+
+    def __init__(self, risk, n, gather=False, group=None, grad_average=True, check_finite=True):
+        super().__init__()
+        self.risk = _check_risk(risk)
+        self.n = check_int("n", n, minimum=1)
+        self._init_gather(gather, group, grad_average, check_finite)
+        self._sigma_n = np.ascontiguousarray(self.risk.spectrum(self.n), dtype=np.float64)
+        self._table = np.zeros(self.n)
+        self._seen = np.zeros(self.n, dtype=bool)
+        self._n_seen = 0
+        self._order = None  # sorting permutation of the table once complete
+
+    # ------------------------------------------------------------------ table state
+    @property
+    def table(self):
+        """A copy of the loss table (float64 CPU tensor, zeros where not yet seen)."""
+        return torch.from_numpy(self._table.copy())
+
+    @property
+    def n_seen(self):
+        """Number of samples whose loss is in the table."""
+        return self._n_seen
+
+    @property
+    def complete(self):
+        """Whether every sample has a loss in the table."""
+        return self._n_seen == self.n
+
+    def init_table(self, losses, indices=None):
+        """Fill the table from a pass over the data (no gradient, no communication).
+
+        Parameters
+        ----------
+        losses : tensor or array of shape (n,) or (m,)
+            The per-sample losses (in sample-id order when ``indices`` is None).
+        indices : tensor or array of shape (m,), optional
+            Sample ids of ``losses`` when they do not cover all samples in order.
+        """
+        if isinstance(losses, torch.Tensor):
+            _check_losses(losses)
+            l_np = _to_numpy64(losses).copy()
+        else:
+            l_np = np.array(losses, dtype=np.float64)
+            if l_np.ndim != 1 or l_np.shape[0] == 0:
+                raise ValueError(f"losses must be a non-empty 1-D array, got shape {l_np.shape}")
+        _check_finite_np("losses", l_np)
+        if indices is None:
+            if l_np.shape[0] != self.n:
+                raise ValueError(
+                    f"init_table without indices needs all n={self.n} losses, got "
+                    f"{l_np.shape[0]}"
+                )
+            idx = np.arange(self.n)
+        else:
+            idx = _as_index_tensor("indices", indices, l_np.shape[0]).numpy()
+            _check_range("indices", idx, self.n)
+        self._write(idx, l_np, resort=True)
+
+    def _write(self, idx, l_np, resort=False):
+        # last occurrence wins for duplicated indices
+        rev = idx[::-1]
+        uniq, first = np.unique(rev, return_index=True)
+        vals = l_np[::-1][first]
+        was_complete = self.complete
+        self._table[uniq] = vals
+        if not was_complete:
+            self._seen[uniq] = True
+            self._n_seen = int(np.count_nonzero(self._seen))
+        if not self.complete:
+            return
+        if resort or not was_complete or self._order is None:
+            self._order = np.argsort(self._table, kind="mergesort")
+            return
+        # merge the re-sorted updated entries into the sorted order of the others
+        keep = np.ones(self.n, dtype=bool)
+        keep[uniq] = False
+        rest = self._order[keep[self._order]]
+        new = uniq[np.argsort(vals, kind="mergesort")]
+        pos = np.searchsorted(self._table[rest], self._table[new], side="right")
+        self._order = np.insert(rest, pos, new)
+
+    def _weights_np(self):
+        """``(R(table), q)`` over the table (over the seen entries while incomplete)."""
+        nu, div = float(self.risk.shift_cost), self.risk.div_code
+        if self.complete:
+            ls = np.ascontiguousarray(self._table[self._order])
+            qs = np.empty(self.n)
+            _ko._weights_sorted(ls, self._sigma_n, nu, div, qs)
+            q = np.empty(self.n)
+            q[self._order] = qs
+            return _ko._risk_sorted(ls, qs, nu, div), q
+        if self._n_seen == 0:
+            raise ValueError("the loss table is empty; call init_table or forward first")
+        sub = np.flatnonzero(self._seen)
+        if isinstance(self.risk, _risks.SpectralRisk):
+            raise ValueError(
+                f"a custom SpectralRisk has a spectrum for n={self.n} samples only: fill the "
+                f"table with init_table before training ({self._n_seen}/{self.n} seen)"
+            )
+        sigma = np.ascontiguousarray(self.risk.spectrum(sub.shape[0]), dtype=np.float64)
+        qsub = np.empty(sub.shape[0])
+        val = _ko._risk_weights(np.ascontiguousarray(self._table[sub]), sigma, nu, div, qsub)
+        q = np.zeros(self.n)
+        q[sub] = qsub
+        return val, q
+
+    def weights(self):
+        """The current global weights ``q`` over the table (float64 CPU tensor of shape (n,))."""
+        return torch.from_numpy(self._weights_np()[1])
+
+    def value(self):
+        """The risk of the current table ``R(table)``."""
+        return float(self._weights_np()[0])
+
+    def forward(self, losses, indices):
+        _check_losses(losses, allow_empty=self.gather)
+        idx = _as_index_tensor("indices", indices, int(losses.shape[0]))
+        l_np, (ig,), local = self._gather_losses(losses, idx)
+        i_np = ig.to("cpu", torch.int64).numpy()
+        big_b = l_np.shape[0]
+        _check_range("indices", i_np, self.n)
+        if (isinstance(self.risk, _risks.SpectralRisk) and not self.complete
+                and np.count_nonzero(self._seen) + np.setdiff1d(
+                    i_np, np.flatnonzero(self._seen)).shape[0] < self.n):
+            raise ValueError(
+                f"a custom SpectralRisk has a spectrum for n={self.n} samples only: fill the "
+                f"table with init_table before training ({self._n_seen}/{self.n} seen)"
+            )
+        self._write(i_np, l_np)
+        val, q = self._weights_np()
+        scale = self._n_seen / big_b * self._scale()
+        q_local = torch.from_numpy(q[i_np[local]])
+        return _attach(losses, q_local, val, scale)
+
+    # ------------------------------------------------------------------ state_dict
+    def get_extra_state(self):
+        return {"table": torch.from_numpy(self._table.copy()),
+                "seen": torch.from_numpy(self._seen.copy())}
+
+    def set_extra_state(self, state):
+        table = state["table"].to("cpu", torch.float64).numpy().copy()
+        seen = state["seen"].to("cpu", torch.bool).numpy().copy()
+        if table.shape != (self.n,) or seen.shape != (self.n,):
+            raise ValueError(f"loss table state has shape {table.shape}, expected ({self.n},)")
+        self._table, self._seen = table, seen
+        self._n_seen = int(np.count_nonzero(seen))
+        self._order = np.argsort(table, kind="mergesort") if self.complete else None
+
+    def extra_repr(self):
+        return f"risk={self.risk!r}, n={self.n}, seen={self._n_seen}, gather={self.gather}"
+
+
