@@ -249,12 +249,14 @@ def test_selection_window_is_in_passes_and_requires_every_seed():
 
 # ---------------------------------------------------------------------------- runner
 EXPECTED_COLUMNS = {
-    "spec": "object", "dataset": "object", "objective": "object", "risk": "object",
+    "spec": "object", "dataset": "object", "dataset_label": "object", "objective": "object",
+    "family": "object", "risk": "object",
     "loss": "object", "shift_cost": "float64", "divergence": "object", "l2_reg": "float64",
     "solver": "object", "solver_name": "object", "config": "object", "lr": "float64",
     "params": "object", "seed": "int64", "budget": "int64", "update": "int64",
-    "passes": "float64", "time": "float64", "value": "float64", "suboptimality": "float64",
-    "f_star": "float64", "diverged": "bool", "selected": "bool"}
+    "step": "float64", "passes": "float64", "time": "float64", "value": "float64",
+    "suboptimality": "float64",
+    "f_star": "float64", "f_star_ref": "float64", "diverged": "bool", "selected": "bool"}
 
 
 def _kind(dtype):
@@ -309,6 +311,8 @@ def test_run_end_to_end_resume_and_plot(tmp_path):
         ro.datasets.load("yacht").y_train, l2_reg=1 / 244)).value
     assert rec["f_star"] == pytest.approx(ref, rel=1e-12)
     assert math.isclose(table["f_star"].iloc[0], ref, rel_tol=1e-12)
+    assert (table["f_star"] == table["f_star_ref"]).all() and set(table["family"]) == {"spectral"}
+    np.testing.assert_allclose(table["step"], table["passes"] * 244)
 
     for name in ("figure.png", "figure.pdf"):
         assert (out / name).stat().st_size > 1000
@@ -365,9 +369,9 @@ def test_import_riskopt_stays_light():
 def test_plots_come_from_the_table_alone(tmp_path, monkeypatch):
     """A synthetic table (no solver involved): more panels than MAX_PANELS -> the big figure
     plus one per objective; non-positive suboptimality is drawn at the floor."""
-    from riskopt.bench import plotting
+    from riskopt.bench import figures
 
-    monkeypatch.setattr(plotting, "MAX_PANELS", 4)
+    monkeypatch.setattr(figures, "MAX_PANELS", 4)
     rng = np.random.default_rng(0)
     rows = []
     for ds in ["a", "b"]:

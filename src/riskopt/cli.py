@@ -6,7 +6,7 @@
     riskopt bench show NAME                     print a bundled spec (TOML) to copy and edit
     riskopt bench run SPEC [--out DIR] [--jobs N] [--backend NAME] [--address ADDR]
                            [--max-cells K] [--fresh] [--no-plot] [--dry-run] [--quiet]
-    riskopt bench plot RESULTS [--out DIR] [--x passes time] [--format png pdf]
+    riskopt bench plot RESULTS [--out DIR] [--x passes steps time] [--format png pdf]
     riskopt datasets list
     riskopt datasets info NAME
     riskopt fit DATA --target COL [--risk cvar:0.1] ... --out model.joblib
@@ -108,19 +108,6 @@ def _bench_run(args):
             raise _CLIError(f"unknown joblib backend {args.backend!r}; choose one of "
                             f"{', '.join(sorted(known))}")
     spec = load_spec(args.spec)
-    if args.dry_run and isinstance(getattr(spec, "driver", None), str):
-        from .bench.spec import driver_module
-
-        mod = driver_module(spec.driver)
-        sizes = mod.prepare(spec)
-        total, done = mod.status(spec, args.out)
-        _print(f"spec {spec.name}: valid ({spec.driver} driver, {spec.kind})")
-        for pid, sz in sizes.items():
-            _print(f"  {pid}: n = {sz['n']}, p = {sz['p']}")
-        _print(f"  methods: {', '.join(s.display for s in spec.solvers)}; "
-               f"{len(spec.lr)} step sizes; seeds {spec.seeds}")
-        _print(f"runs: {total} total, {done} finished, {total - done} to run")
-        return 0
     if args.dry_run:
         from .bench.runner import prepare, status
 
@@ -128,7 +115,8 @@ def _bench_run(args):
         total, done = status(spec, args.out)
         _print(f"spec {spec.name}: valid")
         for d, sz in sizes.items():
-            _print(f"  {d}: {sz['n_train']} x {sz['n_features']}, {spec.budget(d)} passes")
+            unit = "steps" if spec.dataset(d).streaming else "passes"
+            _print(f"  {d}: {sz['n_train']} x {sz['n_features']}, {spec.budget(d)} {unit}")
         _print(f"  objectives: {', '.join(spec.objective_labels())}")
         _print(f"  solvers: {', '.join(s.display for s in spec.solvers)}; seeds {spec.seeds}")
         _print(f"runs: {total} total, {done} finished, {total - done} to run")
@@ -163,7 +151,7 @@ def _bench_run(args):
 
 
 def _bench_plot(args):
-    from .bench.plotting import plot_results
+    from .bench.figures import plot_results
 
     try:
         paths = plot_results(args.results, out_dir=args.out, x=args.x, formats=args.format)
@@ -242,6 +230,22 @@ def _datasets_info(args):
 
 
 # ---------------------------------------------------------------------------- parser
+def _group(sub, name, help, description):
+    """A command with sub-actions (``riskopt NAME ACTION``)."""
+    p = sub.add_parser(name, help=help, description=description)
+    actions = p.add_subparsers(dest=f"{name}_command", metavar="ACTION")
+    actions.required = True
+    return actions
+
+
+def _action(group, name, func, help, description, positional=None):
+    p = group.add_parser(name, help=help, description=description)
+    if positional:
+        p.add_argument(positional[0], help=positional[1])
+    p.set_defaults(func=func)
+    return p
+
+
 def build_parser():
     from . import __version__
 
@@ -251,19 +255,13 @@ def build_parser():
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    bench = sub.add_parser("bench", help="run experiment specs and plot their results",
-                           description="Run experiment specs (TOML) and plot their results.")
-    bsub = bench.add_subparsers(dest="bench_command", metavar="ACTION")
-    bsub.required = True
-
-    b_list = bsub.add_parser("list", help="list the bundled specs",
-                             description="List the bundled experiment specs.")
-    b_list.set_defaults(func=_bench_list)
-
-    b_show = bsub.add_parser("show", help="print a bundled spec",
-                             description="Print a bundled spec (TOML) to copy and edit.")
-    b_show.add_argument("name", help="bundled spec name (see `riskopt bench list`)")
-    b_show.set_defaults(func=_bench_show)
+    bsub = _group(sub, "bench", "run experiment specs and plot their results",
+                  "Run experiment specs (TOML) and plot their results.")
+    _action(bsub, "list", _bench_list, "list the bundled specs",
+            "List the bundled experiment specs.")
+    _action(bsub, "show", _bench_show, "print a bundled spec",
+            "Print a bundled spec (TOML) to copy and edit.",
+            ("name", "bundled spec name (see `riskopt bench list`)"))
 
     b_run = bsub.add_parser(
         "run", help="run (or resume) a spec", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -271,7 +269,7 @@ def build_parser():
                "  riskopt bench run quick --jobs 2            # bundled smoke test, ~1 min\n"
                "  riskopt bench run my_spec.toml --out results/mine\n"
                "  riskopt bench run prospect_fig3 --max-cells 200   # a chunk; rerun to go on\n"
-               "  riskopt bench run splplus_synthetic_quick     # SPL+ sensitivity (driver spec)\n"
+               "  riskopt bench list                            # the specs of every family\n"
                "on a cluster (any joblib backend; workers need riskopt installed and\n"
                "RISKOPT_DATA for non-bundled data; only this process writes files):\n"
                "  riskopt bench run prospect_fig3 --backend dask --address tcp://host:8786\n"
@@ -308,23 +306,18 @@ def build_parser():
                     "and band over seeds) from a results folder. Never reruns solvers.")
     b_plot.add_argument("results", help="results folder (or its results.parquet)")
     b_plot.add_argument("--out", metavar="DIR", help="where to write (default: the folder)")
-    b_plot.add_argument("--x", nargs="+", choices=["passes", "time"],
+    b_plot.add_argument("--x", nargs="+", choices=["passes", "steps", "time"],
                         help="x axes (default: the spec's plot.x)")
     b_plot.add_argument("--format", nargs="+", default=["png", "pdf"], metavar="FMT",
                         help="file formats (default: png pdf)")
     b_plot.set_defaults(func=_bench_plot)
 
-    ds = sub.add_parser("datasets", help="list and describe data sets",
-                        description="List and describe the data sets riskopt can load.")
-    dsub = ds.add_subparsers(dest="datasets_command", metavar="ACTION")
-    dsub.required = True
-    d_list = dsub.add_parser("list", help="list data set names",
-                             description="List the data sets riskopt can load.")
-    d_list.set_defaults(func=_datasets_list)
-    d_info = dsub.add_parser("info", help="describe one data set",
-                             description="Describe one data set.")
-    d_info.add_argument("name", help="data set name (see `riskopt datasets list`)")
-    d_info.set_defaults(func=_datasets_info)
+    dsub = _group(sub, "datasets", "list and describe data sets",
+                  "List and describe the data sets riskopt can load.")
+    _action(dsub, "list", _datasets_list, "list data set names",
+            "List the data sets riskopt can load.")
+    _action(dsub, "info", _datasets_info, "describe one data set", "Describe one data set.",
+            ("name", "data set name (see `riskopt datasets list`)"))
 
     from ._cli_fit import add_parsers
 

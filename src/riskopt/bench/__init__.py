@@ -1,4 +1,4 @@
-"""Benchmarks: experiment specs, runner, step-size selection, results tables and figures.
+"""Benchmarks: experiment specs, runner, analyses (selection, sensitivity), tables and figures.
 
 Needs the ``bench`` extra (pandas, pyarrow, matplotlib, rich, joblib); ``import riskopt`` does
 not import this package.
@@ -16,19 +16,24 @@ The same from the shell::
     riskopt bench run quick --out results/quick --jobs 2
     riskopt bench plot results/quick
 
+One schema and one runner serve every problem family:
+
 * :mod:`riskopt.bench.spec` -- the spec format (TOML or dataclasses) and its validation;
+* :mod:`riskopt.bench.problems` -- problem definitions: objective families and data sources
+  (data sets, data streams), initial points, evaluation of recorded points;
 * :mod:`riskopt.bench.runner` -- f* cache, JIT warm-up, joblib parallel runs (other joblib
   backends such as dask or ray for clusters), resumption, the output files;
-* :mod:`riskopt.bench.selection` -- the papers' step-size rule;
-* :mod:`riskopt.bench.plotting` -- figures from the tables.
+* :mod:`riskopt.bench.analysis` -- the papers' step-size selection, sensitivity, fixed accuracy,
+  the step-size range summary (tables in, tables out);
+* :mod:`riskopt.bench.figures` -- figures from the tables.
 """
-from .plotting import plot_results
+from .analysis import mark_selected, select, seed_scores, sensitivity, summary
+from .figures import plot_results
 from .runner import RunResult, enumerate_cells, merge_cells, run
-from .selection import mark_selected, select, seed_scores
-from .spec import (PAPER_LR_GRID, ObjectiveSpec, PlotSpec, SolverSpec, Spec, SpecError,
-                   bundled_specs, load_spec, spec_from_dict)
+from .spec import (PAPER_LR_GRID, ObjectiveSpec, PlotSpec, RecordSpec, SolverSpec, Spec,
+                   SpecError, bundled_specs, load_spec, spec_from_dict)
 
-__all__ = ["Spec", "ObjectiveSpec", "SolverSpec", "PlotSpec", "SpecError", "PAPER_LR_GRID",
-           "load_spec", "spec_from_dict", "bundled_specs", "run", "RunResult",
+__all__ = ["Spec", "ObjectiveSpec", "SolverSpec", "PlotSpec", "RecordSpec", "SpecError",
+           "PAPER_LR_GRID", "load_spec", "spec_from_dict", "bundled_specs", "run", "RunResult",
            "enumerate_cells", "merge_cells", "select", "seed_scores", "mark_selected",
-           "plot_results"]
+           "sensitivity", "summary", "plot_results"]

@@ -14,7 +14,11 @@ Output folder (default ``results/<spec name>``)::
     selection.parquet    one row per (dataset, objective, solver, config) with the score of
     selection.csv        the selection rule, and the ``selected`` flag
     metadata.json        versions, CPU, spec, timings, f*, selected configs, file list
-    figure.png/.pdf      suboptimality vs passes (figure_time.* vs solver wall time)
+    sensitivity.parquet  (analyses "sensitivity") per (dataset, objective, solver, lr): final
+    sensitivity.csv      suboptimality and budget to reach epsilon, over seeds
+    summary.csv          per (dataset, objective, solver): best lr, width of the good lr range
+    figure.png/.pdf      suboptimality vs passes (figure_time.* vs solver wall time), and the
+                         other figures of the spec's ``analyses`` (riskopt.bench.figures)
 
 Every file is written atomically (temporary file + ``os.replace``). Rerunning the same
 command skips finished cells; ``fresh=True`` (``--fresh``) deletes this spec's cells first.
@@ -37,7 +41,13 @@ file system is needed.
 
 Budget: a run of ``P`` passes makes ``ceil(P / solver.passes_per_update(objective))`` updates
 and records the objective after each (so at least ``P`` passes; SOREL and LSVRG, whose updates
-cost two passes, record every second pass).
+cost two passes, record every second pass). On a data stream (``steps``) the solver's
+``run_stream`` takes the steps between two records in chunks of the source's ``chunk_size``.
+What is recorded follows the spec's ``record`` table (:mod:`riskopt.bench.spec`): the profile
+value through :class:`riskopt.Trace`, or ``F`` at the solver's reported point (auxiliary
+variables included) evaluated after the run by :func:`riskopt.bench.problems.evaluate`. The
+runner never asks which family it runs: the problem definitions (:mod:`riskopt.bench.problems`)
+build the objectives, the initial points and the evaluations.
 
 Timing: the trace time is solver-only (the clock stops while the objective is evaluated),
 after a JIT warm-up in each worker process. Parallel workers share the CPU's caches and
@@ -52,16 +62,16 @@ import time
 import traceback
 import warnings
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from . import _io
-from .spec import ObjectiveSpec, SpecError, _hash, load_spec
+from . import _io, problems
+from .spec import SpecError, load_spec
+from .spec_tools import l2_value
+from .spec_tools import content_hash as _hash
 
 CELL_FORMAT = 1
-_CELL_COLUMNS = ["update", "passes", "time", "value", "suboptimality", "diverged"]
 
 
 @dataclass
@@ -82,42 +92,22 @@ class RunResult:
     errors: list = field(default_factory=list)
 
 
-# ---------------------------------------------------------------------------- data + problems
-@lru_cache(maxsize=16)
-def _load_dataset(name, protocol):
-    from .. import datasets
-
-    data = datasets.load(name, protocol=protocol)
-    X = np.ascontiguousarray(data.X_train, dtype=np.float64)
-    y = np.ascontiguousarray(data.y_train, dtype=np.float64)
-    X.setflags(write=False)
-    y.setflags(write=False)
-    return X, y
+# ---------------------------------------------------------------------------- problems
+def _problem(task):
+    return problems.build(task["problem"])
 
 
-_OBJECTIVES = {}
+def _compute_fstar(problem, reference):
+    """``f*`` of a problem: ``objective.reference_solution(reference["method"])``."""
+    from threadpoolctl import threadpool_limits
 
-
-def _objective(dataset, protocol, obj_dict):
-    key = _hash([dataset, protocol, obj_dict])
-    if key not in _OBJECTIVES:
-        X, y = _load_dataset(dataset, protocol)
-        _OBJECTIVES[key] = ObjectiveSpec(**obj_dict).build(X, y)
-    return _OBJECTIVES[key]
-
-
-def problem_key(dataset, protocol, objective):
-    return {"dataset": dataset, "protocol": protocol, "objective": objective.key()}
-
-
-def _compute_fstar(dataset, protocol, obj_dict):
-    from ..solvers import LBFGS
-
-    obj = _objective(dataset, protocol, obj_dict)
-    t0 = time.perf_counter()
-    res = LBFGS().run(obj)
-    return {"f_star": float(res.value), "seconds": time.perf_counter() - t0,
-            "message": str(res.message)}
+    with threadpool_limits(1):
+        obj = problems.build(problem).objective
+        t0 = time.perf_counter()
+        ref = obj.reference_solution(reference["method"])
+        sec = time.perf_counter() - t0
+    return {"f_star": float(ref.value), "seconds": sec, "message": str(ref.message),
+            "aux": [float(a) for a in ref.aux], "n": int(obj.n), "p": int(obj.p)}
 
 
 # ---------------------------------------------------------------------------- cells
@@ -129,22 +119,29 @@ class Cell:
     solver_index: int
     config: dict
     seed: int
-    passes: int
+    passes: int  # the budget: passes, or steps on a data stream
     key: dict
 
 
 def enumerate_cells(spec):
     """Every run of the spec, in spec order (dataset, objective, solver, config, seed)."""
     cells = []
+    rec = spec.record
     for d in spec.datasets:
-        for j, obj in enumerate(spec.objectives):
+        streaming = spec.dataset(d).streaming
+        for j in range(len(spec.objectives)):
             for i, sol in enumerate(spec.solvers):
                 for cfg in sol.configs():
                     for seed in spec.seeds:
-                        key = {"format": CELL_FORMAT,
-                               "problem": problem_key(d, spec.protocol, obj),
+                        key = {"format": CELL_FORMAT, "problem": spec.problem(d, j),
                                "solver": sol.name, "config": cfg, "seed": seed,
                                "passes": spec.budget(d)}
+                        if rec.value != "profile":
+                            key["record"] = {"value": rec.value, "every": rec.every} \
+                                if not streaming else {"value": rec.value,
+                                                       "points": rec.points}
+                        if spec.init != "zeros":
+                            key["init"] = spec.init_table()
                         cells.append(Cell(_hash(key), d, j, i, cfg, seed, spec.budget(d), key))
     return cells
 
@@ -155,26 +152,39 @@ def config_label(cfg):
                     for k, v in cfg.items())
 
 
+def record_steps(budget, points):
+    """Streams: step 0 and ``points`` log-spaced steps in ``[10, budget]`` (unique)."""
+    lo = min(10, budget)
+    s = np.unique(np.round(np.geomspace(lo, budget, points)).astype(np.int64))
+    return np.concatenate([[0], s]).astype(np.int64)
+
+
+def record_passes(budget, every):
+    """Data sets: passes ``0, every, 2 every, ...`` and the budget."""
+    k = np.arange(0, budget + 1, every, dtype=np.int64)
+    return k if k[-1] == budget else np.append(k, budget)
+
+
 _WARM = set()
 
 
-def _warm_up(solver_name, cfg, dataset, protocol, obj_dict):
+def _warm_up(solver_name, cfg, problem):
     """Compile (or load from numba's cache) the solver's kernels once per process.
 
-    Runs two updates on the first (at most) 128 rows of the data set, so that the timed run
-    measures the algorithm, not the JIT.
+    Runs two updates on the first (at most) 128 rows of the problem's data (a stream's solver
+    objective), so that the timed run measures the algorithm, not the JIT.
     """
     from .. import solvers as _solvers
     from ..callbacks import DivergenceWarning
 
     fixed = {k: v for k, v in cfg.items() if k != "lr"}
-    key = (solver_name, json.dumps(fixed, sort_keys=True, default=str), obj_dict["loss"])
+    o = problem["objective"]
+    key = (solver_name, json.dumps(fixed, sort_keys=True, default=str), o["family"], o["loss"])
     if key in _WARM:
         return
     _WARM.add(key)
     try:
-        X, y = _load_dataset(dataset, protocol)
-        tiny = ObjectiveSpec(**obj_dict).build(X[:128], y[:128])
+        tiny = problems.tiny(problem)
         solver = _solvers.get(solver_name, **{**cfg, "lr": 1e-6}, random_state=0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DivergenceWarning)
@@ -184,33 +194,102 @@ def _warm_up(solver_name, cfg, dataset, protocol, obj_dict):
         pass
 
 
+def _run_profile(task, prob, solver, coef0, aux0):
+    """Record the profile objective after every update through a Trace."""
+    from ..callbacks import Trace
+
+    obj = prob.objective
+    ppu = float(solver.passes_per_update(obj))
+    max_epochs = max(1, math.ceil(task["passes"] / ppu - 1e-9))
+    trace = Trace(f_star=task["f_star"])
+    res = solver.run(obj, max_epochs=max_epochs, callback=trace, coef0=coef0, **aux0)
+    values = np.asarray(trace.values, dtype=float)
+    passes = np.asarray(trace.passes, dtype=float)
+    return {"passes": passes, "step": passes * obj.n, "time": np.asarray(trace.times, float),
+            "value": values, "suboptimality": np.asarray(trace.suboptimality, dtype=float),
+            "diverged": bool(trace.diverged or res.diverged)}
+
+
+def _run_iterates(task, prob, solver, coef0, aux0):
+    """Record the solver's reported point (auxiliary variables included) at the record
+    points, then evaluate ``F`` there in one call."""
+    from ..callbacks import perf_counter
+
+    obj, rec = prob.objective, task["record"]
+    state = solver.init_state(obj, coef0=coef0, **aux0)
+    coefs, auxs, times = [], [], []
+    elapsed, diverged = 0.0, False
+
+    def record():
+        if diverged:
+            coefs.append(np.full(obj.p * obj.K, np.nan))
+            auxs.append((np.nan,) * obj.n_aux)
+        else:
+            c, a = problems.solver_point(solver, obj, state)
+            coefs.append(c)
+            auxs.append(a)
+        times.append(elapsed)
+
+    if prob.streaming:
+        steps = record_steps(task["passes"], rec["points"])
+        done = 0
+        for s in steps:
+            if s > done and not diverged:
+                res = solver.run_stream(prob.solver_objective, int(s - done),
+                                        sampler=prob.sampler, state=state,
+                                        chunk_size=prob.chunk_size)
+                state, elapsed, done = res.state, elapsed + res.time, int(s)
+                diverged = bool(res.diverged)
+            record()
+        passes = np.full(len(steps), np.nan)
+    else:
+        passes = record_passes(task["passes"], rec["every"]).astype(float)
+        want = set(passes.tolist())
+        ppu = float(solver.passes_per_update(obj))
+        record()
+        k, done = 0, 0.0
+        while done < passes[-1] - 1e-9:
+            if not diverged:
+                t0 = perf_counter()
+                state = solver.update(obj, state)
+                elapsed += perf_counter() - t0
+                diverged = not solver._finite(state)
+            k += 1
+            done = k * ppu
+            if done in want:
+                record()
+        steps = passes * obj.n
+    values = problems.evaluate(obj, np.asarray(coefs), np.asarray(auxs))
+    return {"passes": passes, "step": np.asarray(steps, dtype=float),
+            "time": np.asarray(times, dtype=float), "value": values, "diverged": diverged}
+
+
 def _run_cell(task):
     """Run one cell in a worker; returns ``(cell id, DataFrame or None, error or None)``."""
     import pandas as pd
+    from threadpoolctl import threadpool_limits
 
     from .. import solvers as _solvers
-    from ..callbacks import DivergenceWarning, Trace
+    from ..callbacks import DivergenceWarning
 
     try:
-        obj = _objective(task["dataset"], task["protocol"], task["objective"])
-        _warm_up(task["solver"], task["config"], task["dataset"], task["protocol"],
-                 task["objective"])
-        solver = _solvers.get(task["solver"], **task["config"], random_state=task["seed"])
-        ppu = float(solver.passes_per_update(obj))
-        max_epochs = max(1, math.ceil(task["passes"] / ppu - 1e-9))
-        trace = Trace(f_star=task["f_star"])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DivergenceWarning)
-            warnings.simplefilter("ignore", RuntimeWarning)  # overflow while blowing up
-            res = solver.run(obj, max_epochs=max_epochs, callback=trace)
-        values = np.asarray(trace.values, dtype=float)
-        diverged = bool(trace.diverged or res.diverged or not np.all(np.isfinite(values)))
+        with threadpool_limits(1):
+            prob = _problem(task)
+            _warm_up(task["solver"], task["config"], task["problem"])
+            solver = _solvers.get(task["solver"], **task["config"], random_state=task["seed"])
+            coef0, aux0 = problems.initial_point(task["init"], prob.objective, task["seed"])
+            run = _run_profile if task["record"]["value"] == "profile" else _run_iterates
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DivergenceWarning)
+                warnings.simplefilter("ignore", RuntimeWarning)  # overflow while blowing up
+                out = run(task, prob, solver, coef0, aux0)
+        values = out["value"]
+        diverged = bool(out["diverged"] or not np.all(np.isfinite(values)))
         frame = pd.DataFrame({
             "update": np.arange(len(values), dtype=np.int64),
-            "passes": np.asarray(trace.passes, dtype=float),
-            "time": np.asarray(trace.times, dtype=float),
+            "step": out["step"], "passes": out["passes"], "time": out["time"],
             "value": values,
-            "suboptimality": np.asarray(trace.suboptimality, dtype=float),
+            "suboptimality": out.get("suboptimality", np.full(len(values), np.nan)),
             "diverged": np.full(len(values), diverged),
         })
         return task["id"], frame, None
@@ -335,13 +414,9 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
     -------
     RunResult
     """
-    spec = load_spec(spec)
-    if isinstance(getattr(spec, "driver", None), str):  # e.g. the SPL+ experiments
-        from .spec import driver_module
+    from joblib import delayed
 
-        return driver_module(spec.driver).run(spec, out=out, jobs=jobs, backend=backend,
-                                              progress=progress, max_cells=max_cells,
-                                              fresh=fresh, plot=plot, echo=echo)
+    spec = load_spec(spec)
     say = echo or (lambda msg: None)
     t_start = time.perf_counter()
     started = _now()
@@ -366,57 +441,62 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
     # -- f* (cached per problem)
     fstar_path = out / "fstar.json"
     fstar = json.loads(fstar_path.read_text()) if fstar_path.exists() else {}
-    problems = {}
+    probs = {}
     for d in spec.datasets:
-        for j, o in enumerate(spec.objectives):
-            problems[_hash(problem_key(d, spec.protocol, o))] = (d, j)
-    missing = [k for k in problems if k not in fstar]
+        for j in range(len(spec.objectives)):
+            probs[_hash(spec.problem(d, j))] = (d, j)
+    missing = [k for k in probs if k not in fstar]
 
     # -- cells still to run
     done = {c.id for c in cells if (cells_dir / f"{c.id}.parquet").exists()}
     pending = [c for c in cells if c.id not in done]
     n_reused = len(done)
+
+    def cost(c):
+        return -sizes[c.dataset]["n_train"] * c.passes
+
     if max_cells is not None:
-        pending.sort(key=lambda c: -sizes[c.dataset]["n_train"] * c.passes)
+        pending.sort(key=cost)
         pending = pending[: max(0, int(max_cells))]
     say(f"spec {spec.name}: {len(cells)} runs, {n_reused} already finished, "
         f"{len(pending)} to run (jobs={jobs})")
 
     errors = []
     n_run = 0
+    labels = spec.objective_labels()
     with _Progress(progress) as bar:
         if missing:
-            say(f"computing f* for {len(missing)} problem(s) with L-BFGS")
-            task = bar.task("f* (L-BFGS)", len(missing))
+            say(f"computing f* for {len(missing)} problem(s)")
+            task = bar.task("f* (reference)", len(missing))
             ctx, par = _parallel(jobs, backend)
-            from joblib import delayed
-
             with ctx:
-                it = par(delayed(_fstar_task)(k, problems[k][0], spec.protocol,
-                                              asdict(spec.objectives[problems[k][1]]))
-                         for k in missing)
-                for k, rec in it:
-                    d, j = problems[k]
-                    fstar[k] = {"dataset": d, "objective": spec.objective_labels()[j],
-                                "key": problem_key(d, spec.protocol, spec.objectives[j]), **rec}
-                    _io.atomic_write_json(fstar_path, fstar)
+                it = par(delayed(_fstar_task)(k, spec.problem_description(*probs[k]),
+                                              spec.reference) for k in missing)
+                for k, rec, err in it:
+                    d, j = probs[k]
+                    if err is not None:
+                        errors.append((f"f* of {d} / {labels[j]}", err))
+                    else:
+                        fstar[k] = {"dataset": d, "objective": labels[j],
+                                    "key": spec.problem(d, j), **rec}
+                        _io.atomic_write_json(fstar_path, fstar)
                     bar.advance(task)
+        pending = [c for c in pending if _hash(spec.problem(c.dataset, c.objective_index))
+                   in fstar]
         if pending:
             _warm_up_parent(spec)
-            labels = spec.objective_labels()
             tasks = []
-            for c in sorted(pending, key=lambda c: -sizes[c.dataset]["n_train"] * c.passes):
-                pk = _hash(problem_key(c.dataset, spec.protocol, spec.objectives[c.objective_index]))
-                tasks.append({"id": c.id, "dataset": c.dataset, "protocol": spec.protocol,
-                              "objective": asdict(spec.objectives[c.objective_index]),
+            for c in sorted(pending, key=cost):
+                pk = _hash(spec.problem(c.dataset, c.objective_index))
+                tasks.append({"id": c.id,
+                              "problem": spec.problem_description(c.dataset, c.objective_index),
                               "solver": spec.solvers[c.solver_index].name,
                               "config": c.config, "seed": c.seed, "passes": c.passes,
+                              "record": asdict(spec.record), "init": spec.init_table(),
                               "f_star": fstar[pk]["f_star"]})
             by_id = {c.id: c for c in cells}
             task_bar = bar.task(f"runs of {spec.name}", len(tasks))
             ctx, par = _parallel(jobs, backend)
-            from joblib import delayed
-
             with ctx:
                 for cid, frame, err in par(delayed(_run_cell)(t) for t in tasks):
                     c = by_id[cid]
@@ -438,59 +518,72 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
 
     finished = {c.id for c in cells if (cells_dir / f"{c.id}.parquet").exists()}
     n_err = sum(1 for c in cells if (cells_dir / f"{c.id}.error.json").exists())
+    f_missing = [k for k in probs if k not in fstar]
     remaining = len(cells) - len(finished) - n_err
-    result = RunResult(out_dir=out, complete=remaining == 0 and n_err == 0,
-                       n_cells=len(cells), n_reused=n_reused, n_run=n_run, n_errors=n_err,
-                       wall_seconds=0.0, errors=errors)
-    if remaining > 0:
+    result = RunResult(out_dir=out, complete=remaining == 0 and n_err == 0 and not f_missing,
+                       n_cells=len(cells), n_reused=n_reused, n_run=n_run,
+                       n_errors=n_err + len(f_missing), wall_seconds=0.0, errors=errors)
+    if remaining > 0 or f_missing:
         result.wall_seconds = time.perf_counter() - t_start
         say(f"stopped with {remaining} of {len(cells)} runs left; run the same command again "
             "to resume")
         return result
 
-    # -- merge, select, write tables + metadata (+ figures)
-    from .selection import mark_selected, select
+    # -- merge, analyses, tables + metadata (+ figures)
+    from . import analysis
 
     table = merge_cells(spec, cells, cells_dir, fstar)
-    selection = select(table, last_passes=spec.last_passes, seeds=spec.seeds)
-    table = mark_selected(table, selection)
+    selection = analysis.select(table, last_passes=spec.last_passes, seeds=spec.seeds,
+                                rule=spec.selection_rule)
+    table = analysis.mark_selected(table, selection)
     result.table = out / "results.parquet"
     result.selection = out / "selection.parquet"
     _io.atomic_write_parquet(result.table, table, {"riskopt.spec": json.dumps(spec.to_dict())})
     _io.atomic_write_parquet(result.selection, selection)
     _io.atomic_write_text(out / "selection.csv", selection.to_csv(index=False))
+    summ = None
+    if "sensitivity" in spec.analyses:
+        a = spec.analysis
+        sens = analysis.sensitivity(table, a["epsilon"], a["epsilon_scale"])
+        summ = analysis.summary(sens, a["tolerance"], spec.plot.floor)
+        _io.atomic_write_parquet(out / "sensitivity.parquet", sens)
+        _io.atomic_write_text(out / "sensitivity.csv", sens.to_csv(index=False))
+        _io.atomic_write_text(out / "summary.csv", summ.to_csv(index=False))
     if plot:
-        from .plotting import plot_results
+        from .figures import plot_results
 
         result.figures = plot_results(out, table=table)
     result.wall_seconds = time.perf_counter() - t_start
     result.metadata = out / "metadata.json"
-    meta = _metadata(spec, out, result, sizes, fstar, problems, selection, started, jobs,
-                     backend)
+    meta = _metadata(spec, out, result, sizes, fstar, probs, table, selection, summ, started,
+                     jobs, backend)
     _io.atomic_write_json(result.metadata, meta)
     return result
 
 
 def prepare(spec):
-    """Load the data sets, build every objective and check that every solver configuration
-    accepts it; raise :class:`SpecError` naming the key otherwise.
+    """Build every problem and check that every solver configuration accepts it; raise
+    :class:`SpecError` naming the key otherwise. A stream's evaluation sample is not drawn
+    here (its size comes from the spec).
 
     Returns ``(sizes, objectives)``: ``{dataset: {"n_train", "n_features"}}`` and
-    ``{(dataset, objective index): Objective}``.
+    ``{(dataset, objective index): objective}`` (data sets only).
     """
     spec = load_spec(spec)
     sizes, objectives = {}, {}
     for i, d in enumerate(spec.datasets):
-        try:
-            X, y = _load_dataset(d, spec.protocol)
-        except (ValueError, FileNotFoundError, OSError) as exc:
-            raise SpecError(f"datasets[{i}]", f"cannot load {d!r}: {exc}") from None
-        sizes[d] = {"n_train": int(X.shape[0]), "n_features": int(X.shape[1])}
         for j, o in enumerate(spec.objectives):
+            desc = spec.problem_description(d, j)
             try:
-                objectives[d, j] = _objective(d, spec.protocol, asdict(o))
+                sz = problems.size(desc)
+                if not spec.dataset(d).streaming:
+                    objectives[d, j] = problems.build(desc).objective
+            except (FileNotFoundError, OSError) as exc:
+                raise SpecError(f"datasets[{i}]", f"cannot load {d!r}: {exc}") from None
             except ValueError as exc:
-                raise SpecError(f"objectives[{j}]", f"on {d}: {exc}") from None
+                key = f"objectives[{j}]" if j or d in sizes else f"datasets[{i}]"
+                raise SpecError(key, f"on {d}: {exc}") from None
+            sizes[d] = {"n_train": sz["n"], "n_features": sz["p"]}
     _check_compatibility(spec, objectives)
     return sizes, objectives
 
@@ -504,8 +597,11 @@ def status(spec, out=None):
     return len(cells), done
 
 
-def _fstar_task(key, dataset, protocol, obj_dict):
-    return key, _compute_fstar(dataset, protocol, obj_dict)
+def _fstar_task(key, problem, reference):
+    try:
+        return key, _compute_fstar(problem, reference), None
+    except Exception as exc:
+        return key, None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
 def _check_compatibility(spec, objectives):
@@ -522,11 +618,15 @@ def _check_compatibility(spec, objectives):
                 except (ValueError, TypeError) as exc:
                     raise SpecError(f"solvers[{i}]", f"{sol.display} with "
                                                      f"{config_label(cfg)}: {exc}") from None
-                try:
-                    solver._check_objective(obj)
-                except (ValueError, TypeError) as exc:
+                reason = solver.incompatibility(obj)
+                if reason is not None:
                     raise SpecError(f"solvers[{i}]", f"{sol.display} cannot run objectives[{j}] "
-                                                     f"({labels[j]}) on {d}: {exc}") from None
+                                                     f"({labels[j]}) on {d}: {reason}")
+        if spec.dataset(spec.datasets[0]).streaming or any(
+                spec.dataset(d).streaming for d in spec.datasets):
+            if not getattr(_solvers.get(sol.name), "streaming", False):
+                raise SpecError(f"solvers[{i}]", f"{sol.display} has no streaming mode (the "
+                                                 "spec has data streams)")
 
 
 def _warm_up_parent(spec):
@@ -534,11 +634,8 @@ def _warm_up_parent(spec):
     first = spec.datasets[0]
     for sol in spec.solvers:
         cfg = sol.configs()[0]
-        seen = set()
-        for o in spec.objectives:
-            if o.loss not in seen:
-                seen.add(o.loss)
-                _warm_up(sol.name, cfg, first, spec.protocol, asdict(o))
+        for j in range(len(spec.objectives)):
+            _warm_up(sol.name, cfg, spec.problem_description(first, j))
 
 
 def merge_cells(spec, cells, cells_dir, fstar):
@@ -552,45 +649,73 @@ def merge_cells(spec, cells, cells_dir, fstar):
         if not path.exists():
             continue
         f = pd.read_parquet(path)
-        obj = spec.objectives[c.objective_index]
+        obj = spec.objective_for(c.dataset, c.objective_index)
         sol = spec.solvers[c.solver_index]
-        X, _ = _load_dataset(c.dataset, spec.protocol)
-        pk = _hash(problem_key(c.dataset, spec.protocol, obj))
+        rec = fstar[_hash(spec.problem(c.dataset, c.objective_index))]
         params = {k: v for k, v in c.config.items() if k != "lr"}
         const = {
-            "spec": spec.name, "dataset": c.dataset, "objective": labels[c.objective_index],
-            "risk": obj.risk, "loss": obj.loss, "shift_cost": float(obj.shift_cost),
-            "divergence": obj.divergence,
-            "l2_reg": float(_l2(obj, X.shape[0])), "solver": sol.display,
-            "solver_name": sol.name, "config": config_label(c.config),
+            "spec": spec.name, "dataset": c.dataset,
+            "dataset_label": spec.dataset_label(c.dataset),
+            "objective": labels[c.objective_index], "family": obj.family,
+            "risk": obj.risk or "", "loss": obj.loss,
+            "shift_cost": float(obj.shift_cost) if obj.family == "spectral" else 0.0,
+            "divergence": obj.divergence if obj.family == "spectral" else "",
+            "l2_reg": float(l2_value(obj.l2_reg, rec.get("n", _n_train(spec, c)))),
+            "solver": sol.display, "solver_name": sol.name, "config": config_label(c.config),
             "lr": float(c.config["lr"]), "params": json.dumps(params, sort_keys=True),
-            "seed": int(c.seed), "budget": int(c.passes), "f_star": float(fstar[pk]["f_star"]),
+            "seed": int(c.seed), "budget": int(c.passes), "f_star_ref": float(rec["f_star"]),
         }
         for k, v in const.items():
             f[k] = v
         parts.append(f)
-    cols = ["spec", "dataset", "objective", "risk", "loss", "shift_cost", "divergence",
-            "l2_reg", "solver", "solver_name", "config", "lr", "params", "seed", "budget",
-            "update", "passes", "time", "value", "suboptimality", "f_star", "diverged"]
+    cols = ["spec", "dataset", "dataset_label", "objective", "family", "risk", "loss",
+            "shift_cost", "divergence", "l2_reg", "solver", "solver_name", "config", "lr",
+            "params", "seed", "budget", "update", "step", "passes", "time", "value",
+            "suboptimality", "f_star", "f_star_ref", "diverged"]
     if not parts:
         return pd.DataFrame(columns=cols)
-    table = pd.concat(parts, ignore_index=True)
-    return table[cols]
+    t = pd.concat(parts, ignore_index=True)
+    t["f_star"] = t["f_star_ref"]
+    if spec.reference["lower_to_best"]:
+        keys = ["dataset", "objective"]
+        low = t[np.isfinite(t["value"])].groupby(keys)["value"].min()
+        best = pd.Series([low.get(tuple(k), np.inf) for k in t[keys].to_numpy()],
+                         index=t.index)
+        t["f_star"] = np.minimum(t["f_star_ref"].to_numpy(), best.to_numpy())
+    if spec.record.value != "profile" or spec.reference["lower_to_best"]:
+        gap = t["value"] - t["f_star"]
+        if spec.record.suboptimality == "relative":
+            first = t.groupby(["dataset", "objective", "solver", "config", "seed"],
+                              sort=False)["value"].transform("first")
+            gap = gap / (first - t["f_star"])
+        t["suboptimality"] = gap
+    return t[cols]
 
 
-def _l2(obj, n):
-    from .spec import l2_value
-
-    return l2_value(obj.l2_reg, n)
+def _n_train(spec, c):
+    return problems.size(spec.problem_description(c.dataset, c.objective_index))["n"]
 
 
-def _metadata(spec, out, result, sizes, fstar, problems, selection, started, jobs, backend):
+def _metadata(spec, out, result, sizes, fstar, probs, table, selection, summ, started, jobs,
+              backend):
     chosen = selection[selection["selected"]]
     no_choice = []
     for k, g in selection.groupby(["dataset", "objective", "solver"], sort=False):
         if not g["selected"].any():
             no_choice.append({"dataset": k[0], "objective": k[1], "solver": k[2],
                               "reason": "every configuration diverged or is incomplete"})
+    fs = []
+    for k, (d, j) in probs.items():
+        rec = fstar[k]
+        sub = table[(table["dataset"] == d) & (table["objective"] == rec["objective"])]
+        used = float(sub["f_star"].iloc[0]) if len(sub) else float(rec["f_star"])
+        fs.append({"dataset": d, "objective": rec["objective"], "f_star": used,
+                   "f_star_ref": rec["f_star"], "lowered_by": float(rec["f_star"]) - used,
+                   "reference_seconds": rec["seconds"]})
+    figures = [str(Path(p).relative_to(out)) for p in result.figures]
+    files = {"table": "results.parquet", "selection": "selection.parquet", "figures": figures}
+    if summ is not None:
+        files.update(sensitivity="sensitivity.parquet", summary="summary.csv")
     return {
         "spec_name": spec.name,
         "description": spec.description,
@@ -605,21 +730,29 @@ def _metadata(spec, out, result, sizes, fstar, problems, selection, started, job
                 "cells_run": result.n_run, "cells_failed": result.n_errors,
                 "wall_seconds_this_invocation": result.wall_seconds},
         "datasets": sizes,
-        "f_star": [{"dataset": problems[k][0], "objective": fstar[k]["objective"],
-                    "f_star": fstar[k]["f_star"], "lbfgs_seconds": fstar[k]["seconds"]}
-                   for k in problems],
+        "f_star": fs,
         "selected": chosen[["dataset", "objective", "solver", "config", "score"]]
         .to_dict(orient="records"),
         "not_selected": no_choice,
-        "files": {"table": "results.parquet", "selection": "selection.parquet",
-                  "figures": [str(Path(p).relative_to(out)) for p in result.figures]},
+        "summary": None if summ is None else json.loads(summ.to_json(orient="records")),
+        "files": files,
         "columns": {
             "dataset, objective, solver": "the problem and the solver's display label",
+            "family": "the objective's problem family",
             "config": "all searched/fixed hyper-parameters of the run (lr first)",
-            "seed": "random_state of the solver", "update": "index of the recorded point",
-            "passes": "oracle calls / n so far", "time": "solver-only seconds so far",
-            "value": "training objective F(w)", "suboptimality": "(F - f*) / (F(w0) - f*)",
-            "f_star": "L-BFGS reference value", "diverged": "the run diverged (any point)",
+            "seed": "random_state of the solver (and the random initial point)",
+            "update": "index of the recorded point",
+            "step": "samples processed (passes x n; streams: steps taken)",
+            "passes": "oracle calls / n so far (NaN on data streams)",
+            "time": "solver-only seconds so far",
+            "value": ("F at the solver's reported point, auxiliary variables included"
+                      if spec.record.value == "iterate" else "training objective (profile)"),
+            "suboptimality": ("(F - f*) / (F(x0) - f*)" if spec.record.suboptimality ==
+                              "relative" else "F - f*"),
+            "f_star_ref": "reference_solution value", "f_star": (
+                "min(f_star_ref, best value of any run)" if spec.reference["lower_to_best"]
+                else "f_star_ref"),
+            "diverged": "the run diverged (any point)",
             "selected": "this config is the one chosen by the selection rule"},
         "spec": spec.to_dict(),
         "spec_source": spec.source,

@@ -246,6 +246,37 @@ class RUCVaRObjective(LinearModelObjective):
 
     exact_solution = reference_solution
 
+    def value_many(self, coefs, alphas):
+        """``F(w_k, alpha_k)`` for many points at once (equals ``value(w_k, alpha_k)`` to
+        rounding).
+
+        ``coefs``: ``(m, p)`` (squared, absolute and logistic losses); ``alphas``: ``(m,)``.
+        Non-finite points (and overflowing values) give ``inf``. One fused numba pass over the
+        rows (:func:`riskopt._kernels.ru_cvar._ru_hinge_sums`): the benchmarks evaluate every
+        recorded point of a run in one call.
+        """
+        from .._kernels.ru_cvar import CODES, _ru_hinge_sums
+
+        alphas = np.asarray(alphas, dtype=np.float64).reshape(-1)
+        m = alphas.size
+        W = np.asarray(coefs, dtype=np.float64).reshape(m, self.p).T  # (p, m)
+        out = np.full(m, np.inf)
+        ok = np.all(np.isfinite(W), axis=0) & np.isfinite(alphas)
+        if not ok.any():
+            return out
+        if self.loss.name not in CODES:
+            raise ValueError(f"value_many covers {tuple(CODES)}, not {self.loss.name!r}")
+        Wk = np.ascontiguousarray(W[:, ok])
+        a = np.ascontiguousarray(alphas[ok])
+        acc = np.zeros(a.size)
+        _ru_hinge_sums(CODES[self.loss.name], self.X, self.y, Wk, a, acc)
+        with np.errstate(over="ignore", invalid="ignore"):
+            vals = a + self.inv_tail * acc / self.n \
+                + 0.5 * np.sum(self.reg[:, None] * Wk * Wk, axis=0)
+        vals[~np.isfinite(vals)] = np.inf
+        out[ok] = vals
+        return out
+
     def _solve_cvxpy(self, solver="CLARABEL", **kw):
         import cvxpy as cp
 
