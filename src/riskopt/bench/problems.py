@@ -122,19 +122,69 @@ class _RUCVaR(FamilySpec):
                                         random_state=random_state)
 
 
-#: Families the benchmarks can build (``family = "..."`` in objective tables).
+class _Registered(FamilySpec):
+    """Any other family of :func:`riskopt.objectives.families` (built-in or plug-in): its
+    objective class's ``spec_params`` (parameters with defaults) and ``from_params``. Adding a
+    family therefore needs no entry in :data:`FAMILIES` (only a family with a data stream or
+    custom validation does)."""
+
+    def __init__(self, name, cls):
+        super().__init__(name, dict(getattr(cls, "spec_params", {})))
+        self.cls = cls
+
+    def validate(self, o, key):
+        if o.risk is not None:
+            raise SpecError(f"{key}.risk", f"the {self.name} family takes no risk string; its "
+                                           f"parameters: {', '.join(self.params) or '(none)'}")
+        for k, v in o.params.items():
+            if not (is_number(v) or isinstance(v, (str, bool))):
+                raise SpecError(f"{key}.{k}", f"must be a number, string or boolean, got {v!r}")
+
+    def key(self, o):
+        return {"family": self.name, **{k: o.params[k] for k in sorted(o.params)},
+                "loss": o.loss,
+                "l2_reg": o.l2_reg if isinstance(o.l2_reg, str) else float(o.l2_reg),
+                "fit_intercept": bool(o.fit_intercept)}
+
+    def label(self, o):
+        params = ",".join(f"{k}={v:g}" if is_number(v) else f"{k}={v}"
+                          for k, v in sorted(o.params.items()))
+        return f"{self.name}:{params}" if params else self.name
+
+    def build(self, o, X, y):
+        try:
+            return self.cls.from_params(o.loss, X, y, l2_reg=l2_value(o.l2_reg, X.shape[0]),
+                                        fit_intercept=o.fit_intercept, **o.params)
+        except (TypeError, ValueError) as exc:
+            raise SpecError("objectives", f"cannot build a {self.name} objective: {exc}") from None
+
+
+#: Families with a dedicated definition here (``family = "..."`` in objective tables); every
+#: other registered family (:func:`riskopt.objectives.families`) is served by ``_Registered``.
 FAMILIES = {"spectral": _Spectral("spectral"), "ru_cvar": _RUCVaR("ru_cvar", {"beta": 0.95})}
 
 
+def _registered():
+    from ..objectives import families
+
+    return {name: _Registered(name, cls) for name, cls in families().items()
+            if name not in FAMILIES}
+
+
 def family(name, key="family"):
-    if name not in FAMILIES:
-        raise SpecError(key, f"unknown family {name!r}; available: {', '.join(FAMILIES)}")
-    return FAMILIES[name]
+    if name in FAMILIES:
+        return FAMILIES[name]
+    others = _registered()
+    if name not in others:
+        raise SpecError(key, f"unknown family {name!r}; available: "
+                             f"{', '.join([*FAMILIES, *others])}")
+    return others[name]
 
 
 def family_param_names():
     """Every family parameter (allowed as objective keys and as top-level defaults)."""
-    return {k for f in FAMILIES.values() for k in f.params}
+    fams = [*FAMILIES.values(), *_registered().values()]
+    return {k for f in fams for k in f.params}
 
 
 # ---------------------------------------------------------------------------- sources

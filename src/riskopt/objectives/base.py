@@ -78,6 +78,15 @@ class ObjectiveBase:
     aux_names = ()
     #: Methods of :meth:`reference_solution`; ``"auto"`` is the first.
     reference_methods = ("lbfgs",)
+    #: The family's own parameters with their defaults (beyond ``loss``, ``X``, ``y``,
+    #: ``l2_reg``, ``fit_intercept``): the keys a benchmark spec's objective table may set.
+    spec_params = {}
+
+    @classmethod
+    def from_params(cls, loss, X, y, *, l2_reg=0.0, fit_intercept=False, **params):
+        """Build the objective from the common arguments and the family's ``spec_params``
+        (how the benchmark runner builds objectives of any registered family)."""
+        return cls(loss, X, y, l2_reg=l2_reg, fit_intercept=fit_intercept, **params)
 
     # ------------------------------------------------------------------ protocol
     @property

@@ -132,6 +132,7 @@ class RUCVaRObjective(LinearModelObjective):
 
     family = "ru_cvar"
     aux_names = ("alpha",)
+    spec_params = {"beta": 0.95}
     reference_methods = ("lbfgs", "cvxpy", "linprog")
 
     def __init__(self, loss, X, y, beta, l2_reg=0.0, fit_intercept=False):
