@@ -38,6 +38,7 @@ import warnings
 import numpy as np
 
 import riskopt as ro
+from riskopt.metrics import group_errors
 
 _GROUPS = {"compas": "caucasian", "law_school": "race", "group_shift_binary": "group"}
 
@@ -54,11 +55,6 @@ def load(name):
     if name == "law_school":
         return ro.datasets.load(name, target="pass_bar", download=False), _GROUPS[name]
     return ro.datasets.load(name, download=False), _GROUPS[name]
-
-
-def group_errors(y_true, y_pred, groups):
-    return {str(g): float(np.mean(y_pred[groups == g] != y_true[groups == g]))
-            for g in np.unique(groups)}
 
 
 def main(argv=None):
@@ -94,7 +90,8 @@ def main(argv=None):
             est.fit(data.X_train, data.y_train, sample_weight=weights)
         seconds = time.perf_counter() - t0
         pred = est.predict(data.X_test)
-        errs = group_errors(data.y_test, pred, g_test)
+        table = group_errors(data.y_test, pred, g_test)  # test error of every group
+        errs = {str(g): e for g, e in table.errors.items()}
         rows.append((label, float(np.mean(pred != data.y_test)), errs, seconds,
                      [str(w.message) for w in caught]))
 

@@ -41,6 +41,17 @@ def test_fit_predict_regression_with_group_summary(table, tmp_path, capsys):
                         random_state=0).fit(df[["a", "b", "c"]].to_numpy(), df["y"].to_numpy())
     np.testing.assert_allclose(p["prediction"], est.predict(df[["a", "b", "c"]].to_numpy()),
                                rtol=1e-8, atol=1e-8)
+    # the worst-group line is riskopt.metrics on the per-sample training losses
+    from riskopt.metrics import group_errors
+
+    losses = 0.5 * (est.predict(df[["a", "b", "c"]].to_numpy()) - df["y"].to_numpy()) ** 2
+    table = group_errors(None, losses, df["grp"].astype(str), loss="precomputed")
+    worst, value = table.worst
+    brute = {g: losses[df["grp"].astype(str) == g].mean() for g in ("0", "1", "2")}
+    assert worst == max(brute, key=brute.get) and value == pytest.approx(max(brute.values()))
+    line = next(ln for ln in out.splitlines() if ln.startswith("worst-group loss (grp)"))
+    assert f"{value:.6g} (group {worst!r})" in line
+    assert all(f"{g}: {v:.4g}" in line for g, v in table.errors.items())
 
 
 def test_fit_predict_classification_parquet_with_proba(table, tmp_path):

@@ -453,3 +453,34 @@ def test_other_problem_families_plug_in():
     f_star = ro.solvers.LBFGS().run(spectral).value
     f0 = spectral.value(spectral.zeros())
     assert (spectral.value(_coef_vector(est)) - f_star) / (f0 - f_star) < 0.2
+
+
+def test_incompatible_solver_gives_the_registry_error():
+    X, y = _regression(n=60)
+    with pytest.raises(ro.solvers.IncompatibleObjectiveError,
+                       match="solvers for this objective: .*prospect"):
+        RiskRegressor(risk="cvar:0.5", solver="splplus").fit(X, y)
+
+
+def test_solvers_registered_later_are_accepted(monkeypatch):
+    """The ``solver`` constraint and the solver driver read the live registry (plug-ins)."""
+    from riskopt.solvers import _registry
+
+    class ToyPlugin(ro.solvers.SGD):  # a plug-in with only lr / random_state parameters
+        name = "toy_plugin_est"
+
+        def __init__(self, lr=0.01, random_state=None):
+            self._store(locals())
+            self.batch_size = 16
+
+    X, y = _regression(n=80)
+    with pytest.raises(InvalidParameterError, match="toy_plugin_est"):
+        RiskRegressor(solver="toy_plugin_est").fit(X, y)
+    _registry._all()
+    monkeypatch.setitem(_registry._REGISTRY, "toy_plugin_est", ToyPlugin)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # biased SGD
+        est = RiskRegressor(risk="mean", solver="toy_plugin_est", max_epochs=20,
+                            random_state=0).fit(X, y)
+    assert est.solver_ == "toy_plugin_est" and len(est.lr_search_) == 4
+    assert est.objective_trace_[-1] < 0.5 * est.objective_trace_[0]

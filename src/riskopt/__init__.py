@@ -2,7 +2,7 @@
 
 ``import riskopt`` stays light: no torch, pandas or matplotlib.
 """
-from . import datasets, objectives, solvers
+from . import datasets, metrics, objectives, samplers, solvers
 from .callbacks import DivergenceWarning, Timeout, Trace
 from .losses import AbsoluteLoss, LogisticLoss, Loss, MultinomialLoss, SquaredLoss, get_loss
 from .objectives import (Objective, ObjectiveBase, RUCVaRObjective, StreamingRUCVaRObjective,
@@ -25,5 +25,5 @@ __all__ = [
     "Loss", "SquaredLoss", "AbsoluteLoss", "LogisticLoss", "MultinomialLoss", "get_loss",
     "CVaR", "ESRM", "Extremile", "Mean", "MaxLoss", "SpectralRisk", "parse_risk",
     "RUCVaRObjective", "StreamingRUCVaRObjective", "erm_objective", "max_loss_objective",
-    "solvers", "datasets", "__version__",
+    "solvers", "datasets", "metrics", "samplers", "__version__",
 ]

@@ -149,17 +149,17 @@ def cmd_fit(args):
     losses = _per_sample_losses(est, task, X, y)
     print(f"training loss: mean {losses.mean():.6g}, max {losses.max():.6g}")
     if args.group:
-        groups = df[args.group].astype(str).to_numpy()
-        per = {g: float(losses[groups == g].mean()) for g in np.unique(groups)}
-        worst = max(per, key=per.get)
-        print(f"worst-group loss ({args.group}): {per[worst]:.6g} (group {worst!r}); "
-              + ", ".join(f"{g}: {v:.4g}" for g, v in sorted(per.items())))
+        from .metrics import group_errors
+
+        table = group_errors(None, losses, df[args.group].astype(str), loss="precomputed")
+        worst, value = table.worst
+        print(f"worst-group loss ({args.group}): {value:.6g} (group {worst!r}); "
+              + ", ".join(f"{g}: {v:.4g}" for g, v in table.errors.items()))
     return 0
 
 
 def cmd_predict(args):
     import joblib
-    import numpy as np
     import pandas as pd
 
     path = Path(args.model)

@@ -61,26 +61,38 @@ class Trace(Callback):
             raise ValueError("the objective is not finite at the initial point")
         self._record(0, 0.0, self.f0)
 
-    def _record(self, passes, elapsed, value):
+    def _record(self, passes, elapsed, value, coef=None):
         self.passes.append(passes)
         self.times.append(elapsed)
         self.values.append(value)
+
+    def _evaluate(self, coef):
+        """``F(coef)``, NaN at a non-finite point."""
+        return float(self.objective.value(coef)) if np.all(np.isfinite(coef)) else np.nan
 
     def __call__(self, passes, coef, elapsed):
         self._calls += 1
         if self._calls % self.every:
             return False
-        value = float(self.objective.value(coef)) if np.all(np.isfinite(coef)) else np.nan
-        self._record(passes, elapsed, value)
+        value = self._evaluate(coef)
+        self._record(passes, elapsed, value, coef)
+        return self._diverging(passes, value) or self._converged(value)
+
+    def _diverging(self, passes, value):
+        """Flag (and warn about) a non-finite or blown-up objective."""
         limit = self.f0 + (self.divergence_factor - 1.0) * abs(self.f0)
-        if not np.isfinite(value) or value > limit:
-            self.diverged = True
-            self.stop_reason = (
-                f"diverged after {passes} passes: objective {value:.6g} "
-                f"(start {self.f0:.6g}); lower the step size"
-            )
-            warnings.warn(self.stop_reason, DivergenceWarning, stacklevel=3)
-            return True
+        if np.isfinite(value) and not value > limit:  # (a NaN start diverges nothing)
+            return False
+        self.diverged = True
+        self.stop_reason = (
+            f"diverged after {passes} passes: objective {value:.6g} "
+            f"(start {self.f0:.6g}); lower the step size"
+        )
+        warnings.warn(self.stop_reason, DivergenceWarning, stacklevel=4)
+        return True
+
+    def _converged(self, value):
+        """The stopping test (here: suboptimality at most ``tol``)."""
         if self.tol is not None and self.f_star is not None:
             if self.suboptimality[-1] <= self.tol:
                 self.stop_reason = f"suboptimality {self.suboptimality[-1]:.3g} <= tol {self.tol:g}"
@@ -109,6 +121,134 @@ class Trace(Callback):
         s = self.suboptimality
         hit = np.nonzero(s <= level)[0]
         return None if hit.size == 0 else self.passes[hit[0]]
+
+
+def value_grad_norm(objective, coef):
+    """``(F(coef), |grad F(coef)|)`` as floats, without floating-point warnings: NaN where
+    ``coef`` is not finite, and a NaN norm when the objective has no ``value_grad``."""
+    if not np.all(np.isfinite(coef)):
+        return np.nan, np.nan
+    with np.errstate(all="ignore"):
+        if hasattr(objective, "value_grad"):
+            f, g = objective.value_grad(coef)
+            return float(f), float(np.linalg.norm(g))
+        return float(objective.value(coef)), np.nan
+
+
+class ConvergenceMonitor(Trace):
+    r"""A :class:`Trace` that also tests convergence without knowing ``f*``, keeps the best
+    iterate and carries on across successive runs.
+
+    After every pass it evaluates ``F`` and ``grad F`` (``objective.value_grad``; one full
+    pass of oracle calls) and stops when
+
+    * ``|grad F(w)| <= grad_tol |grad F(0)|`` (relative to the gradient at the zero model, so
+      a warm start does not tighten the test), or, for a problem that is not smooth
+      (``smooth=False``: the subgradient need not vanish at the minimiser),
+    * the objective changed by at most ``grad_tol**2 (F(0) - F(w))`` over each of the last
+      three passes (near a minimum the objective gap scales as the square of the gradient
+      norm, hence the square).
+
+    Divergence is detected as by :class:`Trace`. The same monitor can be handed to several
+    ``run`` calls (a run resumed from ``result.state``, or restarted from
+    :attr:`best_coef`): only the first ``on_start`` records the starting point; later runs
+    append to the same trace, their passes and times counted on from where the previous run
+    stopped. Set ``diverged = False`` before continuing after a divergence.
+
+    Parameters
+    ----------
+    grad_tol : float or None
+        Relative gradient tolerance; ``None``: no convergence test (divergence only).
+    f_zero, g_zero : float, optional
+        ``F(0)`` and ``|grad F(0)|``; computed at ``objective.zeros()`` when not given.
+    smooth : bool, optional
+        Whether ``grad F`` vanishes at the minimiser; default: the objective's ``smooth``
+        attribute (False when it has none).
+    f_star, tol, divergence_factor, every
+        As for :class:`Trace` (``tol`` is the suboptimality tolerance, needs ``f_star``).
+
+    Attributes
+    ----------
+    values, grad_norms : list of float
+        ``F`` and ``|grad F|`` at the start and after every evaluated pass (NaN where not
+        finite, or without ``value_grad``).
+    best_value, best_coef
+        The lowest finite objective seen and its point (None before any).
+    converged, diverged : bool
+
+    Examples
+    --------
+    >>> import numpy as np, riskopt as ro
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(100, 3)); y = X @ [1.0, 2.0, 0.0] + rng.normal(size=100)
+    >>> obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=1.0), X, y, l2_reg=0.01)
+    >>> mon = ro.callbacks.ConvergenceMonitor(grad_tol=1e-3)
+    >>> res = ro.solvers.Prospect(lr=0.01, random_state=0).run(obj, 200, callback=mon)
+    >>> mon.converged, len(mon.values) == res.n_epochs + 1
+    (True, True)
+    """
+
+    def __init__(self, grad_tol=None, *, f_zero=None, g_zero=None, smooth=None, f_star=None,
+                 tol=None, divergence_factor=1.5, every=1):
+        super().__init__(f_star=f_star, tol=tol, divergence_factor=divergence_factor,
+                         every=every)
+        self.grad_tol = grad_tol
+        self.f_zero = f_zero
+        self.g_zero = g_zero
+        self.smooth = smooth
+        self.values = None
+
+    def _evaluate(self, coef):
+        """``F(coef)``; stores ``|grad F(coef)|`` for the stopping test."""
+        f, self._grad_norm = value_grad_norm(self.objective, coef)
+        return f
+
+    def on_start(self, objective, coef):
+        self.objective = objective
+        self._calls = 0
+        if self.values is not None:  # a further run: continue the same trace
+            self._offset = (self.passes[-1], self.times[-1])
+            return
+        if self.f_zero is None or self.g_zero is None:
+            f, g = value_grad_norm(objective, objective.zeros())
+            self.f_zero = f if self.f_zero is None else self.f_zero
+            self.g_zero = g if self.g_zero is None else self.g_zero
+        if self.smooth is None:
+            self.smooth = bool(getattr(objective, "smooth", False))
+        self.passes, self.times, self.values, self.grad_norms = [], [], [], []
+        self.best_value, self.best_coef = np.inf, None
+        self.converged = self.diverged = False
+        self.stop_reason = None
+        self._offset = (0, 0.0)
+        self.f0 = self._evaluate(coef)
+        self._record(0, 0.0, self.f0, coef)
+
+    def _record(self, passes, elapsed, value, coef=None):
+        super()._record(self._offset[0] + passes, self._offset[1] + elapsed, value)
+        self.grad_norms.append(self._grad_norm)
+        if np.isfinite(value) and value < self.best_value:
+            self.best_value = value
+            self.best_coef = np.array(coef, copy=True)
+
+    def _converged(self, value):
+        if super()._converged(value):
+            self.converged = True
+            return True
+        if self.grad_tol is None:
+            return False
+        g = self.grad_norms[-1]
+        if np.isfinite(g) and g <= self.grad_tol * self.g_zero:
+            self.converged = True
+            self.stop_reason = f"|grad F| <= {self.grad_tol:g} |grad F(0)|"
+            return True
+        if not self.smooth and len(self.values) >= 4:
+            last = np.asarray(self.values[-4:])
+            gain = max(self.f_zero - value, 0.0)
+            if np.all(np.abs(np.diff(last)) <= self.grad_tol ** 2 * gain):
+                self.converged = True
+                self.stop_reason = "objective change below grad_tol**2 (F(0) - F)"
+                return True
+        return False
 
 
 class Timeout(Callback):

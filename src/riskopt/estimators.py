@@ -8,8 +8,9 @@ r"""scikit-learn estimators for spectral-risk (and other risk-family) linear mod
            + \frac{\mu}{2}\|w\|^2
 
 (:class:`riskopt.Objective`; ``mu = l2_reg``, the intercept is not penalised) with any solver of
-the registry, and behave like any scikit-learn estimator (``Pipeline``, ``GridSearchCV``,
-``clone``, pickling; ``sklearn.utils.estimator_checks`` pass, see the tests).
+the registry (built-in or plug-in: :func:`riskopt.solvers.available`), and behave like any
+scikit-learn estimator (``Pipeline``, ``GridSearchCV``, ``clone``, pickling;
+``sklearn.utils.estimator_checks`` pass, see the tests).
 
 Mapping to scikit-learn's linear models (uniform weights, ``n`` rows)
 ---------------------------------------------------------------------
@@ -32,10 +33,11 @@ The ``risk`` parameter
   returned objective must provide ``n``, ``p``, ``K``, ``zeros()``, ``as_matrix(coef)``,
   ``as_coef(W)`` and ``value(coef)`` (``value_grad(coef)`` when it has a gradient), in the
   layout of :class:`riskopt.Objective` (``W`` of shape ``(p, K)``, the intercept as the last row
-  when ``fit_intercept``). Optional attributes: ``default_solver`` (the registry name used by
-  ``solver="auto"``; otherwise ``"lbfgs"``) and ``auto_lr(objective, solver_name) -> float``
-  (otherwise the step-size search below is used when the objective has the spectral-risk
-  attributes, else the solver's own default ``lr``).
+  when ``fit_intercept``), and its ``family`` (the solvers that fit are those of
+  :func:`riskopt.solvers.solvers_for`). Optional attributes: ``default_solver`` (the registry
+  name used by ``solver="auto"``; otherwise ``"lbfgs"``) and ``auto_lr(objective,
+  solver_name) -> float`` (otherwise the step-size search below for the spectral family, else
+  the solver's own default ``lr``).
 
 Solver choice (``solver="auto"``)
 ---------------------------------
@@ -47,31 +49,17 @@ every built-in risk: it was faster than SOREL (``shift_cost = 0``) and far faste
 ``sample_weight`` needs L-BFGS anyway (the stochastic solvers sample uniformly). Any registered
 solver can be forced by name; plug-in families choose their own (``default_solver``).
 
-Step size (``lr="auto"``)
--------------------------
-From the smoothness constants: a step on sample ``i`` is scaled by its weight ``n q_i <= n
-max(sigma)`` and the loss gradient is ``L_i``-Lipschitz (``obj.smoothness()``, ``|x_i|^2`` times
-1, 1/4, 1/2 for squared / logistic / multinomial; ``|x_i|^2`` as the scale of the absolute
-loss), so ``lr0 = 1 / (n max(sigma) max_i L_i)``. A short tuning pass then runs the candidates
-``lr0 * (3, 1, 1/3, 1/10)`` (the papers' grid spacing around the bound) for about two passes
-each from the same start and index stream, and keeps the one with the lowest average training
-objective over those passes, divergent runs discarded (the papers' selection rule); the run
-continues from that candidate's state, so its tuning passes are not lost. Should the run later
-diverge, it restarts from the best iterate with a three times smaller step (at most
-``_MAX_RESTARTS`` times). A numeric ``lr`` skips all this. The measurements behind the
-candidates are in ``tests/test_estimators.py`` (module docstring).
-
-Convergence (stochastic solvers)
---------------------------------
-After every update the monitor evaluates ``F`` and ``grad F`` (one full pass of oracle calls,
-cheap next to a Prospect pass) and stops when ``|grad F(w)| <= tol |grad F(0)|`` (relative to
-the gradient at the zero model, so a warm start does not tighten the test). For problems that
-are not smooth (``shift_cost = 0`` with a non-uniform spectrum, or the absolute loss), where
-the (sub)gradient need not vanish at the minimiser, it also stops once the objective changed by
-at most ``tol**2 * (F(0) - F(w))`` over each of the last three updates (near a minimum the
-objective gap scales as the square of the gradient norm, hence ``tol**2``). With L-BFGS,
-``tol`` is its gradient tolerance (see :class:`riskopt.solvers.LBFGS`). A run that ends without
-meeting the test raises :class:`~sklearn.exceptions.ConvergenceWarning`.
+Step size (``lr="auto"``) and convergence (stochastic solvers)
+--------------------------------------------------------------
+:func:`riskopt.solvers.autotune.autotune` (documented there): the smoothness bound ``lr0 = 1 /
+(n max(sigma) max_i L_i)``, a two-pass tuning run of ``lr0 * (3, 1, 1/3, 1/10)`` kept by the
+papers' rule (lowest mean training objective, divergent runs discarded), the run continued from
+the chosen candidate, restarts with a three times smaller step on divergence; a numeric ``lr``
+skips the search. The run stops when ``|grad F(w)| <= tol |grad F(0)|`` or, for problems that
+are not smooth, when the objective stalls (:class:`riskopt.callbacks.ConvergenceMonitor`). With
+L-BFGS, ``tol`` is its gradient tolerance (see :class:`riskopt.solvers.LBFGS`). A run that ends
+without meeting the test raises :class:`~sklearn.exceptions.ConvergenceWarning`. The
+measurements behind the constants are in ``tests/test_estimators.py`` (module docstring).
 
 Sample weights
 --------------
@@ -99,7 +87,6 @@ Examples
 >>> est.coef_.shape, est.solver_
 ((3,), 'lbfgs')
 """
-import inspect
 import warnings
 from numbers import Integral, Real
 
@@ -108,7 +95,6 @@ from scipy.special import expit, log_expit, log_softmax, softmax
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import LabelEncoder
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.multiclass import check_classification_targets
@@ -118,6 +104,7 @@ from threadpoolctl import threadpool_limits
 from . import solvers as _solvers
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
+from .solvers.autotune import autotune
 from .risks import _RiskBase, parse_risk
 
 __all__ = ["RiskRegressor", "RiskClassifier", "AUTO_LBFGS_MAX_SIZE"]
@@ -151,20 +138,10 @@ AUTO_LBFGS_MAX_SIZE = None
 _SPARSE = ["csr", "csc", "coo"]
 #: L-BFGS runs with single-threaded BLAS up to this many entries of the design.
 _SMALL_BLAS = 1_000_000
-#: Multipliers of the smoothness bound tried by ``lr="auto"`` (largest first).
-_LR_CANDIDATES = (3.0, 1.0, 1.0 / 3.0, 1.0 / 10.0)
-#: Oracle passes spent on each candidate of the step-size search.
-_TUNE_PASSES = 2.0
 #: The estimators' L-BFGS skips the exact tie polish unless ``tol`` is below this.
 _TIE_POLISH_TOL = 1e-8
 #: Integer sample weights summing to at most this many times ``n`` are expanded into rows.
 _MAX_EXPANSION = 10
-#: ``lr="auto"`` with SOREL: ``dual_lr = _SOREL_DUAL_SCALE / mean_i l_i(w_start)``.
-_SOREL_DUAL_SCALE = 0.1
-#: Restarts with a 3x smaller step after a divergence detected in the main run.
-_MAX_RESTARTS = 3
-#: An update is divergent when F > F(start) + (_DIVERGENCE_FACTOR - 1) |F(start)| (as ro.Trace).
-_DIVERGENCE_FACTOR = 1.5
 
 
 # ---------------------------------------------------------------------------- constraints
@@ -223,92 +200,7 @@ def _expand_frequency_weights(X, y, sw):
 
 
 def _is_spectral(obj):
-    return all(hasattr(obj, a) for a in ("sigma", "nu", "loss", "X"))
-
-
-def _is_smooth(obj):
-    """Whether |grad F| -> 0 at the minimiser can be expected (smooth loss and risk)."""
-    if not _is_spectral(obj):
-        return False
-    if not obj.loss.smooth:
-        return False
-    if obj.nu > 0:
-        return True
-    return bool(np.ptp(obj.sigma) == 0.0)  # nu = 0: smooth only for the mean
-
-
-def _seed(random_state):
-    """An int seed for the solvers (which take ``np.random.default_rng`` seeds)."""
-    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
-
-
-class _Monitor:
-    """Solver callback: objective trace, best iterate, convergence and divergence tests.
-
-    Shared by the successive ``run`` calls of one candidate (``on_start`` records only once).
-    """
-
-    stop_reason = None
-
-    def __init__(self, tol, f_zero, g_zero, smooth):
-        self.tol = tol
-        self.f_zero = f_zero
-        self.g_zero = g_zero
-        self.smooth = smooth
-        self.values = []
-        self.grad_norms = []
-        self.best_value = np.inf
-        self.best_coef = None
-        self.converged = False
-        self.diverged = False
-        self.f_start = None
-
-    def _eval(self, coef):
-        obj = self.objective
-        if not np.all(np.isfinite(coef)):
-            return np.nan, np.nan
-        with np.errstate(all="ignore"):
-            if hasattr(obj, "value_grad"):
-                f, g = obj.value_grad(coef)
-                return float(f), float(np.linalg.norm(g))
-            return float(obj.value(coef)), np.nan
-
-    def on_start(self, objective, coef):
-        self.objective = objective
-        if self.f_start is None:
-            f, g = self._eval(coef)
-            self.f_start = f
-            self._record(f, g, coef)
-
-    def _record(self, f, g, coef):
-        self.values.append(f)
-        self.grad_norms.append(g)
-        if np.isfinite(f) and f < self.best_value:
-            self.best_value = f
-            self.best_coef = np.array(coef, copy=True)
-
-    def __call__(self, passes, coef, elapsed):
-        f, g = self._eval(coef)
-        self._record(f, g, coef)
-        limit = self.f_start + (_DIVERGENCE_FACTOR - 1.0) * abs(self.f_start)
-        if not np.isfinite(f) or f > limit:
-            self.diverged = True
-            self.stop_reason = "diverged"
-            return True
-        if self.tol is None:
-            return False
-        if np.isfinite(g) and g <= self.tol * self.g_zero:
-            self.converged = True
-            self.stop_reason = f"|grad F| <= {self.tol:g} |grad F(0)|"
-            return True
-        if not self.smooth and len(self.values) >= 4:
-            last = np.asarray(self.values[-4:])
-            gain = max(self.f_zero - f, 0.0)
-            if np.all(np.abs(np.diff(last)) <= self.tol ** 2 * gain):
-                self.converged = True
-                self.stop_reason = "objective change below tol**2 (F(0) - F)"
-                return True
-        return False
+    return getattr(obj, "family", None) == "spectral"
 
 
 # ---------------------------------------------------------------------------- base class
@@ -327,6 +219,13 @@ class _RiskEstimatorBase(BaseEstimator):
         "random_state": ["random_state"],
         "warm_start": ["boolean"],
     }
+
+    def _store_params(self, params):
+        """Store the constructor's arguments unchanged (scikit-learn rule):
+        ``self._store_params(locals())``."""
+        for key, value in params.items():
+            if key not in ("self", "__class__"):
+                setattr(self, key, value)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -375,6 +274,8 @@ class _RiskEstimatorBase(BaseEstimator):
         prev_lr = getattr(self, "lr_", None) if getattr(self, "solver_", None) == name else None
         self.solver_ = name
         params = self._solver_params()
+        # an incompatible solver: the registry's error, listing the solvers that fit
+        _solvers.get(name, **params).check_objective(obj)
         if name == "lbfgs":
             return self._fit_lbfgs(obj, params, coef0)
         return self._fit_stochastic(obj, risk, name, params, coef0, prev_lr)
@@ -404,129 +305,16 @@ class _RiskEstimatorBase(BaseEstimator):
         converged = not res.extra["hit_limit"] or self.tol is None
         return obj.as_matrix(res.coef), converged
 
-    def _base_lr(self, obj, risk, name):
-        custom = getattr(risk, "auto_lr", None)
-        if callable(custom):
-            return float(custom(obj, name)), False
-        if not _is_spectral(obj):
-            return None, False
-        L = obj.smoothness()
-        if L is None:  # non-smooth loss: |x_i|^2 as the curvature scale of a step
-            L = np.einsum("ij,ij->i", obj.X, obj.X)
-        scale = float(np.max(L)) * obj.n * float(np.max(obj.sigma))
-        scale = max(scale, float(np.max(obj.reg)) if obj.reg.size else 0.0, 1e-12)
-        return 1.0 / scale, True
-
-    def _make_solver(self, name, params, lr, seed):
-        cls = type(_solvers.get(name, **params))
-        sig = inspect.signature(cls.__init__).parameters
-        kw = dict(params)
-        if "random_state" in sig:
-            kw["random_state"] = seed
-        if lr is not None and "lr" in sig:
-            kw["lr"] = lr
-        return cls(**kw)
-
     def _fit_stochastic(self, obj, risk, name, params, coef0, prev_lr):
-        seed = _seed(self.random_state)
-        smooth = _is_smooth(obj)
-        zero = obj.zeros()
-        with np.errstate(all="ignore"):
-            if hasattr(obj, "value_grad"):
-                f_zero, g_zero = obj.value_grad(zero)
-                f_zero, g_zero = float(f_zero), float(np.linalg.norm(g_zero))
-            else:
-                f_zero, g_zero = float(obj.value(zero)), np.nan
-
-        def new_monitor():
-            return _Monitor(self.tol, f_zero, g_zero, smooth)
-
-        budget = self.max_epochs
-        if self.lr == "auto" and name.startswith("sorel") and "dual_lr" not in params \
-                and _is_spectral(obj):
-            # SOREL's dual step eta_k = C (k+1)/n multiplies the losses: C must scale as 1/loss.
-            # C = 0.1 / mean loss at the start point (measured, module docstring of the tests).
-            start = zero if coef0 is None else coef0
-            mean_loss = float(np.mean(obj.losses(start)))
-            params = {**params, "dual_lr": _SOREL_DUAL_SCALE / max(mean_loss, 1e-12)}
-        self.solver_params_ = params
-        probe = self._make_solver(name, params, None, seed)
-        ppu = float(probe.passes_per_update(obj)) if hasattr(probe, "passes_per_update") else 1.0
-        tune_updates = max(1, int(round(_TUNE_PASSES / ppu)))
-
-        tuned = False
-        if self.lr != "auto":
-            candidates = [float(self.lr)]
-        elif coef0 is not None and prev_lr is not None:
-            candidates = [float(prev_lr)]  # warm start: reuse the step tuned last time
-        else:
-            lr0, tuned = self._base_lr(obj, risk, name)
-            candidates = [lr0] if not tuned else [lr0 * c for c in _LR_CANDIDATES]
-
-        # -- tuning: a few updates per candidate, the papers' rule picks one ----------------
-        runs = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # DivergenceWarning, overflows
-            for lr in candidates:
-                solver = self._make_solver(name, params, lr, seed)
-                mon = new_monitor()
-                steps = min(tune_updates, budget) if len(candidates) > 1 else budget
-                res = solver.run(obj, max_epochs=steps, callback=mon, coef0=coef0)
-                score = np.inf if mon.diverged else float(np.mean(mon.values[1:] or [np.inf]))
-                runs.append((score, lr, solver, mon, res))
-        finite = [r for r in runs if np.isfinite(r[0])]
-        if not finite and self.lr == "auto" and candidates[-1] is not None:
-            # every candidate diverged: keep shrinking below the smallest one
-            lr = candidates[-1]
-            while not finite and lr > 1e-12:
-                lr /= 10.0
-                solver = self._make_solver(name, params, lr, seed)
-                mon = new_monitor()
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    res = solver.run(obj, max_epochs=min(tune_updates, budget), callback=mon,
-                                     coef0=coef0)
-                if not mon.diverged:
-                    finite = [(0.0, lr, solver, mon, res)]
-        if not finite:
-            if self.lr != "auto":
-                raise ValueError(
-                    f"solver {name!r} diverged with lr={self.lr:g}; use a smaller lr or "
-                    f"lr='auto' (and consider standardising X, e.g. with StandardScaler)")
-            raise ValueError(f"solver {name!r} diverged for every step size tried")
-        score, lr, solver, mon, res = min(finite, key=lambda r: (r[0], -(r[1] or 0.0)))
-        self.lr_search_ = {float(r[1]): float(r[0]) for r in runs} if len(runs) > 1 else None
-
-        # -- main run (continues the chosen candidate), restarts on divergence -------------
-        if lr is None:  # the solver's own default step (plug-in family without auto_lr)
-            lr = getattr(solver, "lr", None)
-        used = len(mon.values) - 1  # one callback call per update
-        restarts = 0
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            while not mon.converged and used < budget:
-                if mon.diverged:
-                    if self.lr != "auto" or restarts >= _MAX_RESTARTS or lr is None:
-                        break
-                    restarts += 1
-                    lr /= 3.0
-                    solver = self._make_solver(name, params, lr, seed + restarts)
-                    mon.diverged = False
-                    res = solver.run(obj, max_epochs=budget - used, callback=mon,
-                                     coef0=mon.best_coef)
-                else:
-                    res = solver.run(obj, max_epochs=budget - used, callback=mon,
-                                     state=res.state)
-                used = len(mon.values) - 1
-        if mon.diverged and self.lr != "auto":
-            raise ValueError(
-                f"solver {name!r} diverged with lr={lr:g} after {used} updates; use a smaller "
-                f"lr or lr='auto' (and consider standardising X, e.g. with StandardScaler)")
-        self.lr_ = None if lr is None else float(lr)
-        self.n_iter_ = max(used, 1)
-        self.objective_trace_ = np.asarray(mon.values, dtype=float)
-        W = mon.best_coef if mon.best_coef is not None else res.coef
-        return obj.as_matrix(W), bool(mon.converged)
+        res = autotune(name, obj, params=params, lr=self.lr,
+                       base_lr=getattr(risk, "auto_lr", None), max_epochs=self.max_epochs,
+                       tol=self.tol, random_state=self.random_state, coef0=coef0,
+                       prev_lr=prev_lr)
+        self.solver_params_ = res.solver_params
+        self.lr_, self.lr_search_ = res.lr, res.lr_search
+        self.n_iter_ = max(res.n_updates, 1)
+        self.objective_trace_ = res.values
+        return obj.as_matrix(res.coef), res.converged
 
     def _fit_common(self, X, y_enc, loss, sample_weight, coef_shape_msg):
         """Build the objective, warm start, solve; returns the ``(p, K)`` solution."""
@@ -646,21 +434,11 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
     def __init__(self, risk="cvar:0.1", *, loss="squared", solver="auto", lr="auto",
                  l2_reg=1e-4, fit_intercept=True, max_epochs=1000, tol=1e-4,
                  random_state=None, warm_start=False, solver_params=None):
-        self.risk = risk
-        self.loss = loss
-        self.solver = solver
-        self.lr = lr
-        self.l2_reg = l2_reg
-        self.fit_intercept = fit_intercept
-        self.max_epochs = max_epochs
-        self.tol = tol
-        self.random_state = random_state
-        self.warm_start = warm_start
-        self.solver_params = solver_params
+        self._store_params(locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
-        """Fit the model.
+        """Fit the model to real targets ``y``.
 
         Parameters
         ----------
@@ -744,20 +522,14 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
     def __init__(self, risk="esrm:1", *, solver="auto", lr="auto", l2_reg=1e-4,
                  fit_intercept=True, max_epochs=1000, tol=1e-4, random_state=None,
                  warm_start=False, solver_params=None):
-        self.risk = risk
-        self.solver = solver
-        self.lr = lr
-        self.l2_reg = l2_reg
-        self.fit_intercept = fit_intercept
-        self.max_epochs = max_epochs
-        self.tol = tol
-        self.random_state = random_state
-        self.warm_start = warm_start
-        self.solver_params = solver_params
+        self._store_params(locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
-        """Fit the model.
+        """Fit the model to class labels ``y``.
+
+        Two classes: the logistic loss; more: the multinomial loss (labels encoded in the
+        order of ``classes_``).
 
         Parameters
         ----------
