@@ -39,6 +39,14 @@ def check_array(name, a, ndim=None, dtype=np.float64):
     return arr
 
 
+def store_params(obj, params):
+    """Store a constructor's arguments as attributes, unchanged: ``store_params(self,
+    locals())`` (scikit-learn rule: constructors only store; validation comes later)."""
+    for key, value in params.items():
+        if key not in ("self", "__class__"):
+            setattr(obj, key, value)
+
+
 def check_X_y(X, y):
     if hasattr(X, "toarray") and not isinstance(X, np.ndarray):
         X = X.toarray()

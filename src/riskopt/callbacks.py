@@ -2,6 +2,9 @@
 
 A callback has ``on_start(objective, coef)`` (called once before the first pass) and
 ``__call__(passes, coef, elapsed) -> bool`` (called after every pass; ``True`` stops the run).
+A callback that needs more than the reported coefficients (e.g. the auxiliary variables of the
+solver's point) may define ``on_update(solver, objective, state, passes, elapsed)``, called
+after every pass just before ``__call__``, with the solver's state.
 ``elapsed`` is solver-only wall time: the run loop stops its clock while callbacks evaluate
 the objective. A callback may set ``stop_reason`` to explain a stop.
 """
@@ -271,6 +274,12 @@ class CallbackList(Callback):
     def on_start(self, objective, coef):
         for c in self.callbacks:
             c.on_start(objective, coef)
+
+    def on_update(self, solver, objective, state, passes, elapsed):
+        for c in self.callbacks:
+            hook = getattr(c, "on_update", None)
+            if hook is not None:
+                hook(solver, objective, state, passes, elapsed)
 
     def __call__(self, passes, coef, elapsed):
         stop = False

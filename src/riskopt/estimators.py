@@ -102,6 +102,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from threadpoolctl import threadpool_limits
 
 from . import solvers as _solvers
+from ._validation import store_params
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
@@ -219,13 +220,6 @@ class _RiskEstimatorBase(BaseEstimator):
         "random_state": ["random_state"],
         "warm_start": ["boolean"],
     }
-
-    def _store_params(self, params):
-        """Store the constructor's arguments unchanged (scikit-learn rule):
-        ``self._store_params(locals())``."""
-        for key, value in params.items():
-            if key not in ("self", "__class__"):
-                setattr(self, key, value)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -434,7 +428,7 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
     def __init__(self, risk="cvar:0.1", *, loss="squared", solver="auto", lr="auto",
                  l2_reg=1e-4, fit_intercept=True, max_epochs=1000, tol=1e-4,
                  random_state=None, warm_start=False, solver_params=None):
-        self._store_params(locals())
+        store_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -522,7 +516,7 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
     def __init__(self, risk="esrm:1", *, solver="auto", lr="auto", l2_reg=1e-4,
                  fit_intercept=True, max_epochs=1000, tol=1e-4, random_state=None,
                  warm_start=False, solver_params=None):
-        self._store_params(locals())
+        store_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):

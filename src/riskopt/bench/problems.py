@@ -19,7 +19,7 @@ objective module), behind two small tables that plug-ins may extend:
 
 Generic helpers used by the runner: :func:`initial_point` (the spec's ``init``),
 :func:`evaluate` (``F`` at many points, through the objective's ``value_many`` when it has one)
-and :func:`solver_point` (the solver's reported point, auxiliary variables included).
+(the solver's reported point is :meth:`riskopt.solvers.Solver.point`).
 """
 import json
 import math
@@ -339,16 +339,6 @@ def initial_point(init, objective, seed):
     aux0 = ({f"{a}0": v for a, v in zip(objective.aux_names, aux)}
             if init["aux"] == "uniform" else {})
     return coef0, aux0
-
-
-def solver_point(solver, objective, state):
-    """The point a solver reports: its iterate (``_iterate``: the averaged one for averaging
-    methods) and each auxiliary variable ``a`` of the family, ``state.<a>_avg`` when the
-    solver averages it, else ``state.<a>``."""
-    coef = np.ravel(solver._iterate(state)).copy()
-    aux = tuple(float(getattr(state, f"{a}_avg", getattr(state, a, np.nan)))
-                for a in objective.aux_names)
-    return coef, aux
 
 
 def evaluate(objective, coefs, auxs):

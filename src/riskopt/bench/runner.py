@@ -67,6 +67,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _io, problems
+from ..callbacks import Callback
 from .spec import SpecError, load_spec
 from .spec_tools import l2_value
 from .spec_tools import content_hash as _hash
@@ -210,26 +211,38 @@ def _run_profile(task, prob, solver, coef0, aux0):
             "diverged": bool(trace.diverged or res.diverged)}
 
 
+class _PointRecorder(Callback):
+    """Hands the solver's state to ``record(state, elapsed)`` after the updates ``k`` whose
+    pass count ``k * passes_per_update`` is a recorded one (the reported point, auxiliary
+    variables included, is read from the state: :meth:`~riskopt.solvers.Solver.point`)."""
+
+    def __init__(self, want, ppu, record):
+        self.want, self.ppu, self.record, self.k = want, ppu, record, 0
+
+    def on_update(self, solver, objective, state, passes, elapsed):
+        self.k += 1
+        if self.k * self.ppu in self.want and solver._finite(state):
+            self.record(state, elapsed)
+
+
 def _run_iterates(task, prob, solver, coef0, aux0):
     """Record the solver's reported point (auxiliary variables included) at the record
-    points, then evaluate ``F`` there in one call."""
-    from ..callbacks import perf_counter
-
+    points, then evaluate ``F`` there in one call. A diverged run records NaN points."""
     obj, rec = prob.objective, task["record"]
     state = solver.init_state(obj, coef0=coef0, **aux0)
     coefs, auxs, times = [], [], []
-    elapsed, diverged = 0.0, False
 
-    def record():
-        if diverged:
+    def record(state, elapsed):
+        if state is None:
             coefs.append(np.full(obj.p * obj.K, np.nan))
             auxs.append((np.nan,) * obj.n_aux)
         else:
-            c, a = problems.solver_point(solver, obj, state)
-            coefs.append(c)
+            c, a = solver.point(obj, state)
+            coefs.append(np.ravel(c).copy())
             auxs.append(a)
         times.append(elapsed)
 
+    elapsed, diverged = 0.0, False
     if prob.streaming:
         steps = record_steps(task["passes"], rec["points"])
         done = 0
@@ -240,24 +253,17 @@ def _run_iterates(task, prob, solver, coef0, aux0):
                                         chunk_size=prob.chunk_size)
                 state, elapsed, done = res.state, elapsed + res.time, int(s)
                 diverged = bool(res.diverged)
-            record()
+            record(None if diverged else state, elapsed)
         passes = np.full(len(steps), np.nan)
     else:
         passes = record_passes(task["passes"], rec["every"]).astype(float)
-        want = set(passes.tolist())
         ppu = float(solver.passes_per_update(obj))
-        record()
-        k, done = 0, 0.0
-        while done < passes[-1] - 1e-9:
-            if not diverged:
-                t0 = perf_counter()
-                state = solver.update(obj, state)
-                elapsed += perf_counter() - t0
-                diverged = not solver._finite(state)
-            k += 1
-            done = k * ppu
-            if done in want:
-                record()
+        record(state, 0.0)
+        res = solver.run(obj, max_epochs=math.ceil(passes[-1] / ppu - 1e-9), state=state,
+                         callback=_PointRecorder(set(passes.tolist()), ppu, record))
+        diverged = bool(res.diverged)
+        while len(coefs) < len(passes):  # the record points from a divergence on
+            record(None, res.time)
         steps = passes * obj.n
     values = problems.evaluate(obj, np.asarray(coefs), np.asarray(auxs))
     return {"passes": passes, "step": np.asarray(steps, dtype=float),

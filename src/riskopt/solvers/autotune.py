@@ -131,21 +131,15 @@ def smoothness_lr(objective):
 
 
 def _seed(random_state):
-    """An int seed from ``random_state`` (None, int, RandomState or Generator), drawn as
-    :func:`sklearn.utils.check_random_state` would (same seeds as the estimators)."""
+    """An int seed from ``random_state`` (None, int, RandomState or Generator): for all but a
+    Generator, drawn through :func:`sklearn.utils.check_random_state` (the estimators' seeds).
+    """
     top = np.iinfo(np.int32).max
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(top))
-    if random_state is None:
-        rs = np.random.mtrand._rand
-    elif isinstance(random_state, (int, np.integer)):
-        rs = np.random.RandomState(random_state)
-    elif isinstance(random_state, np.random.RandomState):
-        rs = random_state
-    else:
-        raise ValueError(f"random_state must be None, an int, a RandomState or a Generator, "
-                         f"got {random_state!r}")
-    return int(rs.randint(top))
+    from sklearn.utils import check_random_state  # lazy: keeps `import riskopt` light
+
+    return int(check_random_state(random_state).randint(top))
 
 
 def _make(cls, params, lr, seed):
@@ -228,8 +222,7 @@ def autotune(solver, objective, *, params=None, lr="auto", base_lr=None, max_epo
         mean_loss = float(np.mean(objective.losses(start)))
         params["dual_lr"] = SOREL_DUAL_SCALE / max(mean_loss, 1e-12)
     probe = _make(cls, params, None, seed)
-    ppu = float(probe.passes_per_update(objective)) if hasattr(probe, "passes_per_update") \
-        else 1.0
+    ppu = float(probe.passes_per_update(objective))
     tune_updates = max(1, int(round(TUNE_PASSES / ppu)))
     candidates = _candidates(objective, name, lr, base_lr, coef0, prev_lr)
 

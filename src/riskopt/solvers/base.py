@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_int, check_positive
+from .._validation import check_int, check_positive, store_params
 from ..callbacks import DivergenceWarning, Timeout, Trace, as_callback, perf_counter
 from ._registry import IncompatibleObjectiveError, solvers_for
 
@@ -85,9 +85,7 @@ class Solver:
 
         Constructors only store (scikit-learn rule); validation happens in ``init_state``.
         """
-        for key, value in params.items():
-            if key not in ("self", "__class__"):
-                setattr(self, key, value)
+        store_params(self, params)
 
     # -- hooks ---------------------------------------------------------------
     def _check_params(self, objective):
@@ -121,6 +119,13 @@ class Solver:
 
     def _finite(self, state):
         return bool(np.all(np.isfinite(state.coef)))
+
+    def point(self, objective, state):
+        """The point the solver reports: ``(coef, aux)``, ``coef`` the ``(p, K)`` matrix of
+        :meth:`_iterate` and ``aux`` the tuple of the objective's auxiliary variables
+        (``objective.aux_names``) read from the state (NaN where the state has none)."""
+        aux = tuple(float(getattr(state, a, np.nan)) for a in objective.aux_names)
+        return self._iterate(state), aux
 
     def _result(self, objective, state, elapsed, trace, diverged, message, progress):
         coef = objective.as_coef(self._iterate(state))
@@ -237,6 +242,7 @@ class Solver:
             callbacks.append(Timeout(check_positive("timeout", timeout)))
         callbacks = [c for c in callbacks if c is not None]
         cb = as_callback(callbacks) if callbacks else None
+        on_update = getattr(cb, "on_update", None)
         trace = _find_trace(callbacks)
         if cb is not None:
             cb.on_start(objective, objective.as_coef(self._iterate(state)))
@@ -249,6 +255,8 @@ class Solver:
             elapsed += perf_counter() - t0
             progress += amount
             finite = self._finite(state)
+            if on_update is not None:
+                on_update(self, objective, state, progress, elapsed)
             if cb is not None and cb(progress, objective.as_coef(self._iterate(state)), elapsed):
                 message = cb.stop_reason or "stopped by callback"
                 diverged = bool(getattr(trace, "diverged", False)) or not finite

@@ -142,6 +142,10 @@ class _RUSolver(Solver):
     def _iterate(self, state):
         return state.coef_avg
 
+    def point(self, objective, state):
+        """The averaged iterate ``(w_bar, (alpha_bar,))``."""
+        return state.coef_avg, (float(state.alpha_avg),)
+
     def _finite(self, state):
         return bool(np.all(np.isfinite(state.coef_avg)) and np.isfinite(state.alpha_avg)
                     and np.all(np.isfinite(state.coef)) and np.isfinite(state.alpha))
