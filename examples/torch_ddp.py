@@ -25,6 +25,7 @@ Run::
 Needs PyTorch with ``torch.distributed`` and gloo (the CPU wheels have both); offline.
 """
 import argparse
+import gc
 import os
 import tempfile
 import time
@@ -85,10 +86,17 @@ def worker(rank, init_file, out_dir, args):
         out = {}
         for gather in (True, False):
             net = make_net(X.shape[1], args.seed)
-            train(DDP(net), SpectralRiskLoss(RISK, gather=gather), X, y, args, rank, WORLD)
+            model = DDP(net)
+            train(model, SpectralRiskLoss(RISK, gather=gather), X, y, args, rank, WORLD)
             out[f"gather={gather}"] = flat_params(net)
+            del model                           # release the reducer's gloo work now
         np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **out)
+        # Every rank reaches this point before any tears the group down: a rank that
+        # destroys (and exits) while its peer's gloo threads still hold work makes the
+        # peer abort at exit ("terminate called without an active exception").
+        dist.barrier()
     finally:
+        gc.collect()
         dist.destroy_process_group()
 
 
