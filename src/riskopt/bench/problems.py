@@ -254,6 +254,19 @@ def load_dataset(name, protocol):
     return X, y
 
 
+@lru_cache(maxsize=16)
+def load_test_split(name, protocol):
+    """``(X_test, y_test)`` of a data set (read-only float64 arrays, cached per process)."""
+    from .. import datasets
+
+    data = datasets.load(name, protocol=protocol)
+    X = np.ascontiguousarray(data.X_test, dtype=np.float64)
+    y = np.ascontiguousarray(data.y_test, dtype=np.float64)
+    X.setflags(write=False)
+    y.setflags(write=False)
+    return X, y
+
+
 @dataclass
 class Problem:
     """A built problem: ``objective`` (values, ``f*``), ``solver_objective`` (what the solver

@@ -66,7 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _io, problems
+from . import _io, problems, record_metrics
 from ..callbacks import Callback
 from .spec import SpecError, load_spec
 from .spec_tools import l2_value
@@ -141,6 +141,8 @@ def enumerate_cells(spec):
                             key["record"] = {"value": rec.value, "every": rec.every} \
                                 if not streaming else {"value": rec.value,
                                                        "points": rec.points}
+                            if rec.metrics:
+                                key["record"]["metrics"] = list(rec.metrics)
                         if spec.init != "zeros":
                             key["init"] = spec.init_table()
                         cells.append(Cell(_hash(key), d, j, i, cfg, seed, spec.budget(d), key))
@@ -217,12 +219,17 @@ class _PointRecorder(Callback):
     variables included, is read from the state: :meth:`~riskopt.solvers.Solver.point`)."""
 
     def __init__(self, want, ppu, record):
-        self.want, self.ppu, self.record, self.k = want, ppu, record, 0
+        self.want, self.ppu, self.record, self.k = sorted(w for w in want if w > 0), ppu, record, 0
 
     def on_update(self, solver, objective, state, passes, elapsed):
+        # a record point is taken at the first update reaching it (a solver whose update is
+        # not a whole number of passes, e.g. mini-batches not dividing n, lands just past it)
         self.k += 1
-        if self.k * self.ppu in self.want and solver._finite(state):
-            self.record(state, elapsed)
+        done = self.k * self.ppu
+        if self.want and done >= self.want[0] - 1e-9 and solver._finite(state):
+            while self.want and done >= self.want[0] - 1e-9:
+                self.want.pop(0)
+            self.record(state, elapsed, done)
 
 
 def _run_iterates(task, prob, solver, coef0, aux0):
@@ -230,9 +237,10 @@ def _run_iterates(task, prob, solver, coef0, aux0):
     points, then evaluate ``F`` there in one call. A diverged run records NaN points."""
     obj, rec = prob.objective, task["record"]
     state = solver.init_state(obj, coef0=coef0, **aux0)
-    coefs, auxs, times = [], [], []
+    coefs, auxs, times, at = [], [], [], []
 
-    def record(state, elapsed):
+    def record(state, elapsed, done=None):
+        at.append(np.nan if done is None else done)
         if state is None:
             coefs.append(np.full(obj.p * obj.K, np.nan))
             auxs.append((np.nan,) * obj.n_aux)
@@ -264,10 +272,18 @@ def _run_iterates(task, prob, solver, coef0, aux0):
         diverged = bool(res.diverged)
         while len(coefs) < len(passes):  # the record points from a divergence on
             record(None, res.time)
+        # the passes actually done at each record (past the nominal point by less than one
+        # update when an update is not a whole number of passes)
+        passes = np.where(np.isfinite(at), at, passes)
+        passes[0] = 0.0
         steps = passes * obj.n
     values = problems.evaluate(obj, np.asarray(coefs), np.asarray(auxs))
-    return {"passes": passes, "step": np.asarray(steps, dtype=float),
-            "time": np.asarray(times, dtype=float), "value": values, "diverged": diverged}
+    out = {"passes": passes, "step": np.asarray(steps, dtype=float),
+           "time": np.asarray(times, dtype=float), "value": values, "diverged": diverged}
+    if rec.get("metrics"):
+        out["metrics"] = record_metrics.compute_for_problem(rec["metrics"], task["problem"],
+                                                            obj, np.asarray(coefs))
+    return out
 
 
 def _run_cell(task):
@@ -297,6 +313,7 @@ def _run_cell(task):
             "value": values,
             "suboptimality": out.get("suboptimality", np.full(len(values), np.nan)),
             "diverged": np.full(len(values), diverged),
+            **out.get("metrics", {}),
         })
         return task["id"], frame, None
     except Exception as exc:  # recorded, reported, retried on the next invocation
@@ -559,6 +576,8 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
         from .figures import plot_results
 
         result.figures = plot_results(out, table=table)
+    if "metrics" in spec.analyses and spec.record.metrics:
+        record_metrics.write_analysis(out, table, spec, plot=plot)
     result.wall_seconds = time.perf_counter() - t_start
     result.metadata = out / "metadata.json"
     meta = _metadata(spec, out, result, sizes, fstar, probs, table, selection, summ, started,
@@ -678,6 +697,7 @@ def merge_cells(spec, cells, cells_dir, fstar):
             "shift_cost", "divergence", "l2_reg", "solver", "solver_name", "config", "lr",
             "params", "seed", "budget", "update", "step", "passes", "time", "value",
             "suboptimality", "f_star", "f_star_ref", "diverged"]
+    cols += [record_metrics.column(m) for m in spec.record.metrics]
     if not parts:
         return pd.DataFrame(columns=cols)
     t = pd.concat(parts, ignore_index=True)

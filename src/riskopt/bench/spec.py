@@ -79,7 +79,9 @@ the tables below.
     averaged iterate of averaging methods -- evaluated after the run); ``every`` (passes
     between records, ``"iterate"`` only, default 1); ``points`` (streams: records at ``points``
     log-spaced steps in ``[10, steps]`` and at step 0, default 30); ``suboptimality``:
-    ``"relative"`` (default, ``(F - f*) / (F(x0) - f*)``) or ``"absolute"`` (``F - f*``).
+    ``"relative"`` (default, ``(F - f*) / (F(x0) - f*)``) or ``"absolute"`` (``F - f*``);
+    ``metrics``: model metrics at the same points (data sets only, ``value = "iterate"``),
+    e.g. ``["train_accuracy", "test_accuracy"]``: see :mod:`riskopt.bench.record_metrics`.
 ``init``
     ``"zeros"`` (default: the solver's start) or ``"random"`` (``coef0 ~ N(0, I)``, auxiliary
     variables ``~ U(0, 1)``, drawn from the seed), or a table ``{coef = "zeros" | "normal",
@@ -95,7 +97,9 @@ the tables below.
     Any of ``"convergence"`` (default; the selected configurations' suboptimality curves:
     ``figure.png`` and ``figure_<x>.png``), ``"sensitivity"`` (final suboptimality vs ``lr``:
     ``sensitivity.parquet/csv``, ``summary.csv``, ``sensitivity.png``) and
-    ``"fixed_accuracy"`` (budget to reach ``epsilon`` vs ``lr``: ``fixed_accuracy.png``).
+    ``"fixed_accuracy"`` (budget to reach ``epsilon`` vs ``lr``: ``fixed_accuracy.png``),
+    ``"metrics"`` (the recorded ``record.metrics`` of the selected configurations vs samples
+    processed: ``metrics.png``, and their final values: ``metrics_final.csv``).
 ``analysis``
     ``epsilon`` (0.01), ``epsilon_scale`` (``"gap"``: times the median initial gap;
     ``"fstar"``: times ``|f*|``; ``"absolute"``), ``tolerance`` (10: a "good" ``lr`` ends
@@ -153,10 +157,10 @@ _DATASET_KEYS = {"name", "label", "source", *_OVERRIDES}
 _SOLVER_KEYS = {"name", "label", "lr", "params", "grid"}
 _PLOT_KEYS = {"x", "band", "floor", "columns", "xscale"}
 _SELECTION_KEYS = {"last_passes", "rule"}
-_RECORD_KEYS = {"value", "every", "points", "suboptimality"}
+_RECORD_KEYS = {"value", "every", "points", "suboptimality", "metrics"}
 _REFERENCE_KEYS = {"method", "lower_to_best"}
 _ANALYSIS_KEYS = {"epsilon", "epsilon_scale", "tolerance"}
-ANALYSES = ("convergence", "sensitivity", "fixed_accuracy")
+ANALYSES = ("convergence", "sensitivity", "fixed_accuracy", "metrics")
 _INITS = {"zeros": {"coef": "zeros", "aux": "default"},
           "random": {"coef": "normal", "aux": "uniform"}}
 _RESERVED_PARAMS = {"lr", "random_state"}
@@ -362,9 +366,19 @@ class RecordSpec:
     every: int = 1
     points: int = 30
     suboptimality: str = "relative"
+    metrics: list = field(default_factory=list)
 
     def validate(self, key="record"):
         one_of(f"{key}.value", self.value, ("profile", "iterate"))
+        if self.metrics:
+            from .record_metrics import check_names
+
+            try:
+                self.metrics = check_names(self.metrics)
+            except ValueError as exc:
+                raise SpecError(f"{key}.metrics", str(exc)) from None
+            if self.value != "iterate":
+                raise SpecError(f"{key}.metrics", 'metrics are recorded with value = "iterate"')
         self.every = check_int(f"{key}.every", self.every)
         if self.value == "profile" and self.every != 1:
             raise SpecError(f"{key}.every", "the profile value is recorded after every update")

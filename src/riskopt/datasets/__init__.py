@@ -17,27 +17,31 @@ Three kinds of names (``names()`` lists them all, ``info(name)`` describes one):
   (amazon features, iwildcam and acsincome training features) raise :class:`MissingDataError`
   with the honest alternatives;
 - synthetic generators (:mod:`riskopt.datasets.synthetic`): ``splplus_<loss>_<noise>`` (SPL+
-  Sec. 6.1), ``heavy_tailed_regression``, ``group_shift_regression``, ``group_shift_binary``.
+  Sec. 6.1), ``heavy_tailed_regression``, ``group_shift_regression``, ``group_shift_binary``;
+- imbalanced "-ST" variants (:mod:`riskopt.datasets.imbalanced`, the KL-constrained DRO
+  paper's construction): ``digits_st`` (scikit-learn's bundled digits), ``adult_st``, ``a9a_st``.
 """
-from . import _catalog, _files, real, synthetic
+from . import _catalog, _files, imbalanced, real, synthetic
 from ._files import (ChecksumError, FILES, MissingDataError, fetch, get_data_home,
                      verify_file)
 from .real import (amazon_labels, load_a9a, load_acsincome, load_adult, load_amazon,
                    load_compas, load_diabetes, load_iwildcam, load_law_school, load_mushrooms)
 from .regression import REGRESSION, Dataset, load_regression
+from .imbalanced import make_st
 from .synthetic import (SYNTHETIC, make_group_shift, make_heavy_tailed_regression,
                         make_splplus)
 
-_KINDS = ("regression", "real", "synthetic")
+_KINDS = ("regression", "real", "synthetic", "derived")
 
 
 def names(kind=None):
     """Names accepted by :func:`load`; ``kind`` in {"regression" (bundled), "real" (data
-    folder), "synthetic"} narrows the list."""
+    folder), "synthetic", "derived" (imbalanced variants)} narrows the list."""
     groups = {"regression": list(REGRESSION), "real": list(real.LOADERS),
-              "synthetic": list(SYNTHETIC)}
+              "synthetic": list(SYNTHETIC), "derived": list(imbalanced.DERIVED)}
     if kind is None:
-        return groups["regression"] + groups["real"] + groups["synthetic"]
+        return (groups["regression"] + groups["real"] + groups["synthetic"]
+                + groups["derived"])
     if kind not in groups:
         raise ValueError(f"kind must be one of {_KINDS} or None, got {kind!r}")
     return groups[kind]
@@ -70,6 +74,10 @@ def load(name, protocol="paper", **kwargs):
         if protocol != "paper":
             raise ValueError(f"synthetic sets take no protocol, got {protocol!r}")
         return synthetic.load_synthetic(name, **kwargs)
+    if name in imbalanced.DERIVED:
+        if protocol != "paper":
+            raise ValueError(f"{name} has only protocol='paper', got {protocol!r}")
+        return imbalanced.DERIVED[name](**kwargs)
     raise ValueError(f"unknown dataset {name!r}; available: {names()}")
 
 
@@ -90,6 +98,18 @@ def info(name, data_home=None):
                 "n_features": meta["d"],
                 "groups": ["group"] if key == "group_shift" else [], "files": [],
                 "present": True, "complete": True, "generator": fn.__name__, "fixed": fixed}
+    if name in imbalanced.DERIVED:
+        d = imbalanced.DERIVED[name]()
+        base = "digits" if name == "digits_st" else name[:-3]
+        licence = ("BSD-3-Clause (scikit-learn's bundled copy of UCI optdigits, CC BY 4.0)"
+                   if base == "digits" else _catalog.CATALOG[base]["licence"])
+        return {"name": name, "kind": "derived", "task": d.task, "licence": licence,
+                "rows": f"{d.n_train} train (thinned) + {d.n_test} test",
+                "n_train": d.n_train, "n_test": d.n_test, "n_samples": d.n_train + d.n_test,
+                "d": d.X_train.shape[1], "n_features": d.X_train.shape[1],
+                "source": d.info.get("source", f"-ST construction of {name[:-3]}"),
+                "groups": sorted(d.groups_train or {}), "files": [], "present": True,
+                "complete": True, "notes": imbalanced.__doc__.split("\n\n")[0]}
     if name not in _catalog.CATALOG:
         raise ValueError(f"unknown dataset {name!r}; available: {names()}")
     c = dict(_catalog.CATALOG[name])
@@ -110,5 +130,5 @@ __all__ = [
     "fetch", "get_data_home", "verify_file", "MissingDataError", "ChecksumError",
     "load_diabetes", "load_acsincome", "load_amazon", "amazon_labels", "load_iwildcam",
     "load_law_school", "load_adult", "load_compas", "load_mushrooms", "load_a9a",
-    "make_splplus", "make_heavy_tailed_regression", "make_group_shift",
+    "make_splplus", "make_heavy_tailed_regression", "make_group_shift", "make_st",
 ]
