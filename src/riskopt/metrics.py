@@ -1,4 +1,12 @@
-r"""Per-group evaluation: the error of every group, the worst and the median group.
+r"""Per-group evaluation and fairness metrics.
+
+* the error of every group, the worst and the median group (:func:`group_errors`,
+  :func:`worst_group_error`, :func:`median_group_error`: group DRO, distribution shift);
+* fairness gaps between the groups of a sensitive attribute ``A``:
+  :func:`equal_opportunity_difference` and :func:`absolute_mean_difference` (SOREL paper,
+  Sec. 5.2 / App. B.2), :func:`demographic_parity_difference` (classification, Agarwal et al.
+  2018) and :func:`statistical_parity_ks` (regression: the Kolmogorov-Smirnov distance the
+  Prospect paper uses, Sec. 4.2 / App. H).
 
 Conventions follow :mod:`sklearn.metrics`: ``y_true``, ``y_pred`` and ``groups`` are
 array-likes of the same length (NumPy arrays, lists, pandas Series); ``sample_weight``
@@ -38,7 +46,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["group_errors", "worst_group_error", "median_group_error", "GroupTable"]
+__all__ = ["group_errors", "worst_group_error", "median_group_error", "GroupTable",
+           "equal_opportunity_difference", "absolute_mean_difference",
+           "demographic_parity_difference", "statistical_parity_ks"]
 
 
 @dataclass(frozen=True)
@@ -198,3 +208,152 @@ def median_group_error(y_true, y_pred, groups, loss=None, sample_weight=None):
     """The median of the per-group errors, each group counting once (:func:`group_errors`)."""
     return float(np.nanmedian(group_errors(y_true, y_pred, groups, loss,
                                            sample_weight).values))
+
+
+# ---------------------------------------------------------------------------- fairness
+def _sensitive_groups(y_pred, sensitive, sample_weight, y_true=None):
+    """Validated arrays, the sorted sensitive values and each sample's group index."""
+    y_true, y_pred, sensitive, sample_weight = _check_inputs(y_true, y_pred, sensitive,
+                                                             sample_weight)
+    labels, inverse = np.unique(sensitive, return_inverse=True)
+    if labels.shape[0] < 2:
+        raise ValueError(f"the sensitive attribute has a single value ({_plain(labels[0])!r}): "
+                         "a fairness gap needs at least two groups")
+    w = np.ones(y_pred.shape[0]) if sample_weight is None else sample_weight
+    return y_true, y_pred, labels, inverse.reshape(-1), w
+
+
+def _group_means(values, inverse, w, labels, what, mask=None):
+    m = labels.shape[0]
+    if mask is not None:
+        w = w * mask
+    tot = np.bincount(inverse, weights=w, minlength=m)
+    empty = [(_plain(g)) for g, t in zip(labels, tot) if not t > 0]
+    if empty:
+        raise ValueError(f"group(s) {empty} of the sensitive attribute have no {what} "
+                         "(zero total weight): the gap is undefined")
+    return np.bincount(inverse, weights=w * values, minlength=m) / tot
+
+
+def _as_float(name, values):
+    try:
+        out = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numeric") from None
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return out
+
+
+def _gap(means):
+    """Signed ``means[0] - means[1]`` for two groups; ``max - min`` for more."""
+    if means.shape[0] == 2:
+        return float(means[0] - means[1])
+    return float(np.max(means) - np.min(means))
+
+
+def equal_opportunity_difference(y_true, y_pred, sensitive, *, pos_label=1,
+                                 sample_weight=None):
+    r"""Equal opportunity difference (SOREL paper, Sec. 5.2): the gap in true-positive rates
+
+    .. math::
+
+        EO = P(\hat Y = 1 \mid A = a_0, Y = 1) - P(\hat Y = 1 \mid A = a_1, Y = 1)
+
+    for a binary sensitive attribute with sorted values ``a_0 < a_1`` (signed: positive when
+    group ``a_0`` is favoured); for more than two values the largest pairwise gap
+    ``max_a TPR_a - min_a TPR_a`` (non-negative). fairlearn's ``equal_opportunity_difference``
+    is the absolute value of this gap.
+
+    Examples
+    --------
+    >>> from riskopt.metrics import equal_opportunity_difference
+    >>> y_true = [1, 1, 1, 1, 0, 0]
+    >>> y_pred = [1, 1, 1, 0, 1, 0]
+    >>> a = [0, 0, 1, 1, 0, 1]          # TPR 1.0 in group 0, 0.5 in group 1
+    >>> equal_opportunity_difference(y_true, y_pred, a)
+    0.5
+    """
+    y_true, y_pred, labels, inv, w = _sensitive_groups(y_pred, sensitive, sample_weight,
+                                                       y_true)
+    pos = (y_true == pos_label).astype(np.float64)
+    hit = (y_pred == pos_label).astype(np.float64)
+    return _gap(_group_means(hit, inv, w, labels, "positive examples (y_true == pos_label)",
+                             mask=pos))
+
+
+def demographic_parity_difference(y_pred, sensitive, *, pos_label=1, sample_weight=None):
+    r"""Demographic parity difference (Agarwal et al. 2018): the largest gap between groups
+    in the rate of positive predictions, ``max_a P(Yhat = 1 | A = a) - min_a P(Yhat = 1 | A = a)``
+    (non-negative; the same as fairlearn's ``demographic_parity_difference``).
+
+    Examples
+    --------
+    >>> from riskopt.metrics import demographic_parity_difference
+    >>> demographic_parity_difference([1, 1, 0, 1, 0, 0], ["m", "m", "m", "f", "f", "f"])
+    0.3333333333333333
+    """
+    _, y_pred, labels, inv, w = _sensitive_groups(y_pred, sensitive, sample_weight)
+    rates = _group_means((y_pred == pos_label).astype(np.float64), inv, w, labels, "samples")
+    return float(np.max(rates) - np.min(rates))
+
+
+def absolute_mean_difference(y_pred, sensitive, *, sample_weight=None):
+    r"""SOREL's "SMD" (Sec. 5.2, regression and classification): the distance of each group's
+    mean prediction to the overall mean prediction, summed over the groups,
+
+    .. math::
+
+        SMD = |E[\hat Y \mid A = 1] - E[\hat Y]| + |E[\hat Y \mid A = 0] - E[\hat Y]|
+
+    for a binary attribute; the sum runs over every value of a multi-valued attribute
+    (expectations under the empirical, optionally weighted, distribution).
+
+    Examples
+    --------
+    >>> from riskopt.metrics import absolute_mean_difference
+    >>> absolute_mean_difference([1.0, 3.0, 2.0, 6.0], [0, 0, 1, 1])   # means 2, 4; overall 3
+    2.0
+    """
+    _, y_pred, labels, inv, w = _sensitive_groups(y_pred, sensitive, sample_weight)
+    y = _as_float("y_pred", y_pred)
+    if not w.sum() > 0:
+        raise ValueError("sample_weight sums to zero")
+    overall = float(np.sum(w * y) / np.sum(w))
+    means = _group_means(y, inv, w, labels, "samples")
+    return float(np.sum(np.abs(means - overall)))
+
+
+def _weighted_ecdf(values, weights, grid):
+    order = np.argsort(values, kind="mergesort")
+    v, cw = values[order], np.cumsum(weights[order])
+    idx = np.searchsorted(v, grid, side="right")
+    out = np.where(idx > 0, cw[np.maximum(idx - 1, 0)], 0.0)
+    return out / cw[-1]
+
+
+def statistical_parity_ks(y_pred, sensitive, *, sample_weight=None):
+    r"""Statistical parity for regression (Prospect paper, Sec. 4.2): the Kolmogorov-Smirnov
+    distance between the distributions of the predictions of the groups,
+    ``max over pairs (a, b) of sup_t |F_a(t) - F_b(t)|`` with ``F_a`` the (weighted) empirical
+    CDF of the predictions in group ``a``. 0 means identical prediction distributions, 1
+    disjoint ones. With two groups and no weights this is ``scipy.stats.ks_2samp``'s statistic.
+
+    Examples
+    --------
+    >>> from riskopt.metrics import statistical_parity_ks
+    >>> statistical_parity_ks([0.1, 0.2, 0.3, 0.7, 0.8, 0.9], [0, 0, 0, 1, 1, 1])
+    1.0
+    """
+    _, y_pred, labels, inv, w = _sensitive_groups(y_pred, sensitive, sample_weight)
+    y = _as_float("y_pred", y_pred)
+    grid = np.unique(y)
+    cdfs = []
+    for k in range(labels.shape[0]):
+        mask = inv == k
+        if not w[mask].sum() > 0:
+            raise ValueError(f"group {_plain(labels[k])!r} of the sensitive attribute has no "
+                             "samples (zero total weight): the gap is undefined")
+        cdfs.append(_weighted_ecdf(y[mask], w[mask], grid))
+    C = np.asarray(cdfs)
+    return float(np.max(np.max(C, axis=0) - np.min(C, axis=0)))
