@@ -30,7 +30,7 @@ Rules
         objectives only through arguments)
   4     ``solvers`` (the one run loop, the registry, one module per method)
   5     ``estimators``, ``torch``, ``bench`` (users of solvers)
-  6     ``_cli_fit``, ``cli``, ``riskopt/__init__`` (entry points and re-exports)
+  6     ``_cli_fit``, ``_cli_evaluate``, ``cli``, ``riskopt/__init__`` (entry points and re-exports)
   ====  ==============================================================================
 
   The top-level package ``riskopt/__init__`` re-exports from every layer, so it sits on top;
@@ -56,7 +56,7 @@ LAYERS = [
     ("callbacks", "metrics"),
     ("solvers",),
     ("estimators", "torch", "bench"),
-    ("_cli_fit", "cli", "riskopt"),
+    ("_cli_fit", "_cli_evaluate", "cli", "riskopt"),
 ]
 MAX_LINES = 800
 GENERIC_MODULES = ["bench/runner.py", "bench/spec.py", "bench/plotting.py", "bench/figures.py",

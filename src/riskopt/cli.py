@@ -11,6 +11,7 @@
     riskopt datasets info NAME
     riskopt fit DATA --target COL [--risk cvar:0.1] ... --out model.joblib
     riskopt predict MODEL DATA [--proba] [--out predictions.csv]
+    riskopt evaluate MODEL DATA [--group COL ...] [--sensitive COL ...] [--out report.md]
 
 ``SPEC`` is a TOML file or the name of a bundled spec. Bad specs, unknown data sets and
 missing results are reported in one line naming the offending key, with exit status 2.
@@ -319,9 +320,11 @@ def build_parser():
     _action(dsub, "info", _datasets_info, "describe one data set", "Describe one data set.",
             ("name", "data set name (see `riskopt datasets list`)"))
 
+    from ._cli_evaluate import add_parser as add_evaluate
     from ._cli_fit import add_parsers
 
     add_parsers(sub)
+    add_evaluate(sub)
     return p
 
 

@@ -1,0 +1,231 @@
+"""``riskopt evaluate``: a saved model on a labelled table, overall, per group and fairness gaps.
+
+::
+
+    riskopt evaluate MODEL DATA [--group COL ...] [--sensitive COL ...] [--pos-label V]
+                     [--format markdown|csv|json] [--out FILE]
+
+``MODEL`` is a file written by ``riskopt fit``; ``DATA`` a CSV/parquet table with the model's
+feature columns and its target column. Printed (or written to ``--out``; the format follows
+the file's extension ``.md``/``.csv``/``.json`` unless ``--format`` says otherwise):
+
+* overall: rows, the mean training loss of the model's loss on these rows (log-loss for
+  classifiers), the model's risk of those losses (e.g. the CVaR of the per-sample losses),
+  accuracy (classification) or RMSE, MAE and R^2 (regression);
+* per group, for each ``--group`` / ``--sensitive`` column: size, error (classification error,
+  or mean loss for regression), mean loss, and the worst group;
+* fairness gaps for each ``--sensitive`` column (:mod:`riskopt.metrics`): classification --
+  equal opportunity difference, demographic parity difference, absolute mean difference of the
+  predicted positive probability; regression -- absolute mean difference and statistical
+  parity (KS distance) of the predictions.
+"""
+import json
+import os
+import sys
+from pathlib import Path
+
+from ._cli_fit import FitError, _feature_matrix, _per_sample_losses, read_table
+
+FORMATS = ("markdown", "csv", "json")
+
+
+def load_model(path):
+    import joblib
+
+    path = Path(path)
+    if not path.exists():
+        raise FitError(f"model file not found: {path}")
+    try:
+        model = joblib.load(path)
+        model["estimator"], model["features"]
+    except Exception as exc:
+        raise FitError(f"{path} is not a riskopt model file: {exc}") from None
+    return model
+
+
+def _column(df, col, what, where):
+    if col not in df.columns:
+        raise FitError(f"{what} column {col!r} not in {where} "
+                       f"(columns: {', '.join(map(str, df.columns[:20]))})")
+    s = df[col]
+    if s.isna().any():
+        raise FitError(f"{what} column {col!r} has {int(s.isna().sum())} missing value(s)")
+    return s
+
+
+def _as_classes(values, classes, what):
+    """``values`` in the dtype of the model's ``classes`` (labels read back from a table may
+    come as text or floats); labels the model never saw are an error."""
+    import numpy as np
+
+    classes = np.asarray(classes)
+    lookup = {str(c): c for c in classes}
+    if classes.dtype.kind in "iufb":
+        lookup.update({str(float(c)): c for c in classes})
+    out, unknown = [], set()
+    for v in np.asarray(values):
+        key = str(v)
+        if key not in lookup:
+            unknown.add(key)
+        else:
+            out.append(lookup[key])
+    if unknown:
+        raise FitError(f"{what} has labels the model was not trained on: "
+                       f"{', '.join(sorted(unknown)[:10])} (classes: "
+                       f"{', '.join(map(str, classes[:10]))})")
+    return np.asarray(out, dtype=classes.dtype)
+
+
+def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
+    """The evaluation as ``{"overall": {...}, "groups": [...], "fairness": [...]}``."""
+    import numpy as np
+
+    from . import metrics
+    from .risks import parse_risk
+
+    est, task = model["estimator"], model["task"]
+    X = _feature_matrix(df, model["features"], "features")
+    y_raw = _column(df, model["target"], "target", where)
+    y = y_raw.to_numpy(dtype=np.float64) if task == "regression" else y_raw.to_numpy()
+    if task != "regression":
+        y = _as_classes(y, est.classes_, f"target column {model['target']!r}")
+    pred = est.predict(X)
+    losses = _per_sample_losses(est, task, X, y)
+    try:
+        risk = parse_risk(est.risk)
+        risk_value = float(risk.value(losses))
+    except (ValueError, TypeError):
+        risk, risk_value = model.get("risk"), float("nan")
+    overall = {"rows": int(len(y)), "risk": str(risk), "risk_of_losses": risk_value,
+               "mean_loss": float(np.mean(losses)), "max_loss": float(np.max(losses))}
+    if task == "regression":
+        r = pred - y
+        overall.update(rmse=float(np.sqrt(np.mean(r ** 2))), mae=float(np.mean(np.abs(r))),
+                       r2=float(1 - np.sum(r ** 2) / max(np.sum((y - y.mean()) ** 2), 1e-300)))
+    else:
+        overall.update(accuracy=float(np.mean(pred == y)))
+    out = {"overall": overall, "groups": [], "fairness": []}
+    for col in list(dict.fromkeys([*groups, *sensitive])):
+        g = _column(df, col, "group" if col in groups else "sensitive", where).astype(str).to_numpy()
+        err = (metrics.group_errors(None, losses, g, loss="precomputed") if task == "regression"
+               else metrics.group_errors(y, pred, g))
+        mean_loss = metrics.group_errors(None, losses, g, loss="precomputed").errors
+        for rec in err.records:
+            out["groups"].append({"column": col, "group": str(rec["group"]),
+                                  "size": rec["size"], "error": rec["error"],
+                                  "mean_loss": mean_loss[rec["group"]],
+                                  "worst": rec["group"] == err.worst[0]})
+    for col in sensitive:
+        a = _column(df, col, "sensitive", where).astype(str).to_numpy()
+        if len(np.unique(a)) < 2:
+            raise FitError(f"sensitive column {col!r} has a single value: no fairness gap")
+        try:
+            if task == "regression":
+                gaps = {"absolute_mean_difference": metrics.absolute_mean_difference(pred, a),
+                        "statistical_parity_ks": metrics.statistical_parity_ks(pred, a)}
+            else:
+                pos = est.classes_[-1] if pos_label is None else _as_classes(
+                    np.array([pos_label]), est.classes_, "--pos-label")[0]
+                proba = est.predict_proba(X)[:, list(est.classes_).index(pos)]
+                gaps = {"equal_opportunity_difference": metrics.equal_opportunity_difference(
+                            y, pred, a, pos_label=pos),
+                        "demographic_parity_difference":
+                            metrics.demographic_parity_difference(pred, a, pos_label=pos),
+                        "absolute_mean_difference": metrics.absolute_mean_difference(proba, a)}
+        except ValueError as exc:
+            raise FitError(f"sensitive column {col!r}: {exc}") from None
+        for k, v in gaps.items():
+            out["fairness"].append({"column": col, "metric": k, "value": float(v)})
+    return out
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _md_table(rows):
+    if not rows:
+        return ""
+    head = list(rows[0])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_fmt(r[k]) for k in head) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render(result, fmt):
+    if fmt == "json":  # NaN is not JSON: null
+        clean = json.loads(json.dumps(result), parse_constant=lambda c: None)
+        return json.dumps(clean, indent=2, allow_nan=False) + "\n"
+    if fmt == "csv":
+        import pandas as pd
+
+        rows = ([{"section": "overall", "column": "", "group": "", "metric": k, "value": v}
+                 for k, v in result["overall"].items()]
+                + [{"section": "group", "column": r["column"], "group": r["group"],
+                    "metric": m, "value": r[m]} for r in result["groups"]
+                   for m in ("size", "error", "mean_loss")]
+                + [{"section": "fairness", "column": r["column"], "group": "",
+                    "metric": r["metric"], "value": r["value"]} for r in result["fairness"]])
+        return pd.DataFrame(rows).to_csv(index=False)
+    text = "## Overall\n\n" + _md_table([{"metric": k, "value": v}
+                                         for k, v in result["overall"].items()])
+    if result["groups"]:
+        text += "\n## Per group\n\n" + _md_table(result["groups"])
+    if result["fairness"]:
+        text += "\n## Fairness gaps\n\n" + _md_table(result["fairness"])
+    return text
+
+
+def write_text(text, out):
+    """Write ``text`` to ``out`` atomically (temporary file in the same folder, renamed)."""
+    dest = Path(out)
+    if dest.is_dir():
+        raise FitError(f"--out {dest} is a directory; give a file name")
+    if not dest.parent.exists():
+        raise FitError(f"--out: folder {dest.parent} does not exist")
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        if tmp.exists():
+            tmp.unlink()
+        raise FitError(f"cannot write {dest}: {exc.strerror or exc}") from None
+
+
+def cmd_evaluate(args):
+    model = load_model(args.model)
+    df = read_table(args.data)
+    result = evaluate(model, df, groups=args.group or (), sensitive=args.sensitive or (),
+                      pos_label=args.pos_label, where=str(args.data))
+    fmt = args.format
+    if fmt is None:
+        ext = Path(args.out).suffix.lower() if args.out else ""
+        fmt = {".csv": "csv", ".json": "json"}.get(ext, "markdown")
+    text = render(result, fmt)
+    if args.out:
+        write_text(text, args.out)
+        print(f"evaluation: {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def add_parser(sub):
+    e = sub.add_parser("evaluate", help="evaluate a saved model on a labelled table: "
+                       "accuracy/loss/risk, per-group table, fairness gaps",
+                       description=__doc__.split("::")[0].strip())
+    e.add_argument("model", help="model file written by `riskopt fit`")
+    e.add_argument("data", help="CSV or parquet file with the features and the target column")
+    e.add_argument("--group", nargs="+", metavar="COL",
+                   help="group column(s): per-group error and loss, worst group")
+    e.add_argument("--sensitive", nargs="+", metavar="COL",
+                   help="sensitive attribute column(s): per-group table and fairness gaps")
+    e.add_argument("--pos-label", default=None, metavar="V",
+                   help="positive class for the fairness gaps (default: the largest label)")
+    e.add_argument("--format", choices=FORMATS, default=None,
+                   help="output format (default: from --out's extension, else markdown)")
+    e.add_argument("--out", metavar="FILE", help="write there (default: standard output)")
+    e.set_defaults(func=cmd_evaluate)
