@@ -7,6 +7,7 @@
     riskopt bench run SPEC [--out DIR] [--jobs N] [--backend NAME] [--address ADDR]
                            [--max-cells K] [--fresh] [--no-plot] [--dry-run] [--quiet]
     riskopt bench plot RESULTS [--out DIR] [--x passes steps time] [--format png pdf]
+    riskopt bench report RESULTS [--out report.md] [--format markdown|csv]
     riskopt datasets list
     riskopt datasets info NAME
     riskopt fit DATA --target COL [--risk cvar:0.1] ... --out model.joblib
@@ -163,6 +164,27 @@ def _bench_plot(args):
     return 0
 
 
+def _bench_report(args):
+    from ._cli_evaluate import write_text
+    from .bench.report import build_report
+
+    fmt = args.format or ("csv" if args.out and args.out.lower().endswith(".csv")
+                          else "markdown")
+    from pathlib import Path
+
+    try:
+        text = build_report(args.results, fmt=fmt,
+                            relative_to=Path(args.out).parent if args.out else None)
+    except (FileNotFoundError, ValueError) as exc:
+        raise _CLIError(str(exc)) from None
+    if args.out:
+        write_text(text, args.out)
+        _print(f"report: {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 # ---------------------------------------------------------------------------- datasets
 def _datasets_list(args):
     from . import datasets
@@ -312,6 +334,18 @@ def build_parser():
     b_plot.add_argument("--format", nargs="+", default=["png", "pdf"], metavar="FMT",
                         help="file formats (default: png pdf)")
     b_plot.set_defaults(func=_bench_plot)
+
+    b_rep = bsub.add_parser(
+        "report", help="a results folder as a Markdown (or CSV) report",
+        description="Write the report of a results folder: metadata (commit, machine, wall "
+                    "time), f* per problem, the selected configurations with final "
+                    "suboptimality and passes to 1e-4 / 1e-8, recorded model metrics and "
+                    "the figures. Never reruns solvers.")
+    b_rep.add_argument("results", help="results folder of `riskopt bench run`")
+    b_rep.add_argument("--out", metavar="FILE", help="file to write (default: standard output)")
+    b_rep.add_argument("--format", choices=["markdown", "csv"], default=None,
+                       help="default: from --out's extension, else markdown")
+    b_rep.set_defaults(func=_bench_report)
 
     dsub = _group(sub, "datasets", "list and describe data sets",
                   "List and describe the data sets riskopt can load.")

@@ -1,0 +1,61 @@
+"""`riskopt bench report`: a results folder as Markdown / CSV, without rerunning solvers."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from riskopt.bench import ObjectiveSpec, SolverSpec, Spec, run
+from riskopt.bench.report import build_report, configuration_table, passes_to_reach
+from riskopt.cli import main
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rep") / "small"
+    spec = Spec(name="small_report", datasets=["yacht"],
+                objectives=[ObjectiveSpec("cvar:0.5", shift_cost=0.5)],
+                solvers=[SolverSpec("lsvrg", lr=[0.01, 0.03]),
+                         SolverSpec("sgd", lr=[0.03], params={"batch_size": 32})],
+                seeds=[0, 1], passes=12, last_passes=4)
+    res = run(spec, out=out, jobs=1, progress=False)
+    assert res.complete
+    return out
+
+
+def test_passes_to_reach_needs_every_seed_to_stay_below():
+    t = pd.DataFrame({"seed": [0] * 4, "update": range(4), "passes": [0.0, 1, 2, 3],
+                      "suboptimality": [1.0, 1e-9, 1e-3, 1e-9]})
+    assert passes_to_reach(t, 1e-8) == 3.0  # dips below at 1, back above at 2
+    assert passes_to_reach(t, 1e-2) == 1.0
+
+
+def test_report_from_a_results_folder(results, tmp_path, monkeypatch):
+    table = pd.read_parquet(results / "results.parquet")
+    conf = configuration_table(table)
+    assert set(conf["solver"]) == {"lsvrg", "sgd"} and len(conf) == 2
+    sel = table[table["selected"]]
+    for _, r in conf.iterrows():
+        g = sel[sel["solver"] == r["solver"]]
+        last = g.sort_values("update").groupby("seed").tail(1)["suboptimality"]
+        assert r["final_subopt_median"] == pytest.approx(float(np.median(last)))
+    text = build_report(results)
+    assert text.startswith("# small_report")
+    assert "## Reference optima (f*)" in text and "## Selected configurations" in text
+    assert "![figure](figure.png)" in text
+    # the report needs no solver: a run that would call one fails the test
+    import riskopt.solvers as solvers
+
+    monkeypatch.setattr(solvers, "get", lambda *a, **k: pytest.fail("a solver was built"))
+    out = tmp_path / "r.md"
+    assert main(["bench", "report", str(results), "--out", str(out)]) == 0
+    md = out.read_text()
+    assert "small_report" in md and f"]({results.name}/figure.png)" not in md
+    assert main(["bench", "report", str(results), "--out", str(tmp_path / "r.csv")]) == 0
+    csv = pd.read_csv(tmp_path / "r.csv")
+    assert list(csv["solver"]) == list(conf["solver"])
+
+
+def test_report_errors(tmp_path, capsys):
+    assert main(["bench", "report", str(tmp_path / "missing")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["bench", "report", str(tmp_path)]) == 2
+    assert "not a finished" in capsys.readouterr().err
