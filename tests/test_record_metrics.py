@@ -98,3 +98,31 @@ def test_spec_records_train_and_test_metrics_end_to_end(tmp_path):
     assert final.shape[0] == 1 and final["seeds"].iloc[0] == 2
     assert (tmp_path / "r" / "metrics.png").exists()
     assert "test_accuracy" in (tmp_path / "r" / "metrics_final.md").read_text()
+
+
+def test_group_and_fairness_metrics_use_the_data_sets_attributes():
+    from riskopt import metrics
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(80, 2))
+    y = (X[:, 0] > 0).astype(float)
+    a = np.where(rng.random(80) < 0.5, "u", "v")
+    obj = ro.Objective("logistic", "mean", X, y)
+    c = np.array([[1.0, 0.3]])
+    names = ["train_eo:sex", "train_dp:sex", "train_worst_group_error:sex",
+             "train_worst_group_error:label"]
+    out = rm.compute(names, obj, (X, y), None, c, groups={"train": {"sex": a}})
+    pred = (X @ c[0] > 0).astype(float)
+    assert out["m_train_eo:sex"][0] == pytest.approx(
+        metrics.equal_opportunity_difference(y, pred, a))
+    assert out["m_train_dp:sex"][0] == pytest.approx(
+        metrics.demographic_parity_difference(pred, a))
+    assert out["m_train_worst_group_error:sex"][0] == pytest.approx(
+        metrics.worst_group_error(y, pred, a))
+    assert out["m_train_worst_group_error:label"][0] == pytest.approx(
+        metrics.worst_group_error(y, pred, y))
+    with pytest.raises(ValueError, match="no attribute 'race'"):
+        rm.compute(["train_eo:race"], obj, (X, y), None, c, groups={"train": {"sex": a}})
+    for bad in (["train_eo"], ["train_accuracy:sex"], ["test_eo:"]):
+        with pytest.raises(ValueError):
+            rm.check_names(bad)

@@ -267,6 +267,15 @@ def load_test_split(name, protocol):
     return X, y
 
 
+@lru_cache(maxsize=16)
+def load_groups(name, protocol):
+    """``{"train": {attribute: array}, "test": {...}}`` of a data set (cached per process)."""
+    from .. import datasets
+
+    data = datasets.load(name, protocol=protocol)
+    return {"train": dict(data.groups_train or {}), "test": dict(data.groups_test or {})}
+
+
 @dataclass
 class Problem:
     """A built problem: ``objective`` (values, ``f*``), ``solver_objective`` (what the solver

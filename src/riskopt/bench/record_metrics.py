@@ -8,9 +8,12 @@ A spec asks for them by name::
     record = { value = "iterate", every = 1,
                metrics = ["train_accuracy", "test_accuracy", "test_worst_class_accuracy"] }
 
-Each name is ``<split>_<metric>``: the split is ``train`` (the data the objective is built on)
-or ``test`` (the data set's test split, :func:`riskopt.datasets.load`), the metric one of
-:data:`METRICS`. They are evaluated at the same record points as the objective (``value =
+Each name is ``<split>_<metric>`` or ``<split>_<metric>:<attribute>``: the split is ``train``
+(the data the objective is built on) or ``test`` (the data set's test split,
+:func:`riskopt.datasets.load`), the metric one of :data:`METRICS`, or one of
+:data:`GROUP_METRICS`, which need a group / sensitive attribute of the data set
+(``Dataset.groups_train`` / ``groups_test``, e.g. ``test_eo:race`` or
+``test_worst_group_error:sex``; ``worst_group_error:label`` uses the true class as the group). They are evaluated at the same record points as the objective (``value =
 "iterate"``: the point the solver reports) and stored in the results table as the columns
 ``m_<name>``; the ``"metrics"`` analysis plots them (``metrics.png``) and tabulates their final
 values (``metrics_final.csv``).
@@ -32,7 +35,7 @@ Examples
 """
 import numpy as np
 
-__all__ = ["METRICS", "SPLITS", "check_names", "compute", "column"]
+__all__ = ["METRICS", "GROUP_METRICS", "SPLITS", "check_names", "compute", "column"]
 
 SPLITS = ("train", "test")
 
@@ -73,18 +76,70 @@ METRICS = {
 }
 
 
+def _eo(y, pred, task, a):
+    from ..metrics import equal_opportunity_difference
+
+    return equal_opportunity_difference(y, pred, a)
+
+
+def _dp(y, pred, task, a):
+    from ..metrics import demographic_parity_difference
+
+    return demographic_parity_difference(pred, a)
+
+
+def _smd(y, pred, task, a):
+    from ..metrics import absolute_mean_difference
+
+    return absolute_mean_difference(pred, a)
+
+
+def _ks(y, pred, task, a):
+    from ..metrics import statistical_parity_ks
+
+    return statistical_parity_ks(pred, a)
+
+
+def _group_error(agg):
+    def fn(y, pred, task, a):
+        from ..metrics import group_errors
+
+        loss = None if task != "regression" else (lambda t, p: (t - p) ** 2)
+        vals = group_errors(y, pred, a, loss=loss).values
+        return float(agg(vals))
+    return fn
+
+
+#: metrics of a group / sensitive attribute: name -> (function(y, pred, task, groups), tasks)
+GROUP_METRICS = {
+    "eo": (_eo, ("binary",)),
+    "dp": (_dp, ("binary",)),
+    "smd": (_smd, ("binary", "regression")),
+    "ks": (_ks, ("binary", "regression")),
+    "worst_group_error": (_group_error(np.nanmax), ("binary", "multiclass", "regression")),
+    "median_group_error": (_group_error(np.nanmedian), ("binary", "multiclass",
+                                                        "regression")),
+}
+
+
 def column(name):
     """The results-table column of a recorded metric."""
     return f"m_{name}"
 
 
 def _split_name(name):
-    split, _, metric = str(name).partition("_")
-    if split not in SPLITS or metric not in METRICS:
+    """``(split, metric, attribute or None)``."""
+    head, _, attr = str(name).partition(":")
+    split, _, metric = head.partition("_")
+    ok = split in SPLITS and ((metric in METRICS and not attr)
+                              or (metric in GROUP_METRICS and attr))
+    if not ok:
         raise ValueError(
             f"unknown metric {name!r}: use <split>_<metric> with split in {list(SPLITS)} and "
-            f"metric in {sorted(METRICS)} (e.g. 'test_accuracy')")
-    return split, metric
+            f"metric in {sorted(METRICS)} (e.g. 'test_accuracy'), or "
+            f"<split>_<metric>:<attribute> with metric in {sorted(GROUP_METRICS)} "
+            "(e.g. 'test_eo:race')")
+    return split, metric, (attr or None)
 
 
 def check_names(names):
@@ -123,7 +178,7 @@ def _predict(task, Z):
     return Z[:, 0]
 
 
-def compute(names, objective, train, test, coefs):
+def compute(names, objective, train, test, coefs, groups=None):
     """The metrics ``names`` at every recorded point.
 
     Parameters
@@ -134,6 +189,9 @@ def compute(names, objective, train, test, coefs):
         of that split are NaN)
     coefs : array of shape (n_points, p * K)
         The recorded points (rows of NaN for a diverged run's points: NaN metrics).
+    groups : dict, optional
+        ``{"train": {attribute: array}, "test": {...}}`` for the group metrics
+        (``"label"`` is always available: the true class).
 
     Returns
     -------
@@ -157,8 +215,17 @@ def compute(names, objective, train, test, coefs):
                 Z = np.atleast_2d(_scores(objective, X, W).reshape(len(y), -1))
             pred = None
             for n in names:
-                s, metric = _split_name(n)
+                s, metric, attr = _split_name(n)
                 if s != split:
+                    continue
+                if attr is not None:
+                    fn, tasks = GROUP_METRICS[metric]
+                    if task not in tasks:
+                        raise ValueError(f"metric {n!r} does not apply to a {task} task")
+                    a = _attribute(groups, split, attr, y)
+                    if pred is None:
+                        pred = _predict(task, Z)
+                    out[column(n)][k] = fn(y, pred, task, a)
                     continue
                 fn, tasks = METRICS[metric]
                 if task not in tasks:
@@ -175,6 +242,19 @@ def compute(names, objective, train, test, coefs):
     return out
 
 
+def _attribute(groups, split, attr, y):
+    if attr == "label":
+        return y
+    table = (groups or {}).get(split) or {}
+    if attr not in table:
+        raise ValueError(f"the data set has no attribute {attr!r} for its {split} split "
+                         f"(has: {sorted(table) + ['label']})")
+    a = np.asarray(table[attr])
+    if a.shape[0] != y.shape[0]:
+        raise ValueError(f"attribute {attr!r} has {a.shape[0]} entries for {y.shape[0]} rows")
+    return a
+
+
 def compute_for_problem(names, problem, objective, coefs):
     """:func:`compute` for a benchmark problem description (data sets only: a stream has no
     fixed splits, its metrics stay NaN)."""
@@ -186,7 +266,10 @@ def compute_for_problem(names, problem, objective, coefs):
     test = None
     if any(n.startswith("test_") for n in names):
         test = problems.load_test_split(problem["dataset"], problem["protocol"])
-    return compute(names, objective, train, test, coefs)
+    groups = None
+    if any(":" in n for n in names):
+        groups = problems.load_groups(problem["dataset"], problem["protocol"])
+    return compute(names, objective, train, test, coefs, groups)
 
 
 def final_table(table, names):
