@@ -19,9 +19,11 @@ Three kinds of names (``names()`` lists them all, ``info(name)`` describes one):
 - synthetic generators (:mod:`riskopt.datasets.synthetic`): ``splplus_<loss>_<noise>`` (SPL+
   Sec. 6.1), ``heavy_tailed_regression``, ``group_shift_regression``, ``group_shift_binary``;
 - imbalanced "-ST" variants (:mod:`riskopt.datasets.imbalanced`, the KL-constrained DRO
-  paper's construction): ``digits_st`` (scikit-learn's bundled digits), ``adult_st``, ``a9a_st``.
+  paper's construction): ``digits_st`` (scikit-learn's bundled digits), ``adult_st``, ``a9a_st``;
+- views written in the name (:mod:`riskopt.datasets.views`): ``law_school/fold2of5``,
+  ``adult/train:sex=Female``, ``iwildcam/kw:fallback=validation``, ...
 """
-from . import _catalog, _files, imbalanced, real, synthetic
+from . import _catalog, _files, imbalanced, real, synthetic, views
 from ._files import (ChecksumError, FILES, MissingDataError, fetch, get_data_home,
                      verify_file)
 from .real import (amazon_labels, load_a9a, load_acsincome, load_adult, load_amazon,
@@ -62,6 +64,10 @@ def load(name, protocol="paper", **kwargs):
         data-folder sets, ``fallback`` for iwildcam / acsincome, ``n_samples`` /
         ``random_state`` for the generators.
     """
+    if views.is_view(name):
+        if kwargs:
+            raise ValueError(f"{name}: a view takes its options in the name (kw:KEY=VALUE)")
+        return views.load_view(name, protocol)
     if name in REGRESSION:
         return load_regression(name, protocol=protocol, **kwargs)
     if name in real.LOADERS:
