@@ -558,7 +558,7 @@ class Spec:
                 raise SpecError(key, f"must be a dataset name, got {d!r}")
             spec = self.dataset(d)
             problems.source(spec.source, f"{key}.source")
-            if spec.source == "dataset" and known is not None and d not in known:
+            if spec.source == "dataset" and known is not None and d.split("/")[0] not in known:
                 raise SpecError(key, f"unknown dataset {d!r}; available: {', '.join(known)}")
             spec.params = problems.source(spec.source).validate(spec.params, key)
             names.append(d)
