@@ -126,3 +126,18 @@ def test_group_and_fairness_metrics_use_the_data_sets_attributes():
     for bad in (["train_eo"], ["train_accuracy:sex"], ["test_eo:"]):
         with pytest.raises(ValueError):
             rm.check_names(bad)
+
+
+def test_iterate_records_of_a_solver_whose_update_is_two_passes(tmp_path):
+    # LSVRG's update is 2 passes (n steps + the full gradient): every record point it passes
+    # gets the state after that update (before: the skipped points were NaN and the run
+    # was reported as diverged)
+    spec = Spec(name="ppu2", datasets=["yacht"], objectives=[ObjectiveSpec("cvar:0.5",
+                                                                          shift_cost=0.5)],
+                solvers=[SolverSpec("lsvrg", lr=[0.01])], seeds=[0], passes=4,
+                record=RecordSpec(value="iterate", every=1), selection_rule="final")
+    res = run(spec, out=tmp_path / "r", jobs=1, progress=False, plot=False)
+    t = pd.read_parquet(res.table)
+    assert t["passes"].tolist() == [0.0, 2.0, 2.0, 4.0, 4.0]
+    assert np.all(np.isfinite(t["value"])) and not t["diverged"].any()
+    assert t["value"].iloc[1] == t["value"].iloc[2]

@@ -223,13 +223,14 @@ class _PointRecorder(Callback):
 
     def on_update(self, solver, objective, state, passes, elapsed):
         # a record point is taken at the first update reaching it (a solver whose update is
-        # not a whole number of passes, e.g. mini-batches not dividing n, lands just past it)
+        # not a whole number of passes lands just past it; one whose update is several passes,
+        # e.g. LSVRG's 2, records that state for every point it passed)
         self.k += 1
         done = self.k * self.ppu
-        if self.want and done >= self.want[0] - 1e-9 and solver._finite(state):
-            while self.want and done >= self.want[0] - 1e-9:
+        if solver._finite(state):
+            while self.want and done >= self.want[0] - 1e-9:  # one record per point passed
                 self.want.pop(0)
-            self.record(state, elapsed, done)
+                self.record(state, elapsed, done)
 
 
 def _run_iterates(task, prob, solver, coef0, aux0):
