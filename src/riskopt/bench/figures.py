@@ -164,12 +164,27 @@ def _curves(g, x, band):
     return xv, med, lo, hi
 
 
+def _ylabel(table):
+    """What the y axis shows: relative or absolute suboptimality (from the spec, else the
+    first value of the runs: relative gaps start at 1)."""
+    spec = table.attrs.get("suboptimality")
+    if spec is None and len(table) and "update" in table.columns:
+        first = table.loc[table["update"] == 0, "suboptimality"].to_numpy(dtype=float)
+        spec = "relative" if first.size and np.allclose(first[np.isfinite(first)], 1.0) \
+            else "absolute"
+    return ("relative suboptimality\n(F - f*) / (F(w0) - f*)" if spec == "relative"
+            else "suboptimality F - f*")
+
+
 def draw_convergence(table, grid, n_cols, x, band, floor, xscale="linear", title=None,
                      unselected=None):
-    """The convergence figure of the selected rows of ``table`` (see the module docstring)."""
+    """The convergence figure of the selected rows of ``table`` (see the module docstring).
+
+    Each panel's legend names the selected configuration of every solver (``lr=...``)."""
     solvers, colors = _colors(table)
     fig, axes = _figure(len(grid), n_cols)
     n_obj = table["objective"].nunique()
+    ylabel = _ylabel(table)
     handles = {}
     for r, c, ax, obj, ds, panel in _cells(table, grid, n_cols, axes):
         for s in solvers:
@@ -178,8 +193,9 @@ def draw_convergence(table, grid, n_cols, x, band, floor, xscale="linear", title
                 continue
             xv, med, lo, hi = _curves(g, _XCOL[x], band)
             keep = xv > 0 if xscale == "log" else np.isfinite(xv)
+            config = str(g["config"].iloc[0]) if "config" in g.columns else ""
             (line,) = ax.plot(xv[keep], np.maximum(med[keep], floor), color=colors[s],
-                              lw=1.6, label=s)
+                              lw=1.6, label=f"{s} ({config})" if config else s)
             handles[s] = line
             if lo is not None and g["seed"].nunique() > 1:
                 ax.fill_between(xv[keep], np.maximum(lo[keep], floor),
@@ -188,15 +204,17 @@ def draw_convergence(table, grid, n_cols, x, band, floor, xscale="linear", title
         ax.set_yscale("log")
         ax.set_xscale(xscale)
         ax.grid(True, which="major", alpha=0.3)
+        if len(panel):
+            ax.legend(fontsize=6, loc="upper right", frameon=False, handlelength=1.2)
         if n_cols == table["dataset"].nunique() and n_obj > 1:
             if r == 0:
                 ax.set_title(str(panel["dataset_label"].iloc[0]) if len(panel) else ds)
             if c == 0:
-                ax.set_ylabel(f"{obj}\nsuboptimality")
+                ax.set_ylabel(f"{obj}\n{ylabel}", fontsize=8)
         else:
             ax.set_title(_title(table, obj, ds, n_obj) if len(panel) else ds, fontsize=9)
             if c == 0:
-                ax.set_ylabel("suboptimality" if n_obj > 1 else f"{obj}\nsuboptimality")
+                ax.set_ylabel(ylabel if n_obj > 1 else f"{obj}\n{ylabel}", fontsize=8)
         if r == len(grid) - 1:
             ax.set_xlabel(_XLABEL[x])
         missing = (unselected or {}).get((ds, obj), [])
@@ -204,7 +222,9 @@ def draw_convergence(table, grid, n_cols, x, band, floor, xscale="linear", title
             ax.text(0.98, 0.98, "no stable lr: " + ", ".join(missing), ha="right",
                     va="top", fontsize=7, transform=ax.transAxes, color="0.35")
     if title:
-        fig.suptitle(title)
+        import textwrap
+
+        fig.suptitle(textwrap.fill(title, max(40, 38 * n_cols)), fontsize=9)
     _legend(fig, handles)
     return fig
 
@@ -222,6 +242,9 @@ def plot_convergence(table, out_dir, xs, band="minmax", floor=1e-12, columns=Non
         if not g["selected"].any():
             unselected.setdefault((ds, obj), []).append(s)
     spec_name = str(table["spec"].iloc[0]) if "spec" in table.columns and len(table) else ""
+    desc = table.attrs.get("description")
+    if desc:
+        spec_name = f"{spec_name}: {desc}"
     written = []
     for k, xv in enumerate(xs):
         stem = "figure" if k == 0 else f"figure_{xv}"
@@ -353,6 +376,8 @@ def plot_results(results, out_dir=None, table=None, x=None, formats=("png", "pdf
     else:
         folder, table = Path(results), normalise_table(table)
     spec = _read_spec(folder)
+    table.attrs["suboptimality"] = spec.get("record", {}).get("suboptimality")
+    table.attrs["description"] = spec.get("description", "")
     settings = spec.get("plot", {})
     xs = list(x or settings.get("x") or ("passes", "time"))
     for v in xs:
