@@ -8,6 +8,7 @@
                            [--max-cells K] [--fresh] [--no-plot] [--dry-run] [--quiet]
     riskopt bench plot RESULTS [--out DIR] [--x passes steps time] [--format png pdf]
     riskopt bench report RESULTS [--out report.md] [--format markdown|csv]
+    riskopt bench reproduce [PAPER ...] [--results DIR] [--run] [--out REPORT.md]
     riskopt datasets list
     riskopt datasets info NAME
     riskopt fit DATA --target COL [--risk cvar:0.1] ... --out model.joblib
@@ -185,6 +186,23 @@ def _bench_report(args):
     return 0
 
 
+def _bench_reproduce(args):
+    from ._cli_evaluate import write_text
+    from .bench.reproduce import build
+
+    try:
+        text = build(args.papers, results_root=args.results, run=args.run, jobs=args.jobs,
+                     out=args.out, echo=None if args.quiet else _print)
+    except (FileNotFoundError, ValueError) as exc:
+        raise _CLIError(str(exc)) from None
+    if args.out:
+        write_text(text, args.out)
+        _print(f"report: {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 # ---------------------------------------------------------------------------- datasets
 def _datasets_list(args):
     from . import datasets
@@ -346,6 +364,22 @@ def build_parser():
     b_rep.add_argument("--format", choices=["markdown", "csv"], default=None,
                        help="default: from --out's extension, else markdown")
     b_rep.set_defaults(func=_bench_report)
+
+    b_rp = bsub.add_parser(
+        "reproduce", help="the papers' experiments next to their claims (Markdown report)",
+        description="For every experiment of the named papers (default: all five): our "
+                    "figure, the paper's claim, what our results show and a verdict. Uses the "
+                    "results under --results; --run runs the specs that have none "
+                    "(resumable).")
+    b_rp.add_argument("papers", nargs="*", metavar="PAPER",
+                      help="prospect, sorel, splplus, scdro, sonex (default: all)")
+    b_rp.add_argument("--results", default="benchmarks/results", metavar="DIR",
+                      help="folder holding one results folder per spec")
+    b_rp.add_argument("--run", action="store_true", help="run the specs without results")
+    b_rp.add_argument("--jobs", type=int, default=None, help="parallel runs (with --run)")
+    b_rp.add_argument("--out", metavar="FILE", help="file to write (default: standard output)")
+    b_rp.add_argument("--quiet", "-q", action="store_true")
+    b_rp.set_defaults(func=_bench_reproduce)
 
     dsub = _group(sub, "datasets", "list and describe data sets",
                   "List and describe the data sets riskopt can load.")

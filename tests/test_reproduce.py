@@ -1,0 +1,51 @@
+"""`riskopt bench reproduce`: the papers' claims next to our results, from cached results."""
+import time
+
+import pytest
+
+from riskopt.bench import ObjectiveSpec, SolverSpec, Spec, run
+from riskopt.bench.reproduce import EXPERIMENTS, build, papers
+from riskopt.cli import main
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """A results root holding one small run in the folder of the SOREL Fig. 2 spec."""
+    root = tmp_path_factory.mktemp("results")
+    spec = Spec(name="sorel_fig2", datasets=["yacht"], objectives=[ObjectiveSpec("esrm:2")],
+                solvers=[SolverSpec("sgd", lr=[0.03], params={"batch_size": 64}),
+                         SolverSpec("sorel", lr=[0.03], grid={"dual_lr": [0.1]})],
+                seeds=[1], passes=8, last_passes=2)
+    assert run(spec, out=root / "sorel_fig2", jobs=1, progress=False).complete
+    return root
+
+
+def test_every_experiment_names_a_bundled_spec():
+    from riskopt.bench.spec import bundled_specs
+
+    names = set(bundled_specs())
+    missing = [e.spec for e in EXPERIMENTS if e.spec not in names]
+    assert not missing, missing
+    assert set(e.paper for e in EXPERIMENTS) <= set(papers())
+
+
+def test_report_from_cached_results_without_solvers(root, monkeypatch):
+    import riskopt.solvers as solvers
+
+    monkeypatch.setattr(solvers, "get", lambda *a, **k: pytest.fail("a solver was run"))
+    t0 = time.perf_counter()
+    text = build(["sorel"], results_root=root)
+    assert time.perf_counter() - t0 < 60
+    line = next(l for l in text.splitlines() if "`sorel_fig2`" in l and l.startswith("|"))
+    assert ("agrees" in line or "differs" in line) and "of 1 problems" in line
+    assert "| sorel | Fig. 5 | `sorel_fig5` | not run |" in text
+    assert "![sorel_fig2/figure.png]" in text
+
+
+def test_cli_writes_the_report_and_rejects_unknown_papers(root, tmp_path, capsys):
+    out = tmp_path / "REPRO.md"
+    assert main(["bench", "reproduce", "sorel", "--results", str(root), "--out",
+                 str(out), "-q"]) == 0
+    assert out.read_text().startswith("# Reproduction report")
+    assert main(["bench", "reproduce", "nonsense", "--results", str(root)]) == 2
+    assert "unknown paper" in capsys.readouterr().err
