@@ -23,6 +23,7 @@ from riskopt.objectives import Objective
 from reference_impl import lsvrg as twin_lsvrg
 from reference_impl import prospect as twin_prospect
 from reference_impl import saddlesaga as twin_saddlesaga
+from reference_impl import scdro as twin_scdro
 from reference_impl import sgd as twin_sgd
 from reference_impl import sorel as twin_sorel
 from reference_impl import spl as twin_spl
@@ -35,7 +36,10 @@ SOLVERS = [s for s in ALL if s not in DETERMINISTIC]
 
 #: constructor parameters for the small problems of this file (mini-batches of 8 of 40)
 PARAMS = {"sgd": {"batch_size": 8}, "srda": {"batch_size": 8}, "adam": {"batch_size": 8},
-          "sgd_momentum": {"batch_size": 8}, "sorel_minibatch": {"batch_size": 8}}
+          "sgd_momentum": {"batch_size": 8}, "sorel_minibatch": {"batch_size": 8},
+          "scdro": {"batch_size": 8}, "ascdro": {"batch_size": 8, "t0_passes": 0.5},
+          "rscdro": {"batch_size": 8, "stage_passes": 0.4, "mu": 0.01},
+          "rascdro": {"batch_size": 8, "stage_passes": 0.4}, "recover": {"batch_size": 8}}
 #: a step size that keeps every solver stable on these problems
 LR = {"splplus": 0.3, "toy_sgd": 0.02}
 
@@ -51,7 +55,7 @@ def _solver(name, **kw):
     return ro.solvers.get(name, **params)
 
 
-def _problem(loss="squared", nu=0.5, n=40, d=3, seed=0, intercept=True, ru=False):
+def _problem(loss="squared", nu=0.5, n=40, d=3, seed=0, intercept=True, ru=False, kl=None):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
     w = rng.normal(size=d)
@@ -64,6 +68,10 @@ def _problem(loss="squared", nu=0.5, n=40, d=3, seed=0, intercept=True, ru=False
         y = np.argmax(X @ B + 0.5 * rng.normal(size=(n, 3)), axis=1).astype(float)
     if ru:
         return ro.RUCVaRObjective(loss, X, y, beta=0.5, l2_reg=1.0 / n, fit_intercept=intercept)
+    if kl is not None:  # "constrained" or "penalised" KL-DRO
+        risk = ro.KLDRO(radius=0.3, shift_cost=0.01) if kl == "constrained" else \
+            ro.KLDRO(shift_cost=1.0)
+        return ro.Objective(loss, risk, X, y, l2_reg=1.0 / n, fit_intercept=intercept)
     return ro.Objective(loss, ro.ESRM(1.0, shift_cost=nu), X, y, l2_reg=1.0 / n,
                         fit_intercept=intercept)
 
@@ -74,6 +82,11 @@ def _objective_for(name, loss="squared", **kw):
     cls = ro.solvers.get_class(name)
     if cls.families[0] == "ru_cvar":
         return _problem(loss, ru=True, **kw)
+    if cls.families[0] == "kl_dro":
+        obj = _problem(loss, kl="constrained", **kw)
+        if cls().incompatibility(obj) is not None:
+            obj = _problem(loss, kl="penalised", **kw)
+        return obj
     obj = _problem(loss, **kw)
     if cls().incompatibility(obj) is not None:
         obj = _problem(loss, **{**kw, "nu": 0.0})
@@ -174,6 +187,19 @@ def _ru(name):
     return run
 
 
+def _kl(storm):
+    def run(solver, obj, s0, updates):
+        mu, stage_len, t0 = solver._sched(obj)
+        lo, hi = s0.bounds
+        kw = dict(mode=solver._mode, eta_pow=solver._eta_pow, t0=t0, stage_len=stage_len,
+                  mu=mu, R=0.0 if solver.radius_w is None else solver.radius_w, lo=lo, hi=hi)
+        batches = np.concatenate(updates)
+        fn = twin_scdro.storm if storm else twin_scdro.moving_average
+        out = fn(obj, s0.coef, s0.lam, batches, solver.lr, solver.beta, **kw)
+        return _split([W for W, _ in out], updates)
+    return run
+
+
 def _toy(solver, obj, s0, updates):
     return _split(twin_toy.toy_sgd(obj, s0.coef, np.concatenate(updates), solver.lr), updates)
 
@@ -195,6 +221,11 @@ TWINS = {
     "spl": _ru("spl"),
     "splplus": _ru("splplus"),
     "toy_sgd": _toy,
+    "scdro": _kl(False),
+    "rscdro": _kl(False),
+    "ascdro": _kl(True),
+    "rascdro": _kl(True),
+    "recover": _kl(True),
 }
 
 

@@ -7,7 +7,7 @@ from .callbacks import DivergenceWarning, Timeout, Trace
 from .losses import AbsoluteLoss, LogisticLoss, Loss, MultinomialLoss, SquaredLoss, get_loss
 from .objectives import (Objective, ObjectiveBase, RUCVaRObjective, StreamingRUCVaRObjective,
                          erm_objective, max_loss_objective)
-from .risks import CVaR, ESRM, Extremile, MaxLoss, Mean, SpectralRisk, parse_risk
+from .risks import CVaR, ESRM, Extremile, KLDRO, MaxLoss, Mean, SpectralRisk, parse_risk
 
 __version__ = "0.1.0"
 
@@ -23,7 +23,7 @@ def __getattr__(name):  # lazy: keeps ``import riskopt`` free of scikit-learn's 
 __all__ = [
     "Objective", "ObjectiveBase", "objectives", "RiskRegressor", "RiskClassifier", "Trace", "Timeout", "DivergenceWarning",
     "Loss", "SquaredLoss", "AbsoluteLoss", "LogisticLoss", "MultinomialLoss", "get_loss",
-    "CVaR", "ESRM", "Extremile", "Mean", "MaxLoss", "SpectralRisk", "parse_risk",
+    "CVaR", "ESRM", "Extremile", "Mean", "MaxLoss", "SpectralRisk", "KLDRO", "parse_risk",
     "RUCVaRObjective", "StreamingRUCVaRObjective", "erm_objective", "max_loss_objective",
     "solvers", "datasets", "metrics", "samplers", "__version__",
 ]

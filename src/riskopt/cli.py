@@ -372,7 +372,7 @@ def build_parser():
                     "results under --results; --run runs the specs that have none "
                     "(resumable).")
     b_rp.add_argument("papers", nargs="*", metavar="PAPER",
-                      help="prospect, sorel, splplus, scdro, sonex (default: all)")
+                      help="paper names, see riskopt.bench.reproduce.papers() (default: all)")
     b_rp.add_argument("--results", default="benchmarks/results", metavar="DIR",
                       help="folder holding one results folder per spec")
     b_rp.add_argument("--run", action="store_true", help="run the specs without results")

@@ -106,7 +106,7 @@ from ._validation import store_params
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
-from .risks import _RiskBase, parse_risk
+from .risks import KLDRO, _RiskBase, parse_risk
 
 __all__ = ["RiskRegressor", "RiskClassifier", "AUTO_LBFGS_MAX_SIZE"]
 
@@ -178,7 +178,7 @@ def _as_risk(risk):
 
 
 def _build_objective(risk, loss, X, y, l2_reg, fit_intercept, sample_weight):
-    if isinstance(risk, _RiskBase):
+    if isinstance(risk, (_RiskBase, KLDRO)):  # Objective builds the KL-DRO family for KLDRO
         return Objective(loss, risk, X, y, l2_reg=l2_reg, fit_intercept=fit_intercept,
                          sample_weight=sample_weight)
     return risk.make_objective(loss, X, y, l2_reg=l2_reg, fit_intercept=fit_intercept,
@@ -209,7 +209,7 @@ class _RiskEstimatorBase(BaseEstimator):
     """Shared parameters, validation and the solver driver."""
 
     _parameter_constraints = {
-        "risk": [str, _RiskBase, HasMethods(["make_objective"])],
+        "risk": [str, _RiskBase, KLDRO, HasMethods(["make_objective"])],
         "solver": [_RegisteredSolver()],
         "solver_params": [dict, None],
         "lr": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],

@@ -275,18 +275,98 @@ class SpectralRisk(_RiskBase):
         return self.sigma
 
 
+@dataclass(frozen=True)
+class KLDRO:
+    r"""KL-divergence DRO: the worst case over reweightings ``q`` of the samples,
+
+    .. math::
+
+        R(l) = \max_{q \in \Delta_n:\ KL(q\|\mathbf 1/n) \le \rho}\;
+               q^\top l - \lambda_0 KL(q\|\mathbf 1/n)
+
+    (SCDRO paper, Eq. (1)): ``radius`` :math:`\rho > 0` (the KL-constrained problem; the
+    default ``shift_cost`` :math:`\lambda_0 = 10^{-3}` is the paper's) or ``radius=None``
+    (the KL-penalised problem :math:`\lambda_0 \log\frac1n\sum_i e^{l_i/\lambda_0}`, which
+    needs ``shift_cost > 0``). Not a spectral risk: the weights depend on the losses' values,
+    not only on their order. Evaluated exactly (log domain: losses of any scale) by
+    :func:`riskopt.objectives.kl_dro.kl_dro_weights`; the risk string is ``"kl:RHO"``.
+
+    Examples
+    --------
+    >>> import numpy as np, riskopt as ro
+    >>> risk = ro.KLDRO(radius=0.5)
+    >>> l = np.array([0.0, 1.0, 2.0, 3.0])
+    >>> bool(l.mean() < risk.value(l) < l.max())
+    True
+    >>> ro.parse_risk("kl:0.5") == risk
+    True
+    """
+
+    radius: float = None
+    shift_cost: float = None
+
+    def __post_init__(self):
+        if self.radius is None:
+            if self.shift_cost is None:
+                raise ValueError("KLDRO needs radius > 0 (constrained) or shift_cost > 0 "
+                                 "(penalised, radius=None)")
+            check_positive("shift_cost", self.shift_cost)
+        else:
+            check_positive("radius", self.radius)
+            if self.shift_cost is None:
+                object.__setattr__(self, "shift_cost", 1e-3)
+            check_positive("shift_cost", self.shift_cost, allow_zero=True)
+        object.__setattr__(self, "shift_cost", float(self.shift_cost))
+        if self.radius is not None:
+            object.__setattr__(self, "radius", float(self.radius))
+
+    @property
+    def constrained(self):
+        return self.radius is not None
+
+    def solve(self, losses):
+        """``(value, q, lam)``: the risk, the maximising weights and the optimal multiplier."""
+        from ._kl import kl_dro_weights
+
+        losses = check_array("losses", losses, ndim=1)
+        return kl_dro_weights(losses, shift_cost=self.shift_cost, radius=self.radius)
+
+    def value(self, losses):
+        return self.solve(losses)[0]
+
+    def weights(self, losses):
+        return self.solve(losses)[1]
+
+    def __call__(self, losses):
+        return self.value(losses)
+
+    def __str__(self):
+        if self.radius is None:
+            return f"kl(penalised, shift_cost={self.shift_cost:g})"
+        return f"kl:{self.radius:g}" + (f" (shift_cost={self.shift_cost:g})"
+                                        if self.shift_cost != 1e-3 else "")
+
+
 _RISKS = {"cvar": CVaR, "esrm": ESRM, "extremile": Extremile, "mean": Mean, "erm": Mean,
           "maxloss": MaxLoss, "max": MaxLoss}
 
 
 def parse_risk(spec, shift_cost=0.0, divergence="chi2"):
-    """A risk from a short string: ``cvar:0.1``, ``esrm:1``, ``extremile:2``, ``mean``, ``maxloss``."""
-    if isinstance(spec, _RiskBase):
+    """A risk from a short string: ``cvar:0.1``, ``esrm:1``, ``extremile:2``, ``mean``,
+    ``maxloss`` (spectral, with ``shift_cost`` / ``divergence``), or ``kl:RHO`` (KL-constrained
+    DRO with radius ``RHO``; ``shift_cost`` is its lambda_0 when > 0, else the default 1e-3)."""
+    if isinstance(spec, (_RiskBase, KLDRO)):
         return spec
     name, _, arg = str(spec).partition(":")
+    if name.lower() == "kl":
+        try:
+            rho = float(arg)
+        except ValueError:
+            raise ValueError(f"risk 'kl' needs a radius, e.g. kl:0.1; got {spec!r}") from None
+        return KLDRO(radius=rho, shift_cost=shift_cost if shift_cost else None)
     cls = _RISKS.get(name.lower())
     if cls is None:
-        raise ValueError(f"unknown risk {spec!r}; choose one of {sorted(_RISKS)}")
+        raise ValueError(f"unknown risk {spec!r}; choose one of {sorted(_RISKS) + ['kl']}")
     if cls in (Mean, MaxLoss):
         if arg:
             raise ValueError(f"risk {name!r} takes no parameter")

@@ -8,16 +8,19 @@ family         class                                                        refe
                                                                             nu = 0)
 ``ru_cvar``    :class:`~riskopt.objectives.ru_cvar.RUCVaRObjective`,        L-BFGS on the CVaR form,
                ``StreamingRUCVaRObjective``                                 cvxpy, or an LP (HiGHS)
+``kl_dro``     :class:`~riskopt.objectives.kl.KLDROObjective`               L-BFGS on the exact profile
 =============  ===========================================================  ===========================
 """
 from ._registry import ENTRY_POINT_GROUP, families, get_family, register_family
 from .base import LinearModelObjective, ObjectiveBase, Reference
 from .ru_cvar import (RUCVaRObjective, RUSolution, StreamingRUCVaRObjective, erm_objective,
                       max_loss_objective)
+from .kl import KLDROObjective
 from .spectral import Objective
 
 register_family(Objective)
 register_family(RUCVaRObjective)
+register_family(KLDROObjective)
 
-__all__ = ["families", "get_family", "register_family", "ENTRY_POINT_GROUP", "ObjectiveBase", "LinearModelObjective", "Reference", "Objective", "RUCVaRObjective",
+__all__ = ["families", "get_family", "register_family", "ENTRY_POINT_GROUP", "ObjectiveBase", "LinearModelObjective", "Reference", "Objective", "RUCVaRObjective", "KLDROObjective",
            "StreamingRUCVaRObjective", "RUSolution", "erm_objective", "max_loss_objective"]

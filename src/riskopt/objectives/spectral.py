@@ -70,6 +70,21 @@ class Objective(LinearModelObjective):
     family = "spectral"
     reference_methods = ("lbfgs",)
 
+    def __new__(cls, loss=None, risk=None, X=None, y=None, l2_reg=0.0, fit_intercept=False,
+                sample_weight=None, **kwargs):
+        # a KL-DRO risk is another family: build its objective (riskopt.objectives.kl)
+        from ..risks import KLDRO
+
+        if cls is Objective and (isinstance(risk, KLDRO) or (
+                isinstance(risk, str) and risk.partition(":")[0].lower() == "kl")):
+            from .kl import KLDROObjective
+
+            if sample_weight is not None:
+                raise ValueError("KL-DRO objectives take no sample_weight")
+            return KLDROObjective(loss, X, y, risk=parse_risk(risk), l2_reg=l2_reg,
+                                  fit_intercept=fit_intercept, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, loss, risk, X, y, l2_reg=0.0, fit_intercept=False, sample_weight=None):
         risk_obj = parse_risk(risk)
         if not isinstance(risk_obj, _RiskBase):

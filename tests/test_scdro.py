@@ -1,0 +1,66 @@
+"""SCDRO-family solvers on KL-DRO: convergence to the exact optimum and their guards (the
+step-by-step comparisons with the NumPy twins are rows of tests/test_solvers_common.py)."""
+import numpy as np
+import pytest
+
+import riskopt as ro
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 5))
+    y = (X[:, 0] + rng.normal(size=2000) > 0).astype(float)
+    obj = ro.Objective("logistic", ro.KLDRO(radius=0.2), X, y, l2_reg=0.01, fit_intercept=True)
+    return obj, obj.reference_solution()
+
+
+@pytest.mark.parametrize("name, params, updates", [
+    ("rscdro", dict(lr=0.1, beta=0.5, stage_passes=8), 100),   # 100 passes
+    ("rascdro", dict(lr=0.1, beta=0.5), 50),                   # 2 passes per update: 100
+])
+def test_restarted_methods_reach_the_exact_optimum(problem, name, params, updates):
+    obj, ref = problem
+    solver = ro.solvers.get(name, random_state=0, **params)
+    res = solver.run(obj, updates, callback=ro.Trace())
+    assert res.trace.passes[-1] <= 100.5
+    assert (res.value - ref.value) / ref.value < 1e-3
+    assert res.extra["lam"] == pytest.approx(ref.aux[0], rel=0.5)
+
+
+def test_recover_solves_the_penalised_objective():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(1000, 4))
+    y = (X[:, 1] + rng.normal(size=1000) > 0).astype(float)
+    obj = ro.Objective("logistic", ro.KLDRO(shift_cost=1.0), X, y, l2_reg=0.01)
+    ref = obj.reference_solution()
+    res = ro.solvers.get("recover", lr=0.3, random_state=0).run(obj, 30)
+    assert (res.value - ref.value) / ref.value < 1e-3
+    with pytest.raises(ro.solvers.IncompatibleObjectiveError, match="penalised"):
+        ro.solvers.get("recover").run(ro.Objective("logistic", "kl:0.1", X, y), 1)
+
+
+def test_lambda_on_its_upper_bound_warns():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 3))
+    y = (X[:, 0] > 0).astype(float)
+    obj = ro.objectives.KLDROObjective("logistic", X, y, radius=0.2, loss_bound=1e-4)
+    with pytest.warns(RuntimeWarning, match="upper bound"):
+        ro.solvers.get("scdro", lr=0.1, random_state=0).run(obj, 2)
+
+
+def test_ball_constraint_is_kept():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 3))
+    y = (X @ np.array([3.0, -2.0, 1.0]) > 0).astype(float)
+    obj = ro.Objective("logistic", "kl:0.2", X, y)
+    res = ro.solvers.get("rscdro", lr=0.5, radius_w=0.5, random_state=0).run(obj, 5)
+    assert np.linalg.norm(res.coef) <= 0.5 + 1e-12
+
+
+@pytest.mark.parametrize("bad", [dict(beta=0.0), dict(beta=1.5), dict(batch_size=0),
+                                 dict(radius_w=-1.0)])
+def test_bad_parameters(bad):
+    obj = ro.Objective("logistic", "kl:0.2", np.eye(4), np.array([0.0, 1.0, 0.0, 1.0]))
+    with pytest.raises(ValueError):
+        ro.solvers.get("scdro", **bad).run(obj, 1)
