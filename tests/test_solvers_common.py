@@ -23,6 +23,7 @@ from riskopt.objectives import Objective
 from reference_impl import lsvrg as twin_lsvrg
 from reference_impl import prospect as twin_prospect
 from reference_impl import saddlesaga as twin_saddlesaga
+from reference_impl import kl_baselines as twin_klb
 from reference_impl import scdro as twin_scdro
 from reference_impl import sgd as twin_sgd
 from reference_impl import sorel as twin_sorel
@@ -39,7 +40,10 @@ PARAMS = {"sgd": {"batch_size": 8}, "srda": {"batch_size": 8}, "adam": {"batch_s
           "sgd_momentum": {"batch_size": 8}, "sorel_minibatch": {"batch_size": 8},
           "scdro": {"batch_size": 8}, "ascdro": {"batch_size": 8, "t0_passes": 0.5},
           "rscdro": {"batch_size": 8, "stage_passes": 0.4, "mu": 0.01},
-          "rascdro": {"batch_size": 8, "stage_passes": 0.4}, "recover": {"batch_size": 8}}
+          "rascdro": {"batch_size": 8, "stage_passes": 0.4}, "recover": {"batch_size": 8},
+          "fastdro": {"batch_size": 8}, "dual_sgm": {"batch_size": 8},
+          "spd": {"batch_size": 8, "dual_lr": 0.01},
+          "pgsmd2": {"batch_size": 8, "dual_lr": 0.01, "gamma": 2.0}}
 #: a step size that keeps every solver stable on these problems
 LR = {"splplus": 0.3, "toy_sgd": 0.02}
 
@@ -200,6 +204,27 @@ def _kl(storm):
     return run
 
 
+def _klb(solver, obj, s0, updates):
+    R = 0.0 if solver.radius_w is None else solver.radius_w
+    if solver.name == "fastdro":
+        return _split(twin_klb.fastdro(obj, s0.coef, np.concatenate(updates), solver.lr, R),
+                      updates)
+    if solver.name == "dual_sgm":
+        lo, hi = s0.bounds
+        return _split(twin_klb.dual_sgm(obj, s0.coef, s0.lam, s0.eta, np.concatenate(updates),
+                                        solver.lr, lo, hi, R), updates)
+    # spd / pgsmd2: the proximal center moves to the iterate after every update
+    out, W, logp, center = [], s0.coef, s0.log_p, s0.center
+    gamma = solver._g()
+    for idx in updates:
+        steps = twin_klb.primal_dual(obj, W, logp, idx, solver.lr, solver.dual_lr, gamma,
+                                     center, R)
+        st = solver.update(obj, s0._replace(coef=W, log_p=logp, center=center), indices=idx)
+        W, logp, center = steps[-1], st.log_p, (steps[-1] if gamma > 0 else center)
+        out.append(steps)
+    return out
+
+
 def _toy(solver, obj, s0, updates):
     return _split(twin_toy.toy_sgd(obj, s0.coef, np.concatenate(updates), solver.lr), updates)
 
@@ -226,6 +251,10 @@ TWINS = {
     "ascdro": _kl(True),
     "rascdro": _kl(True),
     "recover": _kl(True),
+    "fastdro": _klb,
+    "dual_sgm": _klb,
+    "spd": _klb,
+    "pgsmd2": _klb,
 }
 
 
