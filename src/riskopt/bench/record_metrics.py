@@ -295,7 +295,7 @@ def final_table(table, names):
 
 def plot_metrics(table, names, title, stem, formats=("png", "pdf")):
     """One panel per (metric, problem): each solver's selected configuration, mean over
-    seeds (line) and min-max band, against the number of processed samples."""
+    seeds (line) and min-max band, against passes over the training data."""
     from . import figures
 
     sel = table[table["selected"].astype(bool)]
@@ -313,7 +313,7 @@ def plot_metrics(table, names, title, stem, formats=("png", "pdf")):
                     continue
                 M = g.pivot_table(index="update", columns="seed", values=column(n),
                                   aggfunc="first").to_numpy(dtype=float)
-                xv = g.pivot_table(index="update", columns="seed", values="step",
+                xv = g.pivot_table(index="update", columns="seed", values="passes",
                                    aggfunc="first").to_numpy(dtype=float)[:, 0]
                 with np.errstate(all="ignore"), _quiet():
                     mean, lo, hi = (np.nanmean(M, axis=1), np.nanmin(M, axis=1),
@@ -329,8 +329,10 @@ def plot_metrics(table, names, title, stem, formats=("png", "pdf")):
             if c == 0:
                 ax.set_ylabel(n.replace("_", " "))
             if r == len(names) - 1:
-                ax.set_xlabel("processed training samples")
-    fig.suptitle(title)
+                ax.set_xlabel("passes (1 pass = n processed samples)", fontsize=8)
+    import textwrap
+
+    fig.suptitle(textwrap.fill(title, max(40, 38 * len(problems_))), fontsize=9)
     figures._legend(fig, handles)
     return figures._save(fig, stem, formats)
 
@@ -358,8 +360,8 @@ def write_analysis(out, table, spec, plot=True):
     _io.atomic_write_text(out / "metrics_final.csv", final.to_csv(index=False))
     _io.atomic_write_text(out / "metrics_final.md", _markdown(final, names))
     if plot:
-        title = (f"{spec.name}: {', '.join(n.replace('_', ' ') for n in names)} vs processed "
-                 "samples (mean and min-max over seeds)")
+        title = (f"{spec.name}: {', '.join(n.replace('_', ' ') for n in names)} vs passes, "
+                 "selected step sizes (mean and min-max over seeds)")
         plot_metrics(table, names, title, out / "metrics")
     return final
 
