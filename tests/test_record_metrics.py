@@ -141,3 +141,10 @@ def test_iterate_records_of_a_solver_whose_update_is_two_passes(tmp_path):
     assert t["passes"].tolist() == [0.0, 2.0, 2.0, 4.0, 4.0]
     assert np.all(np.isfinite(t["value"])) and not t["diverged"].any()
     assert t["value"].iloc[1] == t["value"].iloc[2]
+
+
+@pytest.mark.parametrize("name", ["digits_st", "adult_st", "a9a_st"])
+def test_derived_catalogue_shapes_match_the_loads(name):
+    d = ro.datasets.load(name)
+    i = ro.datasets.info(name)
+    assert (i["n_train"], i["n_test"], i["d"]) == (d.n_train, d.n_test, d.X_train.shape[1])

@@ -105,17 +105,20 @@ def info(name, data_home=None):
                 "groups": ["group"] if key == "group_shift" else [], "files": [],
                 "present": True, "complete": True, "generator": fn.__name__, "fixed": fixed}
     if name in imbalanced.DERIVED:
-        d = imbalanced.DERIVED[name]()
-        base = "digits" if name == "digits_st" else name[:-3]
+        sh = imbalanced.SHAPES[name]
+        base = sh["base"]
         licence = ("BSD-3-Clause (scikit-learn's bundled copy of UCI optdigits, CC BY 4.0)"
-                   if base == "digits" else _catalog.CATALOG[base]["licence"])
-        return {"name": name, "kind": "derived", "task": d.task, "licence": licence,
-                "rows": f"{d.n_train} train (thinned) + {d.n_test} test",
-                "n_train": d.n_train, "n_test": d.n_test, "n_samples": d.n_train + d.n_test,
-                "d": d.X_train.shape[1], "n_features": d.X_train.shape[1],
-                "source": d.info.get("source", f"-ST construction of {name[:-3]}"),
-                "groups": sorted(d.groups_train or {}), "files": [], "present": True,
-                "complete": True, "notes": imbalanced.__doc__.split("\n\n")[0]}
+                   if base is None else _catalog.CATALOG[base]["licence"])
+        files = [] if base is None else [_files.file_status(f, data_home)
+                                         for f in _catalog.CATALOG[base]["files"]]
+        return {"name": name, "kind": "derived", "task": sh["task"], "licence": licence,
+                "rows": f"{sh['n_train']} train (thinned) + {sh['n_test']} test",
+                "n_train": sh["n_train"], "n_test": sh["n_test"],
+                "n_samples": sh["n_train"] + sh["n_test"], "d": sh["d"], "n_features": sh["d"],
+                "source": f"-ST construction of {base or 'scikit-learn digits'}",
+                "groups": [], "files": files,
+                "present": all(f["present"] for f in files), "complete": True,
+                "notes": imbalanced.__doc__.split("\n\n")[0]}
     if name not in _catalog.CATALOG:
         raise ValueError(f"unknown dataset {name!r}; available: {names()}")
     c = dict(_catalog.CATALOG[name])

@@ -99,6 +99,12 @@ def load_binary_st(base, keep_fraction=0.2, **kwargs):
                    groups_train=groups, info=info)
 
 
+#: Shapes of the default loads (checked by tests/test_record_metrics.py), for
+#: ``riskopt.datasets.info`` without reading the data.
+SHAPES = {"digits_st": dict(task="multiclass", n_train=660, n_test=599, d=64, base=None),
+          "adult_st": dict(task="binary", n_train=26289, n_test=16281, d=100, base="adult"),
+          "a9a_st": dict(task="binary", n_train=26289, n_test=16281, d=123, base="a9a")}
+
 #: name -> loader of the derived sets (``riskopt.datasets.load`` dispatches here).
 DERIVED = {
     "digits_st": load_digits_st,

@@ -33,10 +33,12 @@ from .base import Result, Solver
 
 _registry._load_builtins()  # every solver module of this package registers itself
 
+from .kl_baselines import PGSMD2, SPD, DualSGM, FastDRO  # noqa: E402
 from .lbfgs import LBFGS  # noqa: E402
 from .lsvrg import LSVRG  # noqa: E402
 from .prospect import Prospect, ProspectMoreau  # noqa: E402
 from .saddlesaga import SaddleSAGA  # noqa: E402
+from .scdro import ASCDRO, RASCDRO, RECOVER, RSCDRO, SCDRO  # noqa: E402
 from .sgd import SGD, SRDA, Adam, SGDMomentum  # noqa: E402
 from .sorel import SOREL, SORELMiniBatch  # noqa: E402
 from .spl import SGM, SPL, SPLPlus  # noqa: E402
@@ -44,4 +46,5 @@ from .spl import SGM, SPL, SPLPlus  # noqa: E402
 __all__ = ["Solver", "Result", "get", "get_class", "register", "available", "solvers_for",
            "reload_entry_points", "IncompatibleObjectiveError", "ENTRY_POINT_GROUP",
            "LBFGS", "LSVRG", "Prospect", "ProspectMoreau", "SaddleSAGA", "SGD", "SRDA", "Adam",
-           "SGDMomentum", "SOREL", "SORELMiniBatch", "SGM", "SPL", "SPLPlus"]
+           "SGDMomentum", "SOREL", "SORELMiniBatch", "SGM", "SPL", "SPLPlus", "SCDRO", "RSCDRO",
+           "ASCDRO", "RASCDRO", "RECOVER", "FastDRO", "DualSGM", "SPD", "PGSMD2"]

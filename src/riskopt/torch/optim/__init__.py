@@ -6,5 +6,6 @@ tables indexed by the dataset (or group) indices that the loader yields, on the 
 device, saved in ``state_dict``. See :mod:`riskopt.torch.optim.base` for the conventions.
 """
 from .base import IndexedStateOptimizer
+from .kl_dro import SCDRO
 
-__all__ = ["IndexedStateOptimizer"]
+__all__ = ["IndexedStateOptimizer", "SCDRO"]

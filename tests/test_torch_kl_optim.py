@@ -1,0 +1,99 @@
+"""riskopt.torch.optim.SCDRO against the NumPy twin of the SCDRO kernel, step by step."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import riskopt as ro  # noqa: E402
+from reference_impl import scdro as twin  # noqa: E402
+from riskopt.torch.optim import SCDRO  # noqa: E402
+
+
+def _data(n=64, d=3, seed=0, signal=1.0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = (signal * X[:, 0] + rng.normal(size=n) > 0).astype(float)
+    return X, y
+
+
+@pytest.mark.parametrize("stage_steps", [None, 2])
+def test_scdro_matches_the_numpy_twin(stage_steps):
+    X, y = _data()
+    rho, lam0, C = 0.3, 0.01, 5.0
+    obj = ro.objectives.KLDROObjective("logistic", X, y, radius=rho, shift_cost=lam0,
+                                       loss_bound=C)
+    batches = np.random.default_rng(1).integers(0, 64, size=(6, 8))
+    W0 = np.random.default_rng(2).normal(size=(3, 1)) * 0.1
+    lo, hi = obj.lam_bounds()
+    mode = 0 if stage_steps is None else 1
+    want = twin.moving_average(obj, W0, 1.0, batches, 0.3, 0.5, mode=mode,
+                               stage_len=stage_steps or 1.0, lo=lo, hi=hi)
+    model = torch.nn.Linear(3, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.copy_(torch.from_numpy(W0.T))
+    opt = SCDRO(model.parameters(), radius=rho, shift_cost=lam0, lr=0.3, beta=0.5,
+                lam_init=1.0, loss_bound=C, stage_steps=stage_steps)
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    for idx, (W, lam) in zip(batches, want):
+        idx = torch.from_numpy(idx)
+        losses = torch.nn.functional.binary_cross_entropy_with_logits(
+            model(Xt[idx])[:, 0], yt[idx], reduction="none")
+        opt.zero_grad()
+        opt.surrogate(losses).backward()
+        opt.step()
+        np.testing.assert_allclose(model.weight.detach().numpy().T, W, rtol=1e-10, atol=1e-12)
+        assert opt.lam == pytest.approx(lam, rel=1e-10)
+
+
+def test_converges_on_a_convex_problem_and_checkpoints():
+    X, y = _data(n=1000, seed=3, signal=3.0)
+    obj = ro.Objective("logistic", ro.KLDRO(radius=0.2, shift_cost=1e-3), X, y)
+    ref = obj.reference_solution()
+    f0 = obj.value(np.zeros(3))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1, bias=False).double()
+    opt = SCDRO(model.parameters(), radius=0.2, lr=0.3, beta=0.5, stage_steps=120)
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    gen = torch.Generator().manual_seed(0)
+    for step in range(1500):                       # about 100 passes
+        idx = torch.randint(0, 1000, (64,), generator=gen)
+        losses = torch.nn.functional.binary_cross_entropy_with_logits(
+            model(Xt[idx])[:, 0], yt[idx], reduction="none")
+        opt.zero_grad()
+        opt.surrogate(losses).backward()
+        opt.step()
+        if step == 300:
+            saved = (opt.state_dict(), model.state_dict())
+    value = obj.value(model.weight.detach().numpy().T)
+    assert (value - ref.value) / (f0 - ref.value) < 1e-2       # RSCDRO (stages)
+    assert opt.lam == pytest.approx(ref.aux[0], rel=0.1)
+    other = torch.nn.Linear(3, 1, bias=False).double()
+    other.load_state_dict(saved[1])
+    opt2 = SCDRO(other.parameters(), radius=0.2, lr=0.3, beta=0.5, stage_steps=120)
+    opt2.load_state_dict(saved[0])
+    assert opt2.lam == pytest.approx(float(saved[0]["scdro"]["scalars"]["lam"]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_no_overflow_with_large_losses_and_low_precision(dtype):
+    losses = (torch.rand(32) * 1e3 + 1e3).to(dtype).requires_grad_()
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt = SCDRO([p], radius=0.5, shift_cost=1e-3, lr=0.1)
+    out = opt.surrogate(losses)
+    out.backward()
+    assert torch.isfinite(out) and torch.isfinite(losses.grad).all()
+
+
+def test_bad_use_is_reported():
+    p = torch.nn.Parameter(torch.zeros(2))
+    with pytest.raises(ValueError):
+        SCDRO([p], radius=-1.0)
+    with pytest.raises(ValueError):
+        SCDRO([p], radius=0.5, beta=2.0)
+    opt = SCDRO([p], radius=0.5)
+    with pytest.raises(RuntimeError, match="surrogate"):
+        opt.step()
+    with pytest.raises(ValueError, match="1-D"):
+        opt.surrogate(torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="non-finite"):
+        opt.surrogate(torch.tensor([1.0, float("nan")]))
