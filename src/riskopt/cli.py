@@ -166,41 +166,39 @@ def _bench_plot(args):
 
 
 def _bench_report(args):
-    from ._cli_evaluate import write_text
     from .bench.report import build_report
 
     fmt = args.format or ("csv" if args.out and args.out.lower().endswith(".csv")
                           else "markdown")
     from pathlib import Path
 
+    return _emit(lambda: build_report(
+        args.results, fmt=fmt, relative_to=Path(args.out).parent if args.out else None),
+        args.out)
+
+
+def _emit(build, out):
+    """Build a report (one-line errors) and write it to ``out`` atomically, or print it."""
+    from ._cli_evaluate import write_text
+
     try:
-        text = build_report(args.results, fmt=fmt,
-                            relative_to=Path(args.out).parent if args.out else None)
+        text = build()
     except (FileNotFoundError, ValueError) as exc:
         raise _CLIError(str(exc)) from None
-    if args.out:
-        write_text(text, args.out)
-        _print(f"report: {args.out}")
+    if out:
+        write_text(text, out)
+        _print(f"report: {out}")
     else:
         sys.stdout.write(text)
     return 0
 
 
 def _bench_reproduce(args):
-    from ._cli_evaluate import write_text
     from .bench.reproduce import build
 
-    try:
-        text = build(args.papers, results_root=args.results, run=args.run, jobs=args.jobs,
-                     out=args.out, echo=None if args.quiet else _print)
-    except (FileNotFoundError, ValueError) as exc:
-        raise _CLIError(str(exc)) from None
-    if args.out:
-        write_text(text, args.out)
-        _print(f"report: {args.out}")
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _emit(lambda: build(args.papers, results_root=args.results, run=args.run,
+                               jobs=args.jobs, out=args.out,
+                               echo=None if args.quiet else _print), args.out)
 
 
 # ---------------------------------------------------------------------------- datasets

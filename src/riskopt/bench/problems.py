@@ -241,38 +241,38 @@ def source(name, key="source"):
 
 
 # ---------------------------------------------------------------------------- building
-@lru_cache(maxsize=16)
-def load_dataset(name, protocol):
-    """``(X_train, y_train)`` of a data set (read-only float64 arrays, cached per process)."""
+@lru_cache(maxsize=8)
+def _load(name, protocol):
     from .. import datasets
 
-    data = datasets.load(name, protocol=protocol)
-    X = np.ascontiguousarray(data.X_train, dtype=np.float64)
-    y = np.ascontiguousarray(data.y_train, dtype=np.float64)
+    return datasets.load(name, protocol=protocol)
+
+
+def _split(name, protocol, split):
+    data = _load(name, protocol)
+    X = np.ascontiguousarray(getattr(data, f"X_{split}"), dtype=np.float64)
+    y = np.ascontiguousarray(getattr(data, f"y_{split}"), dtype=np.float64)
     X.setflags(write=False)
     y.setflags(write=False)
     return X, y
+
+
+@lru_cache(maxsize=16)
+def load_dataset(name, protocol):
+    """``(X_train, y_train)`` of a data set (read-only float64 arrays, cached per process)."""
+    return _split(name, protocol, "train")
 
 
 @lru_cache(maxsize=16)
 def load_test_split(name, protocol):
     """``(X_test, y_test)`` of a data set (read-only float64 arrays, cached per process)."""
-    from .. import datasets
-
-    data = datasets.load(name, protocol=protocol)
-    X = np.ascontiguousarray(data.X_test, dtype=np.float64)
-    y = np.ascontiguousarray(data.y_test, dtype=np.float64)
-    X.setflags(write=False)
-    y.setflags(write=False)
-    return X, y
+    return _split(name, protocol, "test")
 
 
 @lru_cache(maxsize=16)
 def load_groups(name, protocol):
     """``{"train": {attribute: array}, "test": {...}}`` of a data set (cached per process)."""
-    from .. import datasets
-
-    data = datasets.load(name, protocol=protocol)
+    data = _load(name, protocol)
     return {"train": dict(data.groups_train or {}), "test": dict(data.groups_test or {})}
 
 
