@@ -161,7 +161,7 @@ class SPD(_Base):
         check_positive("dual_lr", self.dual_lr)
 
     def _check_objective(self, objective):
-        if objective.radius is None:
+        if getattr(objective, "radius", 0.0) is None:
             raise ValueError(f"{self.name} solves the KL-constrained objective (radius > 0)")
 
     def _init(self, objective, W, rng):

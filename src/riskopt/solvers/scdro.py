@@ -124,7 +124,7 @@ class _KLBase(Solver):
             check_positive("t0_passes", self.t0_passes)
 
     def _check_objective(self, objective):
-        if self._penalised_only and objective.radius is not None:
+        if self._penalised_only and getattr(objective, "radius", None) is not None:
             raise ValueError(f"{self.name} solves the KL-penalised objective (radius=None); "
                              "use scdro / ascdro / rscdro / rascdro for the constrained one")
 
