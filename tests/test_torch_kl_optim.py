@@ -97,3 +97,31 @@ def test_bad_use_is_reported():
         opt.surrogate(torch.zeros(2, 2))
     with pytest.raises(ValueError, match="non-finite"):
         opt.surrogate(torch.tensor([1.0, float("nan")]))
+
+
+def test_surrogate_gradient_is_the_gradient_of_the_compositional_objective():
+    # beta = 1: s is the batch's exact mean of exp(l / lambda), so the surrogate's gradient is
+    # the gradient of lambda * log mean exp(l(w) / lambda) at the current lambda (autograd)
+    torch.manual_seed(0)
+    X, y = torch.randn(50, 4, dtype=torch.float64), torch.randint(0, 3, (50,))
+    net = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(),
+                              torch.nn.Linear(5, 3)).double()
+    opt = SCDRO(net.parameters(), radius=0.5, beta=1.0, lam_init=0.7)
+    losses = torch.nn.functional.cross_entropy(net(X), y, reduction="none")
+    opt.zero_grad()
+    opt.surrogate(losses).backward()
+    got = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    lam = 0.7
+    closed = lam * (torch.logsumexp(torch.nn.functional.cross_entropy(
+        net(X), y, reduction="none") / lam, 0) - np.log(50))
+    closed.backward()
+    for g, p in zip(got, net.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-10, atol=1e-12)
+    # and d/dlambda of the closed form (finite differences) is the u the optimizer prepared
+    def F(lam):
+        with torch.no_grad():
+            l = torch.nn.functional.cross_entropy(net(X), y, reduction="none")
+            return float(lam * (torch.logsumexp(l / lam, 0) - np.log(50)) + lam * 0.5)
+    fd = (F(0.7 + 1e-6) - F(0.7 - 1e-6)) / 2e-6
+    assert float(opt._scalars["g_lam"]) == pytest.approx(fd, rel=1e-6)
