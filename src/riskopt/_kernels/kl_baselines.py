@@ -46,31 +46,11 @@ def _kl_root_stats(d, a, logn, q):
 
 
 @njit(cache=True)
-def _batch_kl_weights(losses, rho, lam0, q):
-    """Writes the KL-DRO weights of ``losses`` into ``q``; returns ``(value, lam)``
-    (``rho <= 0``: the penalised problem with ``lam = lam0``)."""
-    n = losses.shape[0]
-    logn = math.log(n)
-    c = losses.max()
-    d = losses - c
-    if rho <= 0.0:
-        kl, var, lme = _kl_root_stats(d, 1.0 / lam0, logn, q)
-        return c + lam0 * lme, lam0
-    k = 0
-    for i in range(n):
-        if d[i] == 0.0:
-            k += 1
-    if lam0 > 0.0:
-        kl, var, lme = _kl_root_stats(d, 1.0 / lam0, logn, q)
-        if kl <= rho:
-            return c + lam0 * lme, lam0
-        hi = 1.0 / lam0
-    else:
-        if rho >= math.log(n / k):
-            for i in range(n):
-                q[i] = 1.0 / k if d[i] == 0.0 else 0.0
-            return c, 0.0
-        hi = np.inf
+def _kl_root(d, rho, hi, logn, q):
+    """The root ``a`` in ``(0, hi)`` of ``KL(softmax(a d)) = rho`` (``d <= 0``; Newton on the
+    increasing ``KL(a)``, derivative ``a Var``, safeguarded by bisection); writes
+    ``q = softmax(a d)``; returns ``(a, log mean exp(a d))``."""
+    n = d.shape[0]
     lo = 0.0
     v = 0.0
     for i in range(n):
@@ -98,6 +78,36 @@ def _batch_kl_weights(losses, rho, lam0, q):
             a = 2.0 * a
         else:
             a = 0.5 * (lo + hi)
+    return a, lme
+
+
+@njit(cache=True)
+def _batch_kl_weights(losses, rho, lam0, q):
+    """Writes the KL-DRO weights of ``losses`` into ``q``; returns ``(value, lam)``
+    (``rho <= 0``: the penalised problem with ``lam = lam0``)."""
+    n = losses.shape[0]
+    logn = math.log(n)
+    c = losses.max()
+    d = losses - c
+    if rho <= 0.0:
+        kl, var, lme = _kl_root_stats(d, 1.0 / lam0, logn, q)
+        return c + lam0 * lme, lam0
+    k = 0
+    for i in range(n):
+        if d[i] == 0.0:
+            k += 1
+    if lam0 > 0.0:
+        kl, var, lme = _kl_root_stats(d, 1.0 / lam0, logn, q)
+        if kl <= rho:
+            return c + lam0 * lme, lam0
+        hi = 1.0 / lam0
+    else:
+        if rho >= math.log(n / k):
+            for i in range(n):
+                q[i] = 1.0 / k if d[i] == 0.0 else 0.0
+            return c, 0.0
+        hi = np.inf
+    a, lme = _kl_root(d, rho, hi, logn, q)
     lam = 1.0 / a
     return c + lam * lme + (lam - lam0) * rho, lam
 
@@ -177,19 +187,9 @@ def _kl_ball_project(logp, rho, out):
         for i in range(n):
             out[i] = math.log(q[i]) if q[i] > 0 else -np.inf
         return
-    lo, hi = 0.0, 1.0  # a = 1/(1+g) in (0, 1]: KL increasing in a
-    for _ in range(100):
-        a = 0.5 * (lo + hi)
-        kl, _, _ = _kl_root_stats(d, a, logn, q)
-        if kl > rho:
-            hi = a
-        else:
-            lo = a
-        if hi - lo < 1e-13:
-            break
-    kl, _, lme = _kl_root_stats(d, lo, logn, q)
+    a, lme = _kl_root(d, rho, 1.0, logn, q)  # a = 1/(1+g) in (0, 1): KL increasing in a
     for i in range(n):
-        out[i] = lo * d[i] - (lme + logn)
+        out[i] = a * d[i] - (lme + logn)
 
 
 @njit(cache=True)
