@@ -125,3 +125,71 @@ def test_surrogate_gradient_is_the_gradient_of_the_compositional_objective():
             return float(lam * (torch.logsumexp(l / lam, 0) - np.log(50)) + lam * 0.5)
     fd = (F(0.7 + 1e-6) - F(0.7 - 1e-6)) / 2e-6
     assert float(opt._scalars["g_lam"]) == pytest.approx(fd, rel=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["ascdro", "rascdro", "recover"])
+def test_storm_optimizers_match_the_numpy_twin(variant):
+    from riskopt.torch.optim import ASCDRO
+
+    X, y = _data()
+    rho = None if variant == "recover" else 0.3
+    lam0, C = (1.0 if rho is None else 0.01), 5.0
+    obj = ro.objectives.KLDROObjective("logistic", X, y, radius=rho, shift_cost=lam0,
+                                       loss_bound=C)
+    batches = np.random.default_rng(1).integers(0, 64, size=(6, 8))
+    W0 = np.random.default_rng(2).normal(size=(3, 1)) * 0.1
+    lo, hi = obj.lam_bounds()
+    stage = 2 if variant == "rascdro" else None
+    kw = dict(mode=1, eta_pow=0.5, stage_len=2.0) if stage else dict(mode=2, t0=3.0)
+    lam_start = lo if rho is None else 1.0
+    want = twin.storm(obj, W0, lam_start, batches, 0.3, 0.5, lo=lo, hi=hi, **kw)
+    model = torch.nn.Linear(3, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.copy_(torch.from_numpy(W0.T))
+    opt = ASCDRO(model.parameters(), radius=rho, shift_cost=lam0, lr=0.3, beta=0.5, t0=3.0,
+                 loss_bound=C if rho else None, stage_steps=stage)
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    for k, (idx, (W, lam)) in enumerate(zip(batches, want)):
+        idx = torch.from_numpy(idx)
+        losses = bce(model(Xt[idx])[:, 0], yt[idx], reduction="none")
+        prev = None
+        if k > 0:
+            out = torch.func.functional_call(model, opt.previous_params(model), (Xt[idx],))
+            prev = bce(out[:, 0], yt[idx], reduction="none")
+        opt.zero_grad()
+        opt.surrogate(losses, prev).backward()
+        opt.step()
+        np.testing.assert_allclose(model.weight.detach().numpy().T, W, rtol=1e-9, atol=1e-11)
+        assert opt.lam == pytest.approx(lam, rel=1e-9)
+
+
+@pytest.mark.parametrize("gamma", [None, 2.0])
+def test_pgsmd2_matches_the_numpy_twin(gamma):
+    from reference_impl import kl_baselines as twin_klb
+    from riskopt.torch.optim import PGSMD2
+
+    X, y = _data()
+    obj = ro.objectives.KLDROObjective("logistic", X, y, radius=0.3, shift_cost=0.01,
+                                       loss_bound=5.0)
+    batches = np.random.default_rng(1).integers(0, 64, size=(5, 8))
+    W0 = np.random.default_rng(2).normal(size=(3, 1)) * 0.1
+    # the center moves every 8 steps (n / b): within these 5 steps it stays at W0
+    want = twin_klb.primal_dual(obj, W0, np.full(64, -np.log(64)), batches, 0.1, 0.01,
+                                gamma or 0.0, W0.copy())
+    model = torch.nn.Linear(3, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.copy_(torch.from_numpy(W0.T))
+    opt = PGSMD2(model.parameters(), n=64, radius=0.3, shift_cost=0.01, lr=0.1, dual_lr=0.01,
+                 gamma=gamma)
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    for idx, W in zip(batches, want):
+        idx = torch.from_numpy(idx)
+        losses = torch.nn.functional.binary_cross_entropy_with_logits(
+            model(Xt[idx])[:, 0], yt[idx], reduction="none")
+        opt.zero_grad()
+        (opt.weights(idx) * losses).sum().backward()
+        opt.step(indices=idx, losses=losses.detach())
+        np.testing.assert_allclose(model.weight.detach().numpy().T, W, rtol=1e-9, atol=1e-11)
+    p = torch.exp(opt.indexed_state("log_p"))
+    assert float(p.sum()) == pytest.approx(1.0)

@@ -6,6 +6,6 @@ tables indexed by the dataset (or group) indices that the loader yields, on the 
 device, saved in ``state_dict``. See :mod:`riskopt.torch.optim.base` for the conventions.
 """
 from .base import IndexedStateOptimizer
-from .kl_dro import SCDRO
+from .kl_dro import ASCDRO, PGSMD2, SCDRO
 
-__all__ = ["IndexedStateOptimizer", "SCDRO"]
+__all__ = ["IndexedStateOptimizer", "SCDRO", "ASCDRO", "PGSMD2"]

@@ -1,4 +1,5 @@
-r"""SCDRO / RSCDRO for any ``nn.Module``: KL-constrained DRO without an ``n``-dimensional dual.
+r"""SCDRO / RSCDRO, ASCDRO / RASCDRO / RECOVER and the primal-dual PG-SMD2 / SPD baseline for
+any ``nn.Module``: KL-constrained DRO (the SCDRO paper's methods, non-convex setting).
 
 The compositional problem of the SCDRO paper (``../shared/papers/scdro_kl_constrained_dro.txt``,
 Algorithms 1 and 3) over the parameters ``w`` and the multiplier ``lambda``:
@@ -56,8 +57,9 @@ import math
 import torch
 
 from ..._validation import check_positive
+from .base import IndexedStateOptimizer
 
-__all__ = ["SCDRO"]
+__all__ = ["SCDRO", "ASCDRO", "PGSMD2"]
 
 
 class SCDRO(torch.optim.Optimizer):
@@ -208,3 +210,280 @@ class SCDRO(torch.optim.Optimizer):
         dev = self.param_groups[0]["params"][0].device
         self._scalars = {k: v.to(dev) for k, v in extra["scalars"].items()}
         self._t, self._started, self._pending = int(extra["t"]), bool(extra["started"]), False
+
+
+class ASCDRO(torch.optim.Optimizer):
+    r"""ASCDRO (Algorithm 2) with STORM estimators; ``radius=None`` gives RECOVER (the
+    KL-penalised objective, ``lambda`` fixed at ``shift_cost``); ``stage_steps`` gives RASCDRO
+    (Algorithm 3: ``lr`` times ``2^-1/2`` and ``beta`` halved per stage of doubling length).
+
+    STORM needs the batch's losses at the *previous* iterate as well: evaluate the model with
+    the previous parameters through :func:`torch.func.functional_call` and pass both::
+
+        opt = ASCDRO(model.parameters(), radius=0.5, lr=0.1, beta=0.5)
+        for x, y in loader:
+            losses = F.cross_entropy(model(x), y, reduction="none")
+            prev = F.cross_entropy(torch.func.functional_call(
+                model, opt.previous_params(model), (x,)), y, reduction="none")
+            opt.zero_grad()
+            opt.surrogate(losses, prev).backward()
+            opt.step()
+
+    (two gradient evaluations per step, as in the paper). The estimators of ``g``, ``d_w g`` and
+    ``d_lambda g`` are kept scaled by ``exp(-m)`` (``m`` a running maximum of ``l / lambda``),
+    which cancels in the step, so nothing overflows; ``s >= beta g_B(x_t)`` is enforced (``s``
+    must stay positive). ``eta_t = lr / (1 + t/t0)^(1/3)``, ``beta_t = beta (eta_t / lr)^2``
+    (Theorem 2) unless ``stage_steps`` is given. Same numbers as the linear-model kernel
+    ``riskopt._kernels.scdro._pass_storm`` (tested step by step).
+    """
+
+    def __init__(self, params, radius=0.5, shift_cost=None, lr=0.1, beta=0.5, t0=100.0,
+                 lam_init=1.0, loss_bound=None, stage_steps=None, mu=0.0):
+        if radius is None:
+            check_positive("shift_cost", shift_cost if shift_cost is not None else -1.0)
+        else:
+            check_positive("radius", radius)
+        lam0 = float(shift_cost) if shift_cost is not None else 1e-3
+        check_positive("shift_cost", lam0, allow_zero=radius is not None)
+        check_positive("lr", lr)
+        b = check_positive("beta", beta)
+        if b > 1:
+            raise ValueError(f"beta must be in (0, 1], got {beta}")
+        check_positive("t0", t0)
+        check_positive("mu", mu, allow_zero=True)
+        for name, v in (("loss_bound", loss_bound), ("stage_steps", stage_steps)):
+            if v is not None:
+                check_positive(name, v)
+        super().__init__(params, dict(lr=float(lr)))
+        self.radius = None if radius is None else float(radius)
+        self.shift_cost, self.lr0, self.beta0, self.t0 = lam0, float(lr), float(beta), float(t0)
+        self.stage_steps, self.mu = stage_steps, float(mu)
+        if self.radius is None:
+            self.lam_max, lam = lam0, lam0
+        else:
+            self.lam_max = math.inf if loss_bound is None else lam0 + float(loss_bound) / radius
+            lam = min(max(float(lam_init), lam0), self.lam_max)
+        dev = self.param_groups[0]["params"][0].device
+        f64 = dict(dtype=torch.float64, device=dev)
+        self._sc = {"lam": torch.tensor(lam, **f64), "lam_prev": torch.tensor(lam, **f64),
+                    "s": torch.tensor(0.0, **f64), "u": torch.tensor(0.0, **f64),
+                    "m": torch.tensor(-math.inf, **f64)}
+        self._params = [p for g in self.param_groups for p in g["params"]]
+        self._prev = [p.detach().clone().requires_grad_(True) for p in self._params]
+        self._t, self._started, self._pending = 0, False, None
+
+    @property
+    def lam(self):
+        return float(self._sc["lam"])
+
+    def previous_params(self, module):
+        """``{name: tensor}`` of the previous iterate for ``torch.func.functional_call``
+        (leaves whose gradients :meth:`step` reads)."""
+        ids = {id(p): i for i, p in enumerate(self._params)}
+        out = {}
+        for name, p in module.named_parameters():
+            if id(p) in ids:
+                out[name] = self._prev[ids[id(p)]]
+        for name, b in module.named_buffers():
+            out[name] = b
+        return out
+
+    def _schedule(self):
+        if self.stage_steps is not None:
+            t, k, length = self._t, 0, float(self.stage_steps)
+            while t >= length:
+                t, k, length = t - length, k + 1, 2 * length
+            return self.lr0 * 2.0 ** (-0.5 * k), min(1.0, self.beta0 * 2.0 ** -k)
+        eta = self.lr0 / (1.0 + self._t / self.t0) ** (1.0 / 3.0)
+        return eta, min(1.0, self.beta0 * (eta / self.lr0) ** 2)
+
+    def surrogate(self, losses, losses_prev=None):
+        """Rescale the estimators, prepare ``s`` and ``u``, and return the scalar whose
+        ``backward()`` leaves ``sum_B e_i grad l_i(x_t) / lambda_t`` in the parameters' ``.grad``
+        and the same at the previous iterate in the previous-parameter leaves."""
+        for name, t in (("losses", losses), ("losses_prev", losses_prev)):
+            if t is not None and (not isinstance(t, torch.Tensor) or t.ndim != 1
+                                  or t.numel() != losses.numel()):
+                raise ValueError(f"{name} must be a 1-D tensor of the batch's per-sample losses")
+        if self._started and losses_prev is None:
+            raise ValueError("ASCDRO needs the batch's losses at the previous iterate after "
+                             "the first step (see previous_params)")
+        sc = self._sc
+        with torch.no_grad():
+            _, beta = self._schedule()
+            lam, lamp = sc["lam"], sc["lam_prev"]
+            b = losses.numel()
+            l64 = losses.detach().double()
+            if not bool(torch.isfinite(l64).all()):
+                raise ValueError("non-finite losses in the batch")
+            a = l64 / lam
+            M = a.max()
+            if self._started:
+                lp64 = losses_prev.detach().double()
+                ap = lp64 / lamp
+                M = torch.maximum(torch.maximum(M, ap.max()), sc["m"])
+                scale = torch.exp(sc["m"] - M)
+                sc["s"], sc["u"] = sc["s"] * scale, sc["u"] * scale
+                for p in self._params:
+                    if "v" in self.state[p]:
+                        self.state[p]["v"].mul_(scale.to(p.dtype))
+            sc["m"] = M
+            e = torch.exp(a - M) / b
+            sg, sl = e.sum(), -(e * l64).sum() / lam ** 2
+            coef = e / lam
+            if self._started:
+                ep = torch.exp(ap - M) / b
+                sgp, slp = ep.sum(), -(ep * lp64).sum() / lamp ** 2
+                sc["s"] = sg + (1 - beta) * (sc["s"] - sgp)
+                sc["u"] = sl + (1 - beta) * (sc["u"] - slp)
+                coef_p = ep / lamp
+            else:
+                sc["s"], sc["u"] = sg, sl
+            sc["s"] = torch.maximum(sc["s"], beta * sg)
+            self._pending = beta
+        out = (coef.to(losses.dtype) * losses).sum()
+        if self._started:
+            out = out + (coef_p.to(losses_prev.dtype) * losses_prev).sum()
+        return out
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._pending is None:
+            raise RuntimeError("call opt.surrogate(losses, losses_prev).backward() first")
+        beta = self._pending
+        lr, _ = self._schedule()
+        sc = self._sc
+        lam = sc["lam"]
+        for p, q in zip(self._params, self._prev):
+            if p.grad is None:
+                continue
+            st = self.state[p]
+            if not self._started or "v" not in st:
+                st["v"] = p.grad.detach().clone()
+            else:
+                gp = q.grad if q.grad is not None else torch.zeros_like(p)
+                st["v"].sub_(gp).mul_(1 - beta).add_(p.grad)
+        rho = 0.0 if self.radius is None else self.radius
+        zl = lam * sc["u"] / sc["s"] + torch.log(sc["s"]) + sc["m"] + rho
+        for p, q in zip(self._params, self._prev):
+            q.detach_().copy_(p)
+            q.requires_grad_(True)
+            q.grad = None
+            if p.grad is not None:
+                p.add_(lam.to(p.dtype) * self.state[p]["v"] / sc["s"].to(p.dtype) + self.mu * p,
+                       alpha=-lr)
+        sc["lam_prev"] = lam.clone()
+        if self.lam_max > self.shift_cost:
+            sc["lam"] = (lam - lr * (zl + self.mu * lam)).clamp(self.shift_cost, self.lam_max)
+        self._started, self._pending = True, None
+        self._t += 1
+        return loss
+
+
+def _kl_ball_log(logp, rho):
+    """``log`` of the KL-Bregman projection of ``softmax(logp)`` on ``{KL(p||1/n) <= rho}``
+    (``p ~ softmax(a logp)``, ``a`` in ``(0, 1]`` by safeguarded Newton; float64, on device)."""
+    n = logp.numel()
+    d = (logp - logp.max()).double()
+    logn = math.log(n)
+
+    def stats(a):
+        z = a * d
+        lse = torch.logsumexp(z, 0)
+        q = torch.exp(z - lse)
+        mu = (q * d).sum()
+        return a * mu - (lse - logn), (q * (d - mu) ** 2).sum(), lse
+
+    kl, _, lse = stats(1.0)
+    if float(kl) <= rho:
+        return d - lse
+    lo, hi = 0.0, 1.0
+    var0 = float(d.var(unbiased=False))
+    a = min(math.sqrt(2.0 * rho / var0), 0.5) if var0 > 0 else 0.5
+    for _ in range(200):
+        kl, var, lse = stats(a)
+        err = float(kl) - rho
+        if abs(err) <= 1e-13 * max(1.0, rho):
+            break
+        if err > 0:
+            hi = a
+        else:
+            lo = a
+        if hi - lo <= 4e-16 * hi:
+            break
+        step = a - err / (a * float(var)) if float(var) > 0 else float("nan")
+        a = step if lo < step < hi else 0.5 * (lo + hi)
+    return a * d - lse
+
+
+class PGSMD2(IndexedStateOptimizer):
+    r"""PG-SMD2 (Rafique et al. 2021) / SPD (Namkoong & Duchi 2016, ``gamma=None``): the
+    primal-dual baseline of the SCDRO paper with the ``n``-dimensional dual ``p`` (a table on
+    the parameters' device, in ``state_dict``): the primal step uses the importance-weighted
+    gradient ``n p_i grad l_i / b`` of the batch (the weights come from :meth:`weights`), the
+    dual a mirror-ascent step ``log p_i += dual_lr n l_i / b`` (and ``log p *= 1 - dual_lr
+    lambda_0``) followed by the KL-Bregman projection on the ball -- O(n) per step, which is the
+    cost the paper's Fig. 5 shows. PG-SMD2 adds ``(w - w_c) / gamma`` with the center ``w_c``
+    moved to ``w`` every ``center_every`` steps. Usage::
+
+        opt = PGSMD2(model.parameters(), n=len(data), radius=0.5, lr=0.1, dual_lr=1e-3)
+        for x, y, idx in loader:
+            losses = F.cross_entropy(model(x), y, reduction="none")
+            opt.zero_grad()
+            (opt.weights(idx) * losses).sum().backward()
+            opt.step(indices=idx, losses=losses.detach())
+    """
+
+    def __init__(self, params, n, radius=0.5, shift_cost=1e-3, lr=0.1, dual_lr=1e-3,
+                 gamma=10.0, center_every=None):
+        check_positive("radius", radius)
+        check_positive("shift_cost", shift_cost, allow_zero=True)
+        check_positive("lr", lr)
+        check_positive("dual_lr", dual_lr)
+        if gamma is not None:
+            check_positive("gamma", gamma)
+        super().__init__(params, dict(lr=float(lr)), n_indices=n)
+        self.radius, self.shift_cost, self.dual_lr = float(radius), float(shift_cost), dual_lr
+        self.gamma, self.center_every = gamma, center_every
+        self.add_indexed_state("log_p", fill=-math.log(self.n_indices),
+                               dtype=torch.float64)
+        self._steps = 0
+
+    def weights(self, indices):
+        """``n p_i / b`` for the batch (constants for the primal surrogate)."""
+        idx = self.check_indices(indices)
+        p = torch.exp(self.gather("log_p", idx))
+        return (self.n_indices * p / idx.numel()).to(self._default_dtype())
+
+    def _update(self, indices, losses=None):
+        if losses is None:
+            raise ValueError("PGSMD2.step needs losses= (the batch's detached losses)")
+        losses = torch.as_tensor(losses).detach().to(self.device, torch.float64)
+        if losses.shape != indices.shape:
+            raise ValueError("losses and indices must have one entry per sample of the batch")
+        b = indices.numel()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                if self.gamma is not None and "center" not in st:
+                    st["center"] = p.detach().clone()
+                prox = (p - st["center"]) / self.gamma if self.gamma is not None else 0.0
+                p.add_(p.grad + prox, alpha=-group["lr"])
+        logp = self.indexed_state("log_p")
+        logp.index_add_(0, indices, self.dual_lr * self.n_indices * losses / b)
+        if self.shift_cost > 0:
+            logp.mul_(1.0 - self.dual_lr * self.shift_cost)
+        logp.copy_(_kl_ball_log(logp, self.radius))
+        self._steps += 1
+        every = self.center_every or max(1, self.n_indices // b)
+        if self.gamma is not None and self._steps % every == 0:
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if "center" in self.state[p]:
+                        self.state[p]["center"].copy_(p.detach())
