@@ -238,6 +238,9 @@ def supported_objective(solver):
         candidates.append(RUCVaRObjective("squared", X, y, beta=0.5))
     except ImportError:
         pass
+    X, y = data(n=10, d=2)   # KL-DRO (constrained, then penalised) for the SCDRO family
+    candidates += [ro.Objective("squared", ro.KLDRO(radius=0.3), X, y),
+                   ro.Objective("squared", ro.KLDRO(shift_cost=1.0), X, y)]
     for obj in candidates:
         try:
             solver.init_state(obj)
