@@ -84,8 +84,9 @@ def storm(obj, W, lam, batches, lr, beta, mode=2, eta_pow=1.0, t0=1.0, stage_len
         M = a.max()
         if step_no > 0:
             lp, gp, ap = batch(obj, Wp, lamp, idx)
-            M = max(M, ap.max(), m)
-            s, u, v = s * np.exp(m - M), u * np.exp(m - M), v * np.exp(m - M)
+            M = max(M, ap.max())
+            sc = np.exp(min(m - M, 600.0))
+            s, u, v = s * sc, u * sc, v * sc
         m = M
         b = len(idx)
         e = np.exp(a - M) / b
@@ -98,7 +99,12 @@ def storm(obj, W, lam, batches, lr, beta, mode=2, eta_pow=1.0, t0=1.0, stage_len
             s = g + (1 - bet) * (s - ep.sum())
             u = gu + (1 - bet) * (u - (-np.sum(ep * lp) / lamp**2))
             v = gv + (1 - bet) * (v - np.einsum("i,ipk->pk", ep / lamp, gp))
-        s = max(s, bet * g)
+        if not (g > 0 and s >= bet * g):   # restart the estimators on this batch
+            M = a.max()
+            m = M
+            e = np.exp(a - M) / b
+            g, gu = e.sum(), -np.sum(e * losses) / lam**2
+            s, u, v = g, gu, np.einsum("i,ipk->pk", e / lam, grads)
         Z = lam * v / s
         zl = lam * u / s + np.log(s) + M + rho
         Wp, lamp = W.copy(), lam

@@ -24,7 +24,9 @@ STORM (``_pass_storm``; ASCDRO, RASCDRO, RECOVER): the estimators of ``g``, ``d_
 exponents), which cancels in ``z_W = lam v / s`` and ``z_lam = lam u / s + log s + rho``:
 ``s <- g_B(x_t) + (1 - beta)(s - g_B(x_{t-1}))`` and the same for ``v``, ``u`` (two gradient
 evaluations per step: ``x_t`` and the previous iterate on the same batch), with the safeguard
-``s >= beta g_B(x_t)`` (``s`` must stay positive for ``log s``).
+a restart of the three estimators on the current batch whenever ``s < beta g_B(x_t)`` (``s``
+must stay positive for ``log s``; it happens when ``lambda`` moves by orders of magnitude).
+The scale ``m`` is the largest exponent of the current and previous iterate on the batch.
 
 Schedules (``mode``): 0 constant ``(eta, beta)``; 1 stagewise (Algorithm 3): stage ``k = 0,
 1, ...`` of ``stage_len * 2^k`` steps with ``eta_k = eta 2^(-k eta_pow)``, ``beta_k = beta
@@ -209,9 +211,7 @@ def _pass_storm(code, X, y, reg, rho, lo, hi, R, mu, mode, lr, beta, eta_pow, t0
             apmax = _batch_exponents(code, X, y, Wp, lampv[0], idx, ap, Lp, Dp)
             if apmax > M:
                 M = apmax
-            if mv[0] > M:
-                M = mv[0]
-            scale = math.exp(mv[0] - M)
+            scale = math.exp(min(mv[0] - M, 600.0))
             sv[0] *= scale
             uv[0] *= scale
             for j in range(p):
@@ -231,8 +231,15 @@ def _pass_storm(code, X, y, reg, rho, lo, hi, R, mu, mode, lr, beta, eta_pow, t0
             for j in range(p):
                 for k in range(K):
                     V[j, k] = G[j, k] + (1.0 - bet) * (V[j, k] - Gp[j, k])
-        if sv[0] < bet * sg:
-            sv[0] = bet * sg
+        if not (sg > 0.0 and sv[0] >= bet * sg):
+            # the estimate of g is no longer valid (lambda moved by orders of magnitude, or
+            # the STORM correction overshot): restart the estimators on this batch
+            M = amax
+            mv[0] = M
+            sg, sl = _scaled_terms(X, idx, a, L, D, lam, M, G)
+            sv[0] = sg
+            uv[0] = sl
+            V[:, :] = G
         for j in range(p):
             for k in range(K):
                 Z[j, k] = lam * V[j, k] / sv[0]

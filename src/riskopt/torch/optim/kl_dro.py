@@ -231,8 +231,8 @@ class ASCDRO(torch.optim.Optimizer):
 
     (two gradient evaluations per step, as in the paper). The estimators of ``g``, ``d_w g`` and
     ``d_lambda g`` are kept scaled by ``exp(-m)`` (``m`` a running maximum of ``l / lambda``),
-    which cancels in the step, so nothing overflows; ``s >= beta g_B(x_t)`` is enforced (``s``
-    must stay positive). ``eta_t = lr / (1 + t/t0)^(1/3)``, ``beta_t = beta (eta_t / lr)^2``
+    which cancels in the step, so nothing overflows; the estimators restart on the current batch
+    when ``s < beta g_B(x_t)`` (``s`` must stay positive). ``eta_t = lr / (1 + t/t0)^(1/3)``, ``beta_t = beta (eta_t / lr)^2``
     (Theorem 2) unless ``stage_steps`` is given. Same numbers as the linear-model kernel
     ``riskopt._kernels.scdro._pass_storm`` (tested step by step).
     """
@@ -321,8 +321,8 @@ class ASCDRO(torch.optim.Optimizer):
             if self._started:
                 lp64 = losses_prev.detach().double()
                 ap = lp64 / lamp
-                M = torch.maximum(torch.maximum(M, ap.max()), sc["m"])
-                scale = torch.exp(sc["m"] - M)
+                M = torch.maximum(M, ap.max())
+                scale = torch.exp(torch.clamp(sc["m"] - M, max=600.0))
                 sc["s"], sc["u"] = sc["s"] * scale, sc["u"] * scale
                 for p in self._params:
                     if "v" in self.state[p]:
@@ -339,10 +339,16 @@ class ASCDRO(torch.optim.Optimizer):
                 coef_p = ep / lamp
             else:
                 sc["s"], sc["u"] = sg, sl
-            sc["s"] = torch.maximum(sc["s"], beta * sg)
-            self._pending = beta
+            restart = not (float(sg) > 0 and float(sc["s"]) >= beta * float(sg))
+            if restart:  # the estimate of g is invalid: restart the estimators on this batch
+                M = a.max()
+                sc["m"] = M
+                e = torch.exp(a - M) / b
+                sc["s"], sc["u"] = e.sum(), -(e * l64).sum() / lam ** 2
+                coef = e / lam
+            self._pending = (beta, restart)
         out = (coef.to(losses.dtype) * losses).sum()
-        if self._started:
+        if self._started and not restart:
             out = out + (coef_p.to(losses_prev.dtype) * losses_prev).sum()
         return out
 
@@ -354,7 +360,7 @@ class ASCDRO(torch.optim.Optimizer):
                 loss = closure()
         if self._pending is None:
             raise RuntimeError("call opt.surrogate(losses, losses_prev).backward() first")
-        beta = self._pending
+        beta, restart = self._pending
         lr, _ = self._schedule()
         sc = self._sc
         lam = sc["lam"]
@@ -362,7 +368,7 @@ class ASCDRO(torch.optim.Optimizer):
             if p.grad is None:
                 continue
             st = self.state[p]
-            if not self._started or "v" not in st:
+            if not self._started or "v" not in st or restart:
                 st["v"] = p.grad.detach().clone()
             else:
                 gp = q.grad if q.grad is not None else torch.zeros_like(p)
