@@ -64,3 +64,17 @@ def test_bad_parameters(bad):
     obj = ro.Objective("logistic", "kl:0.2", np.eye(4), np.array([0.0, 1.0, 0.0, 1.0]))
     with pytest.raises(ValueError):
         ro.solvers.get("scdro", **bad).run(obj, 1)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_storm_estimators_survive_lambda_jumps():
+    # badly scaled features (|x|^2 ~ 100) and a large step: lambda jumps by orders of
+    # magnitude; the estimators restart instead of dividing by zero (a run may diverge, and
+    # then says so)
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(2000, 100))
+    y = (X[:, 0] > 0).astype(float)
+    obj = ro.Objective("logistic", ro.KLDRO(radius=0.5), X, y, l2_reg=1e-4)
+    for lr in (0.05, 0.01):
+        res = ro.solvers.get("rascdro", lr=lr, batch_size=128, random_state=2).run(obj, 5)
+        assert res.diverged or np.all(np.isfinite(res.coef))
