@@ -150,3 +150,22 @@ def test_benchmark_spec_builds_the_family(tmp_path):
                 seeds=[0], passes=4, selection_rule="final")
     res = run(spec, out=tmp_path / "kl", jobs=1, progress=False, plot=False)
     assert res.complete
+
+
+def test_benchmark_values_solvers_without_lambda_by_the_profile(tmp_path):
+    import pandas as pd
+
+    from riskopt.bench import ObjectiveSpec, SolverSpec, Spec, run
+    from riskopt.bench.spec import RecordSpec
+
+    spec = Spec(name="kl_nolam", datasets=["yacht"],
+                objectives=[ObjectiveSpec(family="kl_dro", params={"radius": 0.5,
+                                                                     "lam0": 0.01})],
+                solvers=[SolverSpec("fastdro", lr=[1e-3], params={"batch_size": 32}),
+                         SolverSpec("spd", lr=[1e-3], params={"batch_size": 32,
+                                                               "dual_lr": 1e-3})],
+                seeds=[0], passes=3, record=RecordSpec(value="iterate"),
+                selection_rule="final")
+    res = run(spec, out=tmp_path / "r", jobs=1, progress=False, plot=False)
+    t = pd.read_parquet(res.table)
+    assert np.all(np.isfinite(t["value"])) and not t["diverged"].any()

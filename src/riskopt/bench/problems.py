@@ -364,7 +364,8 @@ def initial_point(init, objective, seed):
 
 
 def evaluate(objective, coefs, auxs):
-    """``F(coef_k, aux_k)`` for every recorded point (``inf`` where not finite)."""
+    """``F(coef_k, aux_k)`` for every recorded point (``inf`` where not finite; the profile
+    ``F(coef_k)`` when the solver reports no auxiliary variable: all NaN)."""
     coefs = np.asarray(coefs, dtype=float)
     auxs = np.asarray(auxs, dtype=float).reshape(len(coefs), -1)
     many = getattr(objective, "value_many", None)
@@ -372,8 +373,16 @@ def evaluate(objective, coefs, auxs):
         return many(coefs, auxs[:, 0])
     out = np.full(len(coefs), np.inf)
     for k, (c, a) in enumerate(zip(coefs, auxs)):
-        if np.all(np.isfinite(c)) and np.all(np.isfinite(a)):
-            with np.errstate(all="ignore"):
+        if not np.all(np.isfinite(c)):
+            continue
+        with np.errstate(all="ignore"):
+            if a.size and np.all(np.isnan(a)):
+                # the solver keeps no auxiliary variable (e.g. a primal-dual KL-DRO method
+                # without lambda): its point is the coefficient, valued by the exact profile
+                v = float(objective.value(objective.as_coef(c)))
+            elif np.all(np.isfinite(a)):
                 v = float(objective.value(objective.as_coef(c), *a))
-            out[k] = v if np.isfinite(v) else np.inf
+            else:
+                continue
+        out[k] = v if np.isfinite(v) else np.inf
     return out
