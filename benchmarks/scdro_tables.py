@@ -1,5 +1,7 @@
 """SCDRO paper, Tables 2-4 (convex rows) from the results of the ``scdro_*`` specs (no rerun).
 
+Each spec's folder is ``RESULTS/<spec>`` or, when absent, ``RESULTS/<spec>_short``.
+
 * Tables 2-3: final test accuracy and worst-class (minority) test accuracy, mean +- std over
   seeds, of every objective with its method: KL-constrained DRO (``scdro_convex``: each
   solver), KL-regularised DRO by RECOVER (``scdro_compare_klreg``), ERM by SGD with momentum,
@@ -27,6 +29,12 @@ SPECTRAL_NAMES = {"mean": "ERM", "cvar:0.1": "CVaR-constrained (0.1)",
                   "maxloss,chi2=1": "chi2-regularised (nu = 1)"}
 
 
+def _folder(root, spec):
+    """``root/spec``, else its short variant ``root/spec_short``."""
+    full = Path(root) / spec
+    return full if (full / "results.parquet").exists() else Path(root) / f"{spec}_short"
+
+
 def _final(folder):
     t = pd.read_parquet(Path(folder) / "results.parquet")
     t = t[t["selected"].astype(bool)]
@@ -48,7 +56,7 @@ def _label(spec, objective, risk, shift):
 def tables_2_3(root):
     rows = []
     for spec in ROWS:
-        folder = Path(root) / spec
+        folder = _folder(root, spec)
         if not (folder / "results.parquet").exists():
             continue
         last = _final(folder)
@@ -65,7 +73,7 @@ def tables_2_3(root):
 
 
 def table_4(root):
-    folder = Path(root) / "scdro_rho"
+    folder = _folder(root, "scdro_rho")
     if not (folder / "results.parquet").exists():
         return pd.DataFrame()
     last = _final(folder)
