@@ -129,3 +129,17 @@ def test_predict_needs_the_model_features(table, tmp_path, capsys):
     df.drop(columns=["c"]).to_csv(other, index=False)
     err = _error(capsys, ["predict", str(model), str(other)])
     assert "not found" in err and "c" in err
+
+
+def test_default_risk_is_the_estimators(table, tmp_path, capsys):
+    import joblib
+
+    path, _ = table
+    for target, drop, want in (("label", "y", "esrm:1"), ("y", "label", "cvar:0.1")):
+        model = tmp_path / f"{target}.joblib"
+        assert main(["fit", str(path), "--target", target, "--drop", drop, "--quiet",
+                     "--out", str(model)]) == 0
+        est = joblib.load(model)["estimator"]
+        import riskopt as ro
+
+        assert est.risk == ro.parse_risk(want)

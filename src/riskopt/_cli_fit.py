@@ -2,7 +2,7 @@
 
 ::
 
-    riskopt fit DATA --target COL [--task auto|regression|classification] [--risk cvar:0.1]
+    riskopt fit DATA --target COL [--task auto|regression|classification] [--risk SPEC]
                 [--shift-cost NU] [--divergence chi2|kl] [--loss squared|absolute]
                 [--solver auto|lbfgs|prospect|...] [--l2-reg MU] [--max-epochs N] [--tol T]
                 [--no-intercept] [--features COL ...] [--drop COL ...] [--group COL]
@@ -115,8 +115,14 @@ def cmd_fit(args):
     numeric_target = is_numeric_dtype(y_raw) and not is_bool_dtype(y_raw)
     if task == "auto":
         task = "regression" if numeric_target else "classification"
+    spec = args.risk
+    if spec is None:  # the estimator's own default: esrm:1 (classifier), cvar:0.1 (regressor)
+        import inspect
+
+        cls = RiskRegressor if task == "regression" else RiskClassifier
+        spec = inspect.signature(cls.__init__).parameters["risk"].default
     try:
-        risk = parse_risk(args.risk, shift_cost=args.shift_cost, divergence=args.divergence)
+        risk = parse_risk(spec, shift_cost=args.shift_cost, divergence=args.divergence)
     except ValueError as exc:
         raise FitError(f"--risk: {exc}") from None
     common = dict(risk=risk, solver=args.solver, l2_reg=args.l2_reg,
@@ -221,8 +227,9 @@ def add_parsers(sub):
     f.add_argument("--target", required=True, metavar="COL", help="target column")
     f.add_argument("--task", choices=["auto", "regression", "classification"], default="auto",
                    help="default: classification for a non-numeric target, else regression")
-    f.add_argument("--risk", default="cvar:0.1", metavar="SPEC",
-                   help="cvar:A, esrm:RHO, extremile:R, mean, maxloss (default cvar:0.1)")
+    f.add_argument("--risk", default=None, metavar="SPEC",
+                   help="cvar:A, esrm:RHO, extremile:R, mean, maxloss, kl:RHO (default: the "
+                        "estimator's, cvar:0.1 for regression, esrm:1 for classification)")
     f.add_argument("--shift-cost", type=float, default=0.0, metavar="NU",
                    help="distribution-shift penalty nu >= 0 (default 0)")
     f.add_argument("--divergence", choices=["chi2", "kl"], default="chi2")
