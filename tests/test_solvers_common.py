@@ -23,6 +23,7 @@ from riskopt.objectives import Objective
 from reference_impl import lsvrg as twin_lsvrg
 from reference_impl import prospect as twin_prospect
 from reference_impl import saddlesaga as twin_saddlesaga
+from reference_impl import fcco as twin_fcco
 from reference_impl import kl_baselines as twin_klb
 from reference_impl import scdro as twin_scdro
 from reference_impl import sgd as twin_sgd
@@ -43,7 +44,13 @@ PARAMS = {"sgd": {"batch_size": 8}, "srda": {"batch_size": 8}, "adam": {"batch_s
           "rascdro": {"batch_size": 8, "stage_passes": 0.4}, "recover": {"batch_size": 8},
           "fastdro": {"batch_size": 8}, "dual_sgm": {"batch_size": 8},
           "spd": {"batch_size": 8, "dual_lr": 0.01},
-          "pgsmd2": {"batch_size": 8, "dual_lr": 0.01, "gamma": 2.0}}
+          "pgsmd2": {"batch_size": 8, "dual_lr": 0.01, "gamma": 2.0},
+          "sonx": {"groups_per_batch": 2, "per_group": 3, "objective_batch": 4},
+          "sonex": {"groups_per_batch": 2, "per_group": 3, "objective_batch": 4},
+          "sox": {"groups_per_batch": 2, "per_group": 3, "objective_batch": 4},
+          "alexr2": {"groups_per_batch": 2, "per_group": 3, "objective_batch": 4,
+                     "inner_steps": 2, "step_rule": "adam"},
+          "ooa": {"groups_per_batch": 2, "per_group": 3}}
 #: a step size that keeps every solver stable on these problems
 LR = {"splplus": 0.3, "toy_sgd": 0.02}
 
@@ -80,12 +87,32 @@ def _problem(loss="squared", nu=0.5, n=40, d=3, seed=0, intercept=True, ru=False
                         fit_intercept=intercept)
 
 
+def _fcco_problem(loss="squared", kind="group", n=40, d=3, seed=0, intercept=True, nu=None):
+    """Group DRO (CVaR over 4 groups) or constrained learning (2 constraints on groups)."""
+    base = _problem(loss, n=n, d=d, seed=seed, intercept=False)
+    X, y = base.X, np.asarray(base.y, float)
+    if loss == "logistic":
+        y = (y > 0).astype(float)
+    g = np.arange(n) % 4
+    if kind == "group":
+        return ro.Objective(loss, ro.CVaR(0.5), X, y, groups=g, l2_reg=1.0 / n,
+                            fit_intercept=intercept)
+    return ro.ConstrainedObjective(loss, X, y, [(g == 0, 0.2), (g == 1, 0.3)],
+                                   objective_rows=g >= 2, rho=5.0, penalty=kind,
+                                   l2_reg=1.0 / n, fit_intercept=intercept)
+
+
 def _objective_for(name, loss="squared", **kw):
     """A problem of the solver's first family: the nu > 0 spectral problem (its nu = 0 version
     for the solvers of the plain spectral risk), the Rockafellar-Uryasev CVaR problem."""
     cls = ro.solvers.get_class(name)
     if cls.families[0] == "ru_cvar":
         return _problem(loss, ru=True, **kw)
+    if cls.families[0] == "group_risk":
+        obj = _fcco_problem(loss, "group", **kw)
+        if cls().incompatibility(obj) is not None:
+            obj = _fcco_problem(loss, "squared_hinge", **kw)
+        return obj
     if cls.families[0] == "kl_dro":
         obj = _problem(loss, kl="constrained", **kw)
         if cls().incompatibility(obj) is not None:
@@ -229,6 +256,18 @@ def _toy(solver, obj, s0, updates):
     return _split(twin_toy.toy_sgd(obj, s0.coef, np.concatenate(updates), solver.lr), updates)
 
 
+def _fcco(solver, obj, s0, updates):
+    b1, b2, _ = solver._sizes(obj)
+    rows = np.concatenate(updates)
+    if solver.name == "ooa":
+        out = twin_fcco.ooa(solver, obj, s0.coef, rows, b1, b2)
+    elif solver.name == "alexr2":
+        out = twin_fcco.alexr2(solver, obj, s0.coef, s0.s, rows, b1, b2)
+    else:
+        out = twin_fcco.single_loop(solver, obj, s0.coef, s0.s, rows, b1, b2)
+    return _split(out, updates)
+
+
 TWINS = {
     "prospect": _prospect,
     "prospect_moreau": _prospect_moreau,
@@ -255,6 +294,11 @@ TWINS = {
     "dual_sgm": _klb,
     "spd": _klb,
     "pgsmd2": _klb,
+    "sonx": _fcco,
+    "sonex": _fcco,
+    "sox": _fcco,
+    "alexr2": _fcco,
+    "ooa": _fcco,
 }
 
 

@@ -5,8 +5,9 @@
 from . import datasets, metrics, objectives, samplers, solvers
 from .callbacks import DivergenceWarning, Timeout, Trace
 from .losses import AbsoluteLoss, LogisticLoss, Loss, MultinomialLoss, SquaredLoss, get_loss
-from .objectives import (Objective, ObjectiveBase, RUCVaRObjective, StreamingRUCVaRObjective,
-                         erm_objective, max_loss_objective)
+from .objectives import (ConstrainedObjective, GroupRiskObjective, Objective, ObjectiveBase,
+                         RUCVaRObjective, StreamingRUCVaRObjective, erm_objective,
+                         max_loss_objective)
 from .risks import CVaR, ESRM, Extremile, KLDRO, MaxLoss, Mean, SpectralRisk, parse_risk
 
 __version__ = "0.1.0"
@@ -25,5 +26,6 @@ __all__ = [
     "Loss", "SquaredLoss", "AbsoluteLoss", "LogisticLoss", "MultinomialLoss", "get_loss",
     "CVaR", "ESRM", "Extremile", "Mean", "MaxLoss", "SpectralRisk", "KLDRO", "parse_risk",
     "RUCVaRObjective", "StreamingRUCVaRObjective", "erm_objective", "max_loss_objective",
+    "GroupRiskObjective", "ConstrainedObjective",
     "solvers", "datasets", "metrics", "samplers", "__version__",
 ]

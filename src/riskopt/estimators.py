@@ -177,7 +177,15 @@ def _as_risk(risk):
     return risk
 
 
-def _build_objective(risk, loss, X, y, l2_reg, fit_intercept, sample_weight):
+def _build_objective(risk, loss, X, y, l2_reg, fit_intercept, sample_weight, groups=None):
+    if groups is not None:
+        if not isinstance(risk, _RiskBase):
+            raise ValueError("groups= needs a spectral risk (e.g. 'cvar:0.15'): the risk of "
+                             f"the group-mean losses; got {type(risk).__name__}")
+        if sample_weight is not None:
+            raise ValueError("groups= and non-uniform sample_weight cannot be combined")
+        return Objective(loss, risk, X, y, l2_reg=l2_reg, fit_intercept=fit_intercept,
+                         groups=groups)
     if isinstance(risk, (_RiskBase, KLDRO)):  # Objective builds the KL-DRO family for KLDRO
         return Objective(loss, risk, X, y, l2_reg=l2_reg, fit_intercept=fit_intercept,
                          sample_weight=sample_weight)
@@ -310,17 +318,22 @@ class _RiskEstimatorBase(BaseEstimator):
         self.objective_trace_ = res.values
         return obj.as_matrix(res.coef), res.converged
 
-    def _fit_common(self, X, y_enc, loss, sample_weight, coef_shape_msg):
+    def _fit_common(self, X, y_enc, loss, sample_weight, coef_shape_msg, groups=None):
         """Build the objective, warm start, solve; returns the ``(p, K)`` solution."""
         risk = _as_risk(self.risk)
         self.risk_ = risk
         sw = None
+        if groups is not None:
+            groups = np.asarray(groups)
+            if groups.ndim != 1 or groups.shape[0] != X.shape[0]:
+                raise ValueError(f"groups must have shape ({X.shape[0]},) like y, got "
+                                 f"{groups.shape}")
         if sample_weight is not None:
             sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
             X, y_enc, sw = _expand_frequency_weights(X, y_enc, sw)
         try:
             obj = _build_objective(risk, loss, X, y_enc, float(self.l2_reg),
-                                   bool(self.fit_intercept), sw)
+                                   bool(self.fit_intercept), sw, groups)
         except ValueError as exc:
             if sw is None or "sample_weight" not in str(exc):
                 raise
@@ -347,6 +360,9 @@ class _RiskEstimatorBase(BaseEstimator):
                 f"{self.n_iter_} updates (max_epochs={self.max_epochs}, tol={self.tol}). "
                 f"Increase max_epochs, loosen tol, or scale the data.",
                 ConvergenceWarning, stacklevel=3)
+        if groups is not None:
+            self.group_labels_ = obj.group_labels
+            self.group_losses_ = obj.group_losses(obj.as_coef(W))
         return W
 
 
@@ -431,7 +447,7 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
         store_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, groups=None):
         """Fit the model to real targets ``y``.
 
         Parameters
@@ -444,6 +460,11 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
             Integer weights (summing to at most ``10 n``) repeat rows, for any risk and
             solver; other non-uniform weights need ``shift_cost = 0`` (or the mean risk) and
             L-BFGS (module docstring).
+        groups : array-like of shape (n_samples,), optional
+            Group labels: the risk then applies to the group-mean losses (group DRO, e.g.
+            ``risk="cvar:0.15"`` is the CVaR over groups of the SONEX/ALEXR2 paper, Eq. (10);
+            :class:`riskopt.objectives.fcco.GroupRiskObjective`). Sets ``group_labels_`` and
+            ``group_losses_`` (the training loss of every group).
 
         Returns
         -------
@@ -460,7 +481,7 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
                     f"(dtype {y_arr.dtype}). For class labels use RiskClassifier.") from None
         X, y = self._validate_X_y(X, y, y_numeric=True)
         y = np.asarray(y, dtype=np.float64)
-        W = self._fit_common(X, y, get_loss(self.loss), sample_weight, "")
+        W = self._fit_common(X, y, get_loss(self.loss), sample_weight, "", groups)
         d = X.shape[1]
         self.coef_ = np.ascontiguousarray(W[:d, 0])
         self.intercept_ = float(W[d, 0]) if self.fit_intercept else 0.0
@@ -519,7 +540,7 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
         store_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, groups=None):
         """Fit the model to class labels ``y``.
 
         Two classes: the logistic loss; more: the multinomial loss (labels encoded in the
@@ -532,6 +553,8 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
             Class labels (any hashable, sortable values).
         sample_weight : array-like of shape (n_samples,), optional
             As for :meth:`RiskRegressor.fit`.
+        groups : array-like of shape (n_samples,), optional
+            As for :meth:`RiskRegressor.fit` (group DRO).
 
         Returns
         -------
@@ -554,7 +577,7 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
         K = classes.shape[0]
         loss = LogisticLoss() if K == 2 else MultinomialLoss(n_classes=K)
         self.classes_ = classes
-        W = self._fit_common(X, y_enc, loss, sample_weight, f" for {K} classes")
+        W = self._fit_common(X, y_enc, loss, sample_weight, f" for {K} classes", groups)
         d = X.shape[1]
         self.coef_ = np.ascontiguousarray(W[:d].T)
         self.intercept_ = (np.ascontiguousarray(W[d]) if self.fit_intercept

@@ -45,6 +45,9 @@ class Objective(LinearModelObjective):
         ``mu`` in ``(mu/2) ||w||^2``.
     fit_intercept : bool, default False
         Append a column of ones; its coefficient is not penalised.
+    groups : array of shape (n,), optional
+        Group labels: the risk then applies to the ``m`` group-mean losses (group DRO) and
+        the result is a :class:`~riskopt.objectives.fcco.GroupRiskObjective`.
     sample_weight : array of shape (n,), optional
         Weights of the empirical distribution (normalised to sum 1). Non-uniform weights are
         supported for ``shift_cost = 0`` spectral risks with a built-in spectrum and for the
@@ -71,9 +74,18 @@ class Objective(LinearModelObjective):
     reference_methods = ("lbfgs",)
 
     def __new__(cls, loss=None, risk=None, X=None, y=None, l2_reg=0.0, fit_intercept=False,
-                sample_weight=None, **kwargs):
+                sample_weight=None, groups=None, **kwargs):
         # a KL-DRO risk is another family: build its objective (riskopt.objectives.kl)
         from ..risks import KLDRO
+
+        if cls is Objective and groups is not None:
+            # a risk of the group losses (group DRO): riskopt.objectives.fcco
+            from .fcco import GroupRiskObjective
+
+            if sample_weight is not None:
+                raise ValueError("group-risk objectives take no sample_weight")
+            return GroupRiskObjective(loss, risk, X, y, groups, l2_reg=l2_reg,
+                                      fit_intercept=fit_intercept, **kwargs)
 
         if cls is Objective and (isinstance(risk, KLDRO) or (
                 isinstance(risk, str) and risk.partition(":")[0].lower() == "kl")):

@@ -17,11 +17,19 @@ lbfgs            full-batch L-BFGS reference                              yes
 sgm              stochastic subgradient on the RU-CVaR form (SPL+ paper)  averaged iterates
 spl              stochastic prox-linear, one step size (SPL+ paper)       averaged iterates
 splplus          SPL+ (Algorithm 2, Lemma 1 closed form)                  averaged iterates
+scdro ...        SCDRO family and KL baselines (:mod:`.scdro`)            see the module
+sonx             SONX, subgradient of the outer hinge (FCCO)              no (stochastic)
+sonex            SONEX (Algorithm 1 of the FCCO paper)                    no (smoothed)
+sox              SOX, squared-hinge penalty                               no (biased)
+alexr2           ALEXR2 (Algorithm 2 of the FCCO paper)                   no (smoothed)
+ooa              primal-dual baseline for group DRO                       no (constant steps)
 ===============  =======================================================  =================
 
 Each solver declares the problem families it solves (``Solver.families``): ``sgm``, ``spl`` and
 ``splplus`` solve the ``"ru_cvar"`` family (:class:`riskopt.objectives.ru_cvar.RUCVaRObjective`),
-``lbfgs`` both, the others the ``"spectral"`` family (:class:`riskopt.Objective`).
+``sonx``, ``sonex``, ``sox``, ``alexr2`` and ``ooa`` the ``"group_risk"`` / ``"constrained"``
+families (:mod:`riskopt.objectives.fcco`), ``lbfgs`` all of them, the others the
+``"spectral"`` family (:class:`riskopt.Objective`).
 :func:`solvers_for` lists the solvers that accept an objective; passing an incompatible one
 raises :class:`IncompatibleObjectiveError` with that list. Third-party solvers plug in through
 the ``riskopt.solvers`` entry-point group (see :mod:`riskopt.solvers._registry`).
@@ -33,6 +41,7 @@ from .base import Result, Solver
 
 _registry._load_builtins()  # every solver module of this package registers itself
 
+from .fcco import ALEXR2, OOA, SONEX, SONX, SOX  # noqa: E402
 from .kl_baselines import PGSMD2, SPD, DualSGM, FastDRO  # noqa: E402
 from .lbfgs import LBFGS  # noqa: E402
 from .lsvrg import LSVRG  # noqa: E402
@@ -47,4 +56,5 @@ __all__ = ["Solver", "Result", "get", "get_class", "register", "available", "sol
            "reload_entry_points", "IncompatibleObjectiveError", "ENTRY_POINT_GROUP",
            "LBFGS", "LSVRG", "Prospect", "ProspectMoreau", "SaddleSAGA", "SGD", "SRDA", "Adam",
            "SGDMomentum", "SOREL", "SORELMiniBatch", "SGM", "SPL", "SPLPlus", "SCDRO", "RSCDRO",
-           "ASCDRO", "RASCDRO", "RECOVER", "FastDRO", "DualSGM", "SPD", "PGSMD2"]
+           "ASCDRO", "RASCDRO", "RECOVER", "FastDRO", "DualSGM", "SPD", "PGSMD2", "SONX",
+           "SONEX", "SOX", "ALEXR2", "OOA"]

@@ -40,7 +40,7 @@ class LBFGS(Solver):
     """
 
     name = "lbfgs"
-    families = ("spectral", "ru_cvar", "kl_dro")
+    families = ("spectral", "ru_cvar", "kl_dro", "group_risk", "constrained")
     convergent = True
     supports_sample_weight = True
     deterministic = True
