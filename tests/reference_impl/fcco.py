@@ -122,10 +122,12 @@ def alexr2(solver, obj, W0, s0, rows_seq, b1, b2):
 def project_capped_simplex(x, cap):
     """Euclidean projection on ``{sum p = 1, 0 <= p <= cap}`` by a sort-free exact search over
     the breakpoints of the piecewise-linear ``tau -> sum clip(x - tau, 0, cap)``."""
+    if x.size * cap <= 1.0 + 1e-12:
+        return np.full(x.size, cap)
     bps = np.sort(np.concatenate([x, x - cap]))
     f = [np.clip(x - t, 0, cap).sum() for t in bps]
     for k in range(len(bps) - 1):
-        if f[k] >= 1.0 >= f[k + 1]:
+        if f[k] >= 1.0 - 1e-12 and 1.0 >= f[k + 1]:
             t0, t1 = bps[k], bps[k + 1]
             tau = t0 if f[k] == f[k + 1] else t0 + (f[k] - 1.0) * (t1 - t0) / (f[k] - f[k + 1])
             return np.clip(x - tau, 0, cap)

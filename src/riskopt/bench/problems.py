@@ -151,10 +151,16 @@ class _Registered(FamilySpec):
                           for k, v in sorted(o.params.items()))
         return f"{self.name}:{params}" if params else self.name
 
-    def build(self, o, X, y):
+    @property
+    def needs_groups(self):
+        """True for families built from the data set's group attributes (``group_by``)."""
+        return bool(getattr(self.cls, "spec_needs_groups", False))
+
+    def build(self, o, X, y, groups=None):
+        extra = {"groups": groups} if self.needs_groups else {}
         try:
             return self.cls.from_params(o.loss, X, y, l2_reg=l2_value(o.l2_reg, X.shape[0]),
-                                        fit_intercept=o.fit_intercept, **o.params)
+                                        fit_intercept=o.fit_intercept, **o.params, **extra)
         except (TypeError, ValueError) as exc:
             raise SpecError("objectives", f"cannot build a {self.name} objective: {exc}") from None
 
@@ -301,7 +307,10 @@ def _build(pkey_json):
     src = k["source"]
     if src["name"] == "dataset":
         X, y = load_dataset(k["dataset"], k["protocol"])
-        obj = fam.build(o, X, y)
+        if getattr(fam, "needs_groups", False):
+            obj = fam.build(o, X, y, load_groups(k["dataset"], k["protocol"])["train"])
+        else:
+            obj = fam.build(o, X, y)
         return Problem(obj, obj)
     p = src["params"]
     from ..objectives.ru_cvar import SyntheticSampler
@@ -330,7 +339,11 @@ def tiny(problem):
         return build(problem).solver_objective
     X, y = load_dataset(problem["dataset"], problem["protocol"])
     o = SimpleNamespace(**problem["objective"])
-    return family(o.family).build(o, X[:128], y[:128])
+    fam = family(o.family)
+    if getattr(fam, "needs_groups", False):
+        groups = load_groups(problem["dataset"], problem["protocol"])["train"]
+        return fam.build(o, X[:128], y[:128], {a: v[:128] for a, v in groups.items()})
+    return fam.build(o, X[:128], y[:128])
 
 
 def size(problem):

@@ -13,7 +13,8 @@ Each name is ``<split>_<metric>`` or ``<split>_<metric>:<attribute>``: the split
 :func:`riskopt.datasets.load`), the metric one of :data:`METRICS`, or one of
 :data:`GROUP_METRICS`, which need a group / sensitive attribute of the data set
 (``Dataset.groups_train`` / ``groups_test``, e.g. ``test_eo:race`` or
-``test_worst_group_error:sex``; ``worst_group_error:label`` uses the true class as the group). They are evaluated at the same record points as the objective (``value =
+``test_worst_group_error:sex``; ``worst_group_error:label`` uses the true class as the group;
+``worst_group_error:race*sex`` the combinations of two attributes, as group DRO's groups). They are evaluated at the same record points as the objective (``value =
 "iterate"``: the point the solver reports) and stored in the results table as the columns
 ``m_<name>``; the ``"metrics"`` analysis plots them (``metrics.png``) and tabulates their final
 values (``metrics_final.csv``).
@@ -246,6 +247,16 @@ def _attribute(groups, split, attr, y):
     if attr == "label":
         return y
     table = (groups or {}).get(split) or {}
+    if "*" in attr:  # combinations of attributes, e.g. "race*sex" (group DRO's groups)
+        from ..objectives.fcco import combine_groups
+
+        try:
+            a = combine_groups(table, attr)
+        except ValueError as exc:
+            raise ValueError(f"{split} split: {exc}") from None
+        if a.shape[0] != y.shape[0]:
+            raise ValueError(f"attribute {attr!r} has {a.shape[0]} entries for {y.shape[0]} rows")
+        return a
     if attr not in table:
         raise ValueError(f"the data set has no attribute {attr!r} for its {split} split "
                          f"(has: {sorted(table) + ['label']})")

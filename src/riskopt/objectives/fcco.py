@@ -124,6 +124,23 @@ def _cvx_losses(objective, w, rows):
     raise ValueError(f"no cvxpy formulation for the {name} loss")
 
 
+def combine_groups(groups, group_by):
+    """Group labels from data set attributes: ``group_by = "race*sex"`` gives one label per
+    (race, sex) combination, ``"White|Male"``."""
+    if not isinstance(groups, dict) or not groups:
+        raise ValueError("this data set has no group attributes")
+    names = [a.strip() for a in str(group_by).split("*") if a.strip()]
+    missing = [a for a in names if a not in groups]
+    if not names or missing:
+        raise ValueError(f"group_by={group_by!r}: unknown attribute(s) {missing}; "
+                         f"available: {sorted(groups)}")
+    cols = [np.asarray(groups[a]).astype(str) for a in names]
+    out = cols[0]
+    for c in cols[1:]:
+        out = np.char.add(np.char.add(out, "|"), c)
+    return out
+
+
 class _FCCOBase(LinearModelObjective):
     """Shared layout: outer indices ``i`` with rows ``outer_rows[outer_ptr[i]:outer_ptr[i+1]]``
     and offsets ``outer_offsets`` (the kernels' view, :mod:`riskopt._kernels.fcco`)."""
@@ -181,7 +198,10 @@ class GroupRiskObjective(_FCCOBase):
 
     family = "group_risk"
     reference_methods = ("lbfgs", "cvxpy")
-    spec_params = {"risk": "cvar:0.15", "groups": None}
+    #: benchmark specs: ``group_risk`` (a risk string) and ``group_by`` (data set group
+    #: attributes joined by ``*``, e.g. ``"race*sex"``: one group per combination)
+    spec_params = {"group_risk": "cvar:0.15", "group_by": "race*sex"}
+    spec_needs_groups = True
 
     def __init__(self, loss, risk, X, y, groups, l2_reg=0.0, fit_intercept=False):
         from ..samplers import group_index
@@ -219,9 +239,12 @@ class GroupRiskObjective(_FCCOBase):
         self.has_s = r is not None
 
     @classmethod
-    def from_params(cls, loss, X, y, *, l2_reg=0.0, fit_intercept=False, risk="cvar:0.15",
-                    groups=None):
-        return cls(loss, risk, X, y, groups, l2_reg=l2_reg, fit_intercept=fit_intercept)
+    def from_params(cls, loss, X, y, *, l2_reg=0.0, fit_intercept=False,
+                    group_risk="cvar:0.15", group_by="race*sex", groups=None):
+        """Benchmark constructor: ``groups`` is the data set's ``{attribute: labels}``;
+        ``group_by`` names the attributes whose combinations are the groups."""
+        return cls(loss, group_risk, X, y, combine_groups(groups, group_by), l2_reg=l2_reg,
+                   fit_intercept=fit_intercept)
 
     @property
     def n_groups(self):

@@ -1,0 +1,273 @@
+"""Group DRO (CVaR / spectral risks of group losses) and constrained learning (the FCCO
+families): objectives against brute force and cvxpy, outer Moreau envelopes against numerical
+minimisation, the solvers against the exact optimum, the estimators' ``groups=``."""
+import numpy as np
+import pytest
+from scipy.optimize import approx_fprime, minimize_scalar
+
+import riskopt as ro
+from riskopt._kernels import fcco as kf
+from reference_impl import fcco as twin
+
+cp = pytest.importorskip("cvxpy")
+
+
+def _data(n=90, d=3, m=5, seed=0, loss="logistic"):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    g = rng.integers(0, m, size=n)
+    g[:m] = np.arange(m)  # every group present
+    z = X @ rng.normal(size=d) + 0.5 * g * rng.normal(size=n)
+    y = (z > 0).astype(float) if loss == "logistic" else z
+    return X, y, g
+
+
+# ------------------------------------------------------------------------ objectives
+@pytest.mark.parametrize("risk", ["cvar:0.4", "mean", "max", "esrm:2", "extremile:2",
+                                  ro.CVaR(0.3, shift_cost=0.5)])
+@pytest.mark.parametrize("loss", ["logistic", "squared"])
+def test_group_risk_value_is_the_risk_of_group_mean_losses(risk, loss):
+    X, y, g = _data(loss=loss)
+    obj = ro.Objective(loss, risk, X, y, groups=g, l2_reg=0.1)
+    w = np.random.default_rng(1).normal(size=obj.p)
+    losses = ro.get_loss(loss).value(y, X @ w)
+    gl = np.array([losses[g == k].mean() for k in range(5)])
+    np.testing.assert_allclose(obj.group_losses(w), gl, rtol=1e-13)
+    r = ro.parse_risk(risk)
+    expected = r.value(gl) if hasattr(r, "value") else None
+    if expected is None:  # brute force: sigma on the sorted group losses
+        expected = np.sort(gl) @ r.spectrum(5)
+    assert obj.value(w) == pytest.approx(expected + 0.05 * w @ w, rel=1e-12)
+    if r.shift_cost > 0:  # smooth: gradient by finite differences
+        np.testing.assert_allclose(obj.grad(w), approx_fprime(w, obj.value, 1e-7), atol=1e-5)
+
+
+def test_group_cvar_form_profile_and_subgradient():
+    X, y, g = _data()
+    obj = ro.Objective("logistic", ro.CVaR(0.4), X, y, groups=g, l2_reg=0.1)
+    w = np.random.default_rng(2).normal(size=obj.p)
+    s = obj.best_s(w)
+    assert obj.value(w, (s,)) == pytest.approx(obj.value(w), rel=1e-12)
+    for ds in (-0.3, -1e-3, 1e-3, 0.3):  # s is a minimiser of the CVaR form
+        assert obj.value(w, (s + ds,)) >= obj.value(w) - 1e-12
+    val, (gw, gs) = obj.value_grad(w, (s + 0.05,))
+    fd = approx_fprime(w, lambda v: obj.value(v, (s + 0.05,)), 1e-7)
+    np.testing.assert_allclose(gw, fd, atol=1e-5)
+
+
+@pytest.mark.parametrize("risk", ["cvar:0.4", "mean", "max"])
+@pytest.mark.parametrize("loss", ["logistic", "squared"])
+def test_group_risk_reference_matches_cvxpy(risk, loss):
+    X, y, g = _data(loss=loss, seed=3)
+    obj = ro.Objective(loss, risk, X, y, groups=g, l2_reg=0.05, fit_intercept=True)
+    ref = obj.reference_solution()
+    exact = obj.reference_solution("cvxpy")
+    assert ref.value == pytest.approx(exact.value, rel=1e-7, abs=1e-9)
+    assert ref.value <= exact.value + 1e-7 * abs(exact.value)
+    # lbfgs solver = reference
+    res = ro.solvers.get("lbfgs").run(obj)
+    assert res.value == pytest.approx(exact.value, rel=1e-7)
+
+
+def test_group_risk_validation():
+    X, y, g = _data()
+    with pytest.raises(ValueError, match="groups must have shape"):
+        ro.Objective("logistic", "cvar:0.3", X, y, groups=g[:-1])
+    gf = g.astype(float)
+    gf[3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        ro.Objective("logistic", "cvar:0.3", X, y, groups=gf)
+    go = g.astype(object)
+    go[2] = None
+    with pytest.raises(ValueError, match="None"):
+        ro.Objective("logistic", "cvar:0.3", X, y, groups=go)
+    with pytest.raises(ValueError, match="sample_weight"):
+        ro.Objective("logistic", "cvar:0.3", X, y, groups=g, sample_weight=np.ones(len(y)))
+    obj = ro.Objective("logistic", "esrm:1", X, y, groups=g)
+    assert obj.aux_names == ()
+    with pytest.raises(ValueError, match="auxiliary"):
+        obj.value(np.zeros(3), (0.0,))
+    for name in ("sonex", "sonx", "alexr2", "ooa"):  # they need the CVaR form
+        assert "CVaR" in ro.solvers.get(name).incompatibility(obj)
+    assert "lbfgs" in ro.solvers.solvers_for(obj)
+
+
+# ------------------------------------------------------------------------ outer functions
+@pytest.mark.parametrize("par", [1.0, 4.0])
+@pytest.mark.parametrize("lam", [0.05, 0.5])
+def test_moreau_gradient_of_the_hinge_matches_numerical_prox(par, lam):
+    """grad f_lam(u) = (u - prox_{lam f}(u)) / lam for f = par [.]_+ (paper Eq. (2))."""
+    for u in np.linspace(-2, 3, 23):
+        res = minimize_scalar(lambda v: par * max(v, 0.0) + (u - v) ** 2 / (2 * lam),
+                              bounds=(u - 10, u + 10), method="bounded",
+                              options={"xatol": 1e-12})
+        expected = (u - res.x) / lam
+        assert kf._outer_grad(0, u, lam, par) == pytest.approx(expected, abs=1e-6)
+        assert twin.outer_grad(0, u, lam, par) == pytest.approx(expected, abs=1e-6)
+    # lam = 0: a subgradient; squared hinge: its gradient
+    assert kf._outer_grad(0, 0.3, 0.0, par) == par and kf._outer_grad(0, -0.3, 0.0, par) == 0
+    assert kf._outer_grad(1, 0.3, lam, par) == pytest.approx(0.3 * par)
+
+
+@pytest.mark.parametrize("lam", [0.01, 0.2])
+def test_smoothed_hinge_penalty_is_the_moreau_envelope(lam):
+    X, y, g = _data(loss="squared")
+    obj = ro.ConstrainedObjective("squared", X, y, [(g == 0, 0.5)], rho=3.0)
+    for gv in np.linspace(-1, 2, 17):
+        val, d = obj._penalty(np.array([gv]), lam)
+        env = minimize_scalar(lambda v: 3.0 * max(v, 0) + (gv - v) ** 2 / (2 * lam),
+                              bounds=(gv - 10, gv + 10), method="bounded",
+                              options={"xatol": 1e-12}).fun
+        assert val[0] == pytest.approx(env, abs=1e-8)
+        assert d[0] == pytest.approx(kf._outer_grad(0, gv, lam, 3.0), abs=1e-12)
+
+
+def test_capped_simplex_projection_matches_exact_breakpoint_search():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        m = int(rng.integers(1, 12))
+        cap = 1.0 / max(1, int(rng.integers(1, m + 1))) if m > 1 else 1.0
+        x = rng.normal(scale=rng.choice([0.01, 1, 100]), size=m)
+        out = np.empty(m)
+        kf._project_capped_simplex(x, cap, out)
+        expect = twin.project_capped_simplex(x, cap)
+        np.testing.assert_allclose(out, expect, atol=1e-10)
+        assert out.sum() == pytest.approx(1.0, abs=1e-12) and np.all(out <= cap + 1e-15)
+
+
+# ------------------------------------------------------------------------ constrained learning
+def _qp(seed=0):
+    """Least squares on groups 2-4 with the mean squared loss of groups 0 and 1 bounded."""
+    X, y, g = _data(n=120, loss="squared", seed=seed)
+    free = ro.Objective("squared", "mean", X[g >= 2], y[g >= 2], l2_reg=0.0)
+    wf = free.reference_solution().coef
+    l0 = [float(np.mean(0.5 * (X[g == k] @ wf - y[g == k]) ** 2)) for k in (0, 1)]
+    cons = [(g == 0, 0.6 * l0[0]), (g == 1, 0.7 * l0[1])]  # both active at the free fit
+    return X, y, g, cons
+
+
+def test_exact_penalty_recovers_the_constrained_solution():
+    X, y, g, cons = _qp()
+    obj = ro.ConstrainedObjective("squared", X, y, cons, objective_rows=g >= 2, rho=50.0)
+    exact = obj._solve_cvxpy(constrained=True)
+    mult = exact.extra["multipliers"]
+    assert max(mult) > 0 and obj.rho / obj.m > max(mult)  # the exact-penalty condition
+    ref = obj.reference_solution()
+    pen = obj.reference_solution("cvxpy")
+    assert ref.value == pytest.approx(pen.value, rel=1e-7)
+    np.testing.assert_allclose(ref.coef, exact.coef, atol=1e-5)
+    assert np.max(obj.violations(ref.coef)) <= 1e-6
+
+
+@pytest.mark.parametrize("name, kw, tol", [
+    ("sonex", {"lr": 0.02}, 1e-2),
+    ("alexr2", {"lr": 0.5, "inner_lr": 0.05, "nu": 0.1}, 3e-2),
+    ("sonx", {"lr": 0.02}, 2e-2),
+])
+def test_smoothed_hinge_solvers_satisfy_the_constraints_of_a_small_qp(name, kw, tol):
+    """Stated tolerance ``tol``: every constraint within ``tol`` of feasibility (relative to
+    its bound) and the objective within ``tol`` of the constrained optimum after 150 passes
+    (rho = 10 > m x the largest multiplier, 1.08)."""
+    X, y, g, cons = _qp()
+    obj = ro.ConstrainedObjective("squared", X, y, cons, objective_rows=g >= 2, rho=10.0)
+    exact = obj._solve_cvxpy(constrained=True)
+    solver = ro.solvers.get(name, **kw, groups_per_batch=2, per_group=8, objective_batch=16,
+                            random_state=0)
+    res = solver.run(obj, 150)
+    bounds = np.array([b for _, b in cons])
+    assert max(exact.extra["multipliers"]) * obj.m < obj.rho
+    assert np.all(obj.violations(res.coef) <= tol * bounds)
+    f0 = obj.objective_value(exact.coef)
+    assert obj.objective_value(res.coef) == pytest.approx(f0, rel=tol)
+
+
+def test_squared_hinge_is_biased_and_sox_solves_it():
+    X, y, g, cons = _qp()
+    obj = ro.ConstrainedObjective("squared", X, y, cons, objective_rows=g >= 2, rho=50.0,
+                                  penalty="squared_hinge")
+    ref = obj.reference_solution()
+    assert ref.value == pytest.approx(obj.reference_solution("cvxpy").value, rel=1e-6)
+    assert np.max(obj.violations(ref.coef)) > 1e-4  # finite rho leaves a violation
+    res = ro.solvers.get("sox", lr=0.002, groups_per_batch=2, per_group=8,
+                         objective_batch=16, random_state=0).run(obj, 100)
+    assert (res.value - ref.value) / ref.value < 2e-2
+    hinge = ro.ConstrainedObjective("squared", X, y, cons, objective_rows=g >= 2)
+    assert "squared_hinge" in ro.solvers.get("sox").incompatibility(hinge)
+    assert "group_risk" in ro.solvers.get("ooa").incompatibility(hinge)
+
+
+def test_constrained_validation():
+    X, y, g = _data(loss="squared")
+    with pytest.raises(ValueError, match="non-empty list"):
+        ro.ConstrainedObjective("squared", X, y, [])
+    with pytest.raises(ValueError, match="pair"):
+        ro.ConstrainedObjective("squared", X, y, [g == 0])
+    with pytest.raises(ValueError, match="finite"):
+        ro.ConstrainedObjective("squared", X, y, [(g == 0, np.inf)])
+    with pytest.raises(ValueError, match=r"\[0, 90\)"):
+        ro.ConstrainedObjective("squared", X, y, [(np.array([0, 90]), 1.0)])
+    with pytest.raises(ValueError, match="mask must have length"):
+        ro.ConstrainedObjective("squared", X, y, [(g[:10] == 0, 1.0)])
+    with pytest.raises(ValueError, match="penalty"):
+        ro.ConstrainedObjective("squared", X, y, [(g == 0, 1.0)], penalty="l1")
+    with pytest.raises(ValueError, match="rho"):
+        ro.ConstrainedObjective("squared", X, y, [(g == 0, 1.0)], rho=0)
+
+
+# ------------------------------------------------------------------------ group DRO solvers
+def _gdro(seed=0, n=3000):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    g = rng.integers(0, 8, size=n)
+    y = (X[:, 0] + 0.25 * g * rng.normal(size=n) - 0.1 * g > 0).astype(float)
+    return ro.Objective("logistic", ro.CVaR(0.25), X, y, groups=g, l2_reg=0.01,
+                        fit_intercept=True)
+
+
+@pytest.mark.parametrize("name, kw", [
+    ("sonex", {"lr": 0.05}),
+    ("sonex", {"lr": 0.01, "step_rule": "adam"}),
+    ("alexr2", {"lr": 0.5, "inner_lr": 0.1}),
+    ("sonx", {"lr": 0.05}),
+    ("sonex", {"lr": 0.05, "gamma": 0.8, "gamma_prime": 0.1, "per_group": 64}),
+    ("ooa", {"lr": 0.05, "dual_lr": 0.05}),
+])
+def test_group_dro_solvers_reach_the_exact_optimum_within_1e_2(name, kw):
+    obj = _gdro()
+    f_star = obj.reference_solution("cvxpy").value
+    res = ro.solvers.get(name, **kw, random_state=0).run(obj, 40)
+    assert (res.value - f_star) / f_star < 1e-2, res.value
+
+
+def test_sonex_tracks_s_and_reports_it():
+    obj = _gdro()
+    res = ro.solvers.get("sonex", lr=0.05, random_state=0).run(obj, 40)
+    coef, (s,) = ro.solvers.get("sonex").point(obj, res.state)
+    assert np.isfinite(s)
+    # the CVaR form at the solver's s is close to the profile (s near the group quantile)
+    assert obj.value(res.coef, (s,)) == pytest.approx(obj.value(res.coef), rel=5e-2)
+
+
+# ------------------------------------------------------------------------ estimators
+def test_estimators_fit_group_dro_and_report_group_losses():
+    obj = _gdro(n=1500)
+    X, y = obj.X[:, :-1], obj.y
+    g = obj.group_labels[obj.group_ids]
+    clf = ro.RiskClassifier(risk="cvar:0.25", l2_reg=0.01 / 2).fit(X, y, groups=g)
+    assert clf.solver_ == "lbfgs"
+    erm = ro.RiskClassifier(risk="mean", l2_reg=0.01 / 2).fit(X, y)
+    W = np.append(clf.coef_.ravel(), clf.intercept_)
+    ref = ro.Objective("logistic", ro.CVaR(0.25), X, y, groups=g, l2_reg=0.005,
+                       fit_intercept=True).reference_solution("cvxpy")
+    assert np.allclose(W, ref.coef, atol=1e-3)
+    assert clf.group_losses_.shape == (8,)
+    We = np.append(erm.coef_.ravel(), erm.intercept_)
+    gl_erm = ro.Objective("logistic", "mean", X, y, groups=g,
+                          fit_intercept=True).group_losses(We)
+    assert clf.group_losses_.max() <= gl_erm.max() + 1e-9  # the worst group does not get worse
+    reg = ro.RiskRegressor(risk="cvar:0.5").fit(X, X @ [1, 2, 0, 0] + g, groups=g)
+    assert reg.group_losses_.shape == (8,)
+    with pytest.raises(ValueError, match="groups must have shape"):
+        ro.RiskClassifier().fit(X, y, groups=g[:5])
+    with pytest.raises(ValueError, match="spectral risk"):
+        ro.RiskClassifier(risk="kl:0.5").fit(X, y, groups=g)
