@@ -241,6 +241,10 @@ def supported_objective(solver):
     X, y = data(n=10, d=2)   # KL-DRO (constrained, then penalised) for the SCDRO family
     candidates += [ro.Objective("squared", ro.KLDRO(radius=0.3), X, y),
                    ro.Objective("squared", ro.KLDRO(shift_cost=1.0), X, y)]
+    g = np.arange(10) % 2   # group DRO and constrained learning for the FCCO family
+    candidates += [ro.Objective("squared", ro.CVaR(0.5), X, y, groups=g),
+                   ro.ConstrainedObjective("squared", X, y, [(g == 0, 1.0)],
+                                           penalty="squared_hinge")]
     for obj in candidates:
         try:
             solver.init_state(obj)
