@@ -97,16 +97,17 @@ def run(passes, seeds):
 
 def select(df):
     """Per method, the (rho, lr) with the largest final mean target gain among the settings
-    whose final mean worst constraint is <= 0.01 (the paper picks by constraint satisfaction
-    then accuracy)."""
+    whose final mean worst constraint is <= 0.02 (the paper compares at similar constraint
+    satisfaction); if none qualifies, the setting with the smallest worst constraint."""
     last = df[df["pass"] == df["pass"].max()]
     agg = last.groupby(["method", "rho", "lr"])[["target_gain", "worst_constraint",
                                                   "test_accuracy"]].agg(["mean", "std"])
     best = {}
     for m in df["method"].unique():
         a = agg.loc[m]
-        ok = a[a[("worst_constraint", "mean")] <= 0.01]
-        pick = (ok if len(ok) else a)[("target_gain", "mean")].idxmax()
+        ok = a[a[("worst_constraint", "mean")] <= 0.02]
+        pick = (ok[("target_gain", "mean")].idxmax() if len(ok)
+                else a[("worst_constraint", "mean")].idxmin())
         best[m] = pick
     return agg, best
 
@@ -127,15 +128,15 @@ def figure(df, best, path):
             mu, lo, hi = g.mean(), g.min(), g.max()
             ax.plot(mu.index, mu.values, label=lab)
             ax.fill_between(mu.index, lo.values, hi.values, alpha=0.2)
-    axes[0].set_ylabel("target (class 9) test accuracy gain over the old model")
-    axes[1].set_ylabel("worst constraint max_k [L_k(w) - L_k(w_old)] (train)")
+    axes[0].set_ylabel("class-9 test accuracy gain\nover the old model")
+    axes[1].set_ylabel("worst constraint (train)\nmax_k L_k(w) - L_k(w_old)")
     axes[1].axhline(0, color="k", lw=0.8)
     for ax in axes:
         ax.set_xlabel("passes over the data")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("Continual learning on digits with 9 non-forgetting constraints: "
-                 "SONEX + smoothed hinge vs SOX + squared hinge (mean and range, 3 seeds)",
+    fig.suptitle("Continual learning on digits, 9 non-forgetting constraints:\n"
+                 "SONEX + smoothed hinge vs SOX + squared hinge (mean and min-max over seeds)",
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -146,14 +147,22 @@ def main(argv=None):
     ap.add_argument("--passes", type=int, default=40)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", default="benchmarks/results/fcco_continual_digits")
+    ap.add_argument("--replot", action="store_true",
+                    help="redraw the figure and table from OUT/results.parquet (no runs)")
     args = ap.parse_args(argv)
     t0 = time.time()
+    if args.replot:
+        df = pd.read_parquet(os.path.join(args.out, "results.parquet"))
+        figure(df, select(df)[1], os.path.join(args.out, "figure.png"))
+        return
     df, refs, acc_old = run(args.passes, args.seeds)
     agg, best = select(df)
     os.makedirs(args.out, exist_ok=True)
     tmp = os.path.join(args.out, "results.parquet.tmp")
     df.to_parquet(tmp)
     os.replace(tmp, os.path.join(args.out, "results.parquet"))
+    with open(os.path.join(args.out, "refs.json"), "w") as fh:
+        json.dump({"old_target_accuracy": acc_old, "exact_hinge_penalty": refs}, fh, indent=1)
     figure(df, best, os.path.join(args.out, "figure.png"))
     lines = [f"Old model: class-9 test accuracy {acc_old:.4f}. Final values after "
              f"{args.passes} passes, mean ± std over seeds {args.seeds}; * = selected.", "",
