@@ -20,37 +20,17 @@ the file's extension ``.md``/``.csv``/``.json`` unless ``--format`` says otherwi
   parity (KS distance) of the predictions.
 """
 import json
-import os
 import sys
 from pathlib import Path
 
-from ._cli_fit import FitError, _feature_matrix, _per_sample_losses, read_table
+from ._cli_fit import (FitError, _feature_matrix, _per_sample_losses, check_complete,
+                       check_label_types, check_output, load_model, read_table, write_output)
 
 FORMATS = ("markdown", "csv", "json")
 
 
-def load_model(path):
-    import joblib
-
-    path = Path(path)
-    if not path.exists():
-        raise FitError(f"model file not found: {path}")
-    try:
-        model = joblib.load(path)
-        model["estimator"], model["features"]
-    except Exception as exc:
-        raise FitError(f"{path} is not a riskopt model file: {exc}") from None
-    return model
-
-
 def _column(df, col, what, where):
-    if col not in df.columns:
-        raise FitError(f"{what} column {col!r} not in {where} "
-                       f"(columns: {', '.join(map(str, df.columns[:20]))})")
-    s = df[col]
-    if s.isna().any():
-        raise FitError(f"{what} column {col!r} has {int(s.isna().sum())} missing value(s)")
-    return s
+    return check_complete(df, col, what, where)
 
 
 def _as_classes(values, classes, what):
@@ -88,6 +68,7 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
     y_raw = _column(df, model["target"], "target", where)
     y = y_raw.to_numpy(dtype=np.float64) if task == "regression" else y_raw.to_numpy()
     if task != "regression":
+        check_label_types(y_raw, model["target"], "target")
         y = _as_classes(y, est.classes_, f"target column {model['target']!r}")
     pred = est.predict(X)
     losses = _per_sample_losses(est, task, X, y)
@@ -179,25 +160,18 @@ def render(result, fmt):
 
 
 def write_text(text, out):
-    """Write ``text`` to ``out`` atomically (temporary file in the same folder, renamed)."""
-    dest = Path(out)
-    if dest.is_dir():
-        raise FitError(f"--out {dest} is a directory; give a file name")
-    if not dest.parent.exists():
-        raise FitError(f"--out: folder {dest.parent} does not exist")
-    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, dest)
-    except OSError as exc:
-        if tmp.exists():
-            tmp.unlink()
-        raise FitError(f"cannot write {dest}: {exc.strerror or exc}") from None
+    """Write ``text`` to ``out`` atomically (temporary file in the same folder, fsync, rename);
+    a bad destination is one line naming it and the fix."""
+    check_output(out)
+    data = text.encode("utf-8")
+    write_output(out, lambda fh: fh.write(data))
 
 
 def cmd_evaluate(args):
     model = load_model(args.model)
     df = read_table(args.data)
+    if args.out:
+        check_output(args.out)
     result = evaluate(model, df, groups=args.group or (), sensitive=args.sensitive or (),
                       pos_label=args.pos_label, where=str(args.data))
     fmt = args.format

@@ -11,10 +11,12 @@
 
 ``DATA`` is a CSV file (``.csv``, ``.csv.gz``, ``.tsv``) or a parquet file. Feature columns
 must be numeric and complete: missing values and text columns are reported by name (encode
-them first). The model file holds the fitted scikit-learn estimator and the column names;
-it is written atomically.
+them first). The model file holds the fitted scikit-learn estimator and the column names.
+Every input (data, target, group column, output path) is checked before the fit and before
+anything is written; a problem is one line naming the file or column and the fix (exit
+status 2). Output files are written atomically (a temporary file in the target folder,
+renamed at the end), into a folder that must exist.
 """
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,19 +27,87 @@ class FitError(Exception):
 
 
 def read_table(path):
+    """The table at ``path`` (CSV, TSV, parquet), or a one-line :class:`FitError`."""
     import pandas as pd
 
     path = Path(path)
     if not path.exists():
         raise FitError(f"data file not found: {path}")
+    if path.is_dir():
+        raise FitError(f"data file {path} is a folder; give a CSV or parquet file")
     name = path.name.lower()
     try:
         if name.endswith((".parquet", ".pq")):
-            return pd.read_parquet(path)
-        sep = "\t" if name.endswith((".tsv", ".tsv.gz")) else ","
-        return pd.read_csv(path, sep=sep)
-    except Exception as exc:  # pandas raises many types for unreadable files
-        raise FitError(f"cannot read {path}: {exc}") from None
+            df = pd.read_parquet(path)
+        else:
+            sep = "\t" if name.endswith((".tsv", ".tsv.gz")) else ","
+            df = pd.read_csv(path, sep=sep, low_memory=False)  # one dtype per column
+    except pd.errors.EmptyDataError:
+        raise FitError(f"cannot read {path}: the file is empty; give a table with a header "
+                       "line") from None
+    except UnicodeDecodeError:
+        raise FitError(f"cannot read {path}: not a UTF-8 text table (a binary file?); give "
+                       "a CSV, TSV or parquet file") from None
+    except OSError as exc:
+        from .bench._io import describe_os_error
+
+        exc.filename = str(path)
+        raise FitError(describe_os_error(exc, "cannot read")) from None
+    except Exception as exc:  # pandas / pyarrow raise many types for unreadable files
+        msg = " ".join(str(exc).split())[:300]
+        raise FitError(f"cannot read {path}: {msg}; check that it is a valid "
+                       f"{'parquet' if name.endswith(('.parquet', '.pq')) else 'CSV'} file") \
+            from None
+    if len(df) == 0:
+        raise FitError(f"{path} has a header but no rows")
+    return df
+
+
+def unnamed(col):
+    """Whether a column has no name in the file (pandas reads it as ``Unnamed: k``)."""
+    return col is None or str(col).strip() == "" or str(col).startswith("Unnamed: ")
+
+
+def column_label(df, col):
+    """``'a'``, or ``column 4 (no header name; pandas reads it as 'Unnamed: 3')``."""
+    if unnamed(col):
+        pos = list(df.columns).index(col) + 1 if col in df.columns else "?"
+        return f"column {pos} (no header name; pandas reads it as {str(col)!r})"
+    return repr(col) if isinstance(col, str) else str(col)
+
+
+def _rows(mask, k=5):
+    idx = [int(i) for i in mask.to_numpy().nonzero()[0][:k]]
+    more = ", ..." if int(mask.sum()) > k else ""
+    return ", ".join(map(str, idx)) + more
+
+
+def check_complete(df, col, what, where):
+    """The column ``col`` (its ``what``: target, group, ...) exists and has no missing value."""
+    if col not in df.columns:
+        raise FitError(f"{what} column {col!r} not in {where} "
+                       f"(columns: {', '.join(map(str, df.columns[:20]))})")
+    s = df[col]
+    miss = s.isna()
+    if miss.any():
+        raise FitError(f"{what} column {col!r} has {int(miss.sum())} missing value(s) in "
+                       f"{where} (0-based row(s) {_rows(miss)}); fill them or drop those rows "
+                       "first")
+    return s
+
+
+def check_label_types(s, col, what):
+    """Labels of one kind: a column mixing numbers and text (``1`` and ``'x'``) is refused."""
+    if s.dtype != object:
+        return s
+    kinds = {}
+    for v in s.to_numpy():
+        kinds.setdefault(type(v).__name__, v)
+    if len(kinds) > 1:
+        ex = ", ".join(f"{k} {v!r}" for k, v in list(kinds.items())[:3])
+        raise FitError(f"{what} column {col!r} mixes value types ({ex}); make the labels one "
+                       "type (e.g. all text) and save the table again")
+    return s
 
 
 def _feature_matrix(df, features, where):
@@ -51,8 +121,10 @@ def _feature_matrix(df, features, where):
 
     text = [c for c in features if not (is_numeric_dtype(sub[c]) or is_bool_dtype(sub[c]))]
     if text:
-        raise FitError(f"{where}: non-numeric feature column(s) {', '.join(map(str, text))}; "
-                       "encode them (e.g. one-hot) or leave them out with --drop")
+        names = ", ".join(column_label(df, c) for c in text)
+        drop = " ".join(repr(str(c)) if unnamed(c) or " " in str(c) else str(c) for c in text)
+        raise FitError(f"{where}: non-numeric feature column(s) {names}; encode them (e.g. "
+                       f"one-hot) or leave them out with --drop {drop}")
     nan = sub.isna().sum()
     nan = nan[nan > 0]
     if len(nan):
@@ -60,18 +132,31 @@ def _feature_matrix(df, features, where):
         raise FitError(f"{where}: missing values in {desc}; impute or drop those rows first")
     X = sub.to_numpy(dtype=np.float64)
     if not np.all(np.isfinite(X)):
-        raise FitError(f"{where}: infinite values in the features")
+        bad = [str(c) for c in features if not np.all(np.isfinite(sub[c].to_numpy(float)))]
+        raise FitError(f"{where}: infinite values in {', '.join(bad)}; replace them first")
     return X
 
 
-def _atomic_dump(obj, out):
-    import joblib
+def write_output(path, write, flag="--out"):
+    """Write ``path`` through ``write(binary file)`` atomically (temporary file in its folder,
+    fsync, rename); any OSError becomes one line naming ``path`` and the fix."""
+    from .bench import _io
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    joblib.dump(obj, tmp)
-    os.replace(tmp, out)
+    try:
+        _io.atomic_write(path, write, make_parents=False)
+    except OSError as exc:
+        exc.filename = str(path)
+        raise FitError(f"{flag}: {_io.describe_os_error(exc)}") from None
+
+
+def check_output(path, flag="--out"):
+    """Refuse a bad output file before any work (one line naming it and the fix)."""
+    from .bench import _io
+
+    try:
+        _io.check_output_file(path, flag)
+    except _io.OutputError as exc:
+        raise FitError(str(exc)) from None
 
 
 def _per_sample_losses(est, task, X, y):
@@ -91,24 +176,25 @@ def cmd_fit(args):
     from .estimators import RiskClassifier, RiskRegressor
     from .risks import parse_risk
 
+    # -- every input and the output path are checked before the fit and before any write
     df = read_table(args.data)
-    if args.target not in df.columns:
-        raise FitError(f"target column {args.target!r} not in {args.data} "
-                       f"(columns: {', '.join(map(str, df.columns[:20]))})")
-    y_raw = df[args.target]
-    if y_raw.isna().any():
-        raise FitError(f"target column {args.target!r} has {int(y_raw.isna().sum())} missing "
-                       "value(s)")
+    y_raw = check_complete(df, args.target, "target", args.data)
     exclude = {args.target, *(args.drop or [])}
+    groups = None
     if args.group:
-        if args.group not in df.columns:
-            raise FitError(f"group column {args.group!r} not in {args.data}")
+        groups = check_complete(df, args.group, "group", args.data).astype(str)
         exclude.add(args.group)
     features = list(args.features) if args.features else [c for c in df.columns
                                                           if c not in exclude]
     if not features:
         raise FitError("no feature columns left")
     X = _feature_matrix(df, features, "features")
+    if not args.features:
+        for c in features:
+            if unnamed(c):
+                print(f"riskopt: warning: {column_label(df, c)} of {args.data} is used as a "
+                      f"feature (a saved row index?); leave it out with --drop '{c}'",
+                      file=sys.stderr, flush=True)
     task = args.task
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
@@ -135,18 +221,21 @@ def cmd_fit(args):
         y = y_raw.to_numpy(dtype=np.float64)
     else:
         est = RiskClassifier(**common)
-        y = y_raw.to_numpy()
+        y = check_label_types(y_raw, args.target, "target").to_numpy()
+    check_output(args.out)
     t0 = time.perf_counter()
     try:
         with _spinner(f"fitting {type(est).__name__} ({risk}) on {len(y)} rows x "
                       f"{len(features)} features", quiet=args.quiet):
             est.fit(X, y)
-    except ValueError as exc:
-        raise FitError(f"fit failed: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise FitError(f"fit failed: {' '.join(str(exc).split())}") from None
     elapsed = time.perf_counter() - t0
     model = {"estimator": est, "features": features, "target": args.target, "task": task,
              "risk": str(risk), "group": args.group}
-    _atomic_dump(model, args.out)
+    import joblib
+
+    write_output(args.out, lambda fh: joblib.dump(model, fh))
     trace = getattr(est, "objective_trace_", None)
     objective = float(trace[-1]) if trace is not None and len(trace) else float("nan")
     print(f"model: {args.out}")
@@ -154,43 +243,55 @@ def cmd_fit(args):
     print(f"objective: {objective:.6g}; updates: {est.n_iter_}; time: {elapsed:.2f} s")
     losses = _per_sample_losses(est, task, X, y)
     print(f"training loss: mean {losses.mean():.6g}, max {losses.max():.6g}")
-    if args.group:
+    if groups is not None:
         from .metrics import group_errors
 
-        table = group_errors(None, losses, df[args.group].astype(str), loss="precomputed")
+        table = group_errors(None, losses, groups, loss="precomputed")
         worst, value = table.worst
         print(f"worst-group loss ({args.group}): {value:.6g} (group {worst!r}); "
               + ", ".join(f"{g}: {v:.4g}" for g, v in table.errors.items()))
     return 0
 
 
-def cmd_predict(args):
+def load_model(path):
+    """The dict saved by ``riskopt fit``, or a one-line :class:`FitError`."""
     import joblib
-    import pandas as pd
 
-    path = Path(args.model)
+    path = Path(path)
     if not path.exists():
         raise FitError(f"model file not found: {path}")
+    if path.is_dir():
+        raise FitError(f"model file {path} is a folder; give the file written by riskopt fit")
     try:
         model = joblib.load(path)
-        est, features = model["estimator"], model["features"]
+        model["estimator"], model["features"]
     except Exception as exc:
-        raise FitError(f"{path} is not a riskopt model file: {exc}") from None
+        msg = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise FitError(f"{path} is not a riskopt model file ({msg}); give a file written by "
+                       "`riskopt fit`") from None
+    return model
+
+
+def cmd_predict(args):
+    import pandas as pd
+
+    model = load_model(args.model)
+    est, features = model["estimator"], model["features"]
     df = read_table(args.data)
     X = _feature_matrix(df, features, "features")
+    if args.proba and not hasattr(est, "predict_proba"):
+        raise FitError("--proba needs a classification model")
+    if args.out:
+        check_output(args.out)
     out = pd.DataFrame({"prediction": est.predict(X)})
     if args.proba:
-        if not hasattr(est, "predict_proba"):
-            raise FitError("--proba needs a classification model")
         proba = est.predict_proba(X)
         for j, c in enumerate(est.classes_):
             out[f"proba_{c}"] = proba[:, j]
     if args.out:
-        dest = Path(args.out)
-        tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
-        out.to_csv(tmp, index=False)
-        os.replace(tmp, dest)
-        print(f"predictions: {dest} ({len(out)} rows)")
+        text = out.to_csv(index=False).encode("utf-8")
+        write_output(args.out, lambda fh: fh.write(text))
+        print(f"predictions: {args.out} ({len(out)} rows)")
     else:
         out.to_csv(sys.stdout, index=False)
     return 0

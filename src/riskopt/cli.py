@@ -15,13 +15,20 @@
     riskopt predict MODEL DATA [--proba] [--out predictions.csv]
     riskopt evaluate MODEL DATA [--group COL ...] [--sensitive COL ...] [--out report.md]
 
-``SPEC`` is a TOML file or the name of a bundled spec. Bad specs, unknown data sets and
-missing results are reported in one line naming the offending key, with exit status 2.
+``SPEC`` is a TOML file or the name of a bundled spec. Bad specs, unknown data sets,
+missing results, unreadable or unwritable files and folders, and a results folder in use by
+another run are reported in one line naming the offending key, file or column and the fix,
+with exit status 2 (no traceback, nothing half-written). Repairs that let a run go on (a
+corrupt cell file renamed aside and recomputed, a dead run's lock taken over) are one
+``riskopt: warning:`` line each, even with ``--quiet``.
 """
 import argparse
+import errno
 import sys
 
 EXIT_USAGE = 2
+_WRITE_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
+                 errno.EISDIR, errno.ENOTDIR}
 
 
 class _CLIError(Exception):
@@ -81,19 +88,6 @@ def _setup_backend(backend, address):
     return None
 
 
-def _terminate_as_interrupt():
-    """SIGTERM -> KeyboardInterrupt, so joblib stops its workers and the message below shows."""
-    import signal
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except (ValueError, OSError):  # not the main thread
-        pass
-
-
 def _bench_run(args):
     from .bench.runner import run
     from .bench.spec import load_spec
@@ -106,7 +100,11 @@ def _bench_run(args):
     if args.backend is not None:
         from joblib.parallel import BACKENDS
 
-        known = set(BACKENDS) | {"dask", "ray"}
+        known = (set(BACKENDS) - {"multiprocessing"}) | {"dask", "ray"}
+        if args.backend == "multiprocessing":
+            raise _CLIError("--backend multiprocessing cannot hand back each run as it ends "
+                            "(needed to save it at once); use loky, the default, which also "
+                            "runs in processes")
         if args.backend not in known:
             raise _CLIError(f"unknown joblib backend {args.backend!r}; choose one of "
                             f"{', '.join(sorted(known))}")
@@ -114,9 +112,16 @@ def _bench_run(args):
     if args.dry_run:
         from .bench.runner import prepare, status
 
+        from pathlib import Path
+
+        from .bench import _lock
+
         sizes, _ = prepare(spec)
         total, done = status(spec, args.out)
         _print(f"spec {spec.name}: valid")
+        busy = _lock.holder(Path(args.out) if args.out else Path("results") / spec.name)
+        if busy:
+            _print(f"  in use by another run: {_lock.describe(busy)}")
         for d, sz in sizes.items():
             unit = "steps" if spec.dataset(d).streaming else "passes"
             _print(f"  {d}: {sz['n_train']} x {sz['n_features']}, {spec.budget(d)} {unit}")
@@ -125,7 +130,6 @@ def _bench_run(args):
         _print(f"runs: {total} total, {done} finished, {total - done} to run")
         return 0
     client = _setup_backend(args.backend, args.address)
-    _terminate_as_interrupt()
     echo = None if args.quiet else (lambda m: _print(m, file=sys.stderr))
     try:
         res = run(spec, out=args.out, jobs=args.jobs, backend=args.backend,
@@ -178,9 +182,13 @@ def _bench_report(args):
 
 
 def _emit(build, out):
-    """Build a report (one-line errors) and write it to ``out`` atomically, or print it."""
+    """Build a report (one-line errors) and write it to ``out`` atomically, or print it; a bad
+    ``out`` is refused before the (possibly long) build."""
     from ._cli_evaluate import write_text
+    from ._cli_fit import check_output
 
+    if out:
+        check_output(out)
     try:
         text = build()
     except (FileNotFoundError, ValueError) as exc:
@@ -323,8 +331,8 @@ def build_parser():
     b_run.add_argument("--jobs", "-j", type=int, metavar="N",
                        help="parallel workers (-1: all cores; default: the spec's 'jobs' or -1)")
     b_run.add_argument("--backend", metavar="NAME",
-                       help="joblib backend: loky (default), threading, multiprocessing, dask "
-                            "(needs dask.distributed), ray")
+                       help="joblib backend: loky (default), threading, dask (needs "
+                            "dask.distributed), ray")
     b_run.add_argument("--address", metavar="ADDR",
                        help="dask scheduler / ray cluster address for --backend dask|ray")
     b_run.add_argument("--max-cells", type=int, metavar="K",
@@ -394,22 +402,43 @@ def build_parser():
     return p
 
 
+def _show_warning(default):
+    """Repairs of a results folder (RecoveryWarning) as one ``riskopt: warning:`` line."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__name__ == "RecoveryWarning":
+            print(f"riskopt: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            default(message, category, filename, lineno, file, line)
+    return show
+
+
 def main(argv=None):
+    import warnings
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        from .bench._io import OutputError, RecoveryWarning, describe_os_error
+        from .bench._lock import RunLockError
         from .bench.spec import SpecError
     except ImportError:  # pragma: no cover
-        SpecError = ValueError
+        SpecError = OutputError = RunLockError = ValueError
+        RecoveryWarning, describe_os_error = UserWarning, str
     from ._cli_fit import FitError as _FitError
 
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", RecoveryWarning)
+            warnings.showwarning = _show_warning(warnings.showwarning)
+            return args.func(args)
     except SpecError as exc:
         _err(f"bad spec: {exc}")
         return EXIT_USAGE
-    except (_CLIError, FileNotFoundError, _FitError) as exc:
+    except (_CLIError, _FitError, OutputError, RunLockError) as exc:
         _err(str(exc))
+        return EXIT_USAGE
+    except FileNotFoundError as exc:
+        _err(str(exc) if exc.errno is None else describe_os_error(exc, "cannot open"))
         return EXIT_USAGE
     except ImportError as exc:
         _err(f"{exc}; install the benchmark extras: pip install 'riskopt[bench]'")
@@ -420,6 +449,10 @@ def main(argv=None):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a file system failure: which file, and what to do
+        _err(describe_os_error(exc, "cannot write" if exc.errno in _WRITE_ERRORS
+                               else "cannot access"))
+        return EXIT_USAGE
     except KeyboardInterrupt:
         _err("interrupted; finished runs are saved -- run the same command again to resume")
         return 130

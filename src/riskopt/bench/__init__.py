@@ -26,7 +26,13 @@ One schema and one runner serve every problem family:
 * :mod:`riskopt.bench.analysis` -- the papers' step-size selection, sensitivity, fixed accuracy,
   the step-size range summary (tables in, tables out);
 * :mod:`riskopt.bench.figures` -- figures from the tables.
+
+Runs are crash-proof: one run per output folder (:class:`RunLockError` names the other one),
+durable atomic writes, corrupt files renamed aside and recomputed (each reported by a
+:class:`RecoveryWarning`), an unusable output folder reported by :class:`OutputError`.
 """
+from ._io import OutputError, RecoveryWarning
+from ._lock import RunLockError
 from .analysis import mark_selected, select, seed_scores, sensitivity, summary
 from .figures import plot_results
 from .runner import RunResult, enumerate_cells, merge_cells, run
@@ -36,4 +42,5 @@ from .spec import (PAPER_LR_GRID, ObjectiveSpec, PlotSpec, RecordSpec, SolverSpe
 __all__ = ["Spec", "ObjectiveSpec", "SolverSpec", "PlotSpec", "RecordSpec", "SpecError",
            "PAPER_LR_GRID", "load_spec", "spec_from_dict", "bundled_specs", "run", "RunResult",
            "enumerate_cells", "merge_cells", "select", "seed_scores", "mark_selected",
-           "sensitivity", "summary", "plot_results"]
+           "sensitivity", "summary", "plot_results", "RecoveryWarning", "RunLockError",
+           "OutputError"]

@@ -20,8 +20,14 @@ Output folder (default ``results/<spec name>``)::
     figure.png/.pdf      suboptimality vs passes (figure_time.* vs solver wall time), and the
                          other figures of the spec's ``analyses`` (riskopt.bench.figures)
 
-Every file is written atomically (temporary file + ``os.replace``). Rerunning the same
-command skips finished cells; ``fresh=True`` (``--fresh``) deletes this spec's cells first.
+Every file is written atomically and durably (temporary file, ``fsync``, ``os.replace``,
+``fsync`` of the folder; :mod:`riskopt.bench._io`) with the umask's permissions. Rerunning
+the same command skips finished cells; ``fresh=True`` (``--fresh``) deletes this spec's cells
+first. Crash safety: a run holds ``.riskopt-run.lock`` in the folder (a second run stops with
+a message naming the first; a dead run's lock is taken over, :mod:`riskopt.bench._lock`); a
+corrupt or truncated cell file or ``fstar.json`` is renamed aside (``*.corrupt-<time>``) and
+recomputed (:mod:`riskopt.bench._state`); SIGTERM acts as Ctrl-C, and no worker outlives the
+run (:mod:`riskopt.bench._procs`).
 
 Parallelism uses joblib (``jobs`` workers; loky processes by default). On a cluster, select
 another joblib backend, e.g. dask::
@@ -56,8 +62,6 @@ memory bandwidth: for wall-time figures run with ``jobs=1``.
 import json
 import math
 import os
-import platform
-import sys
 import time
 import traceback
 import warnings
@@ -66,7 +70,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _io, problems, record_metrics
+from . import _io, _lock, _meta, _procs, _state, problems, record_metrics
 from ..callbacks import Callback
 from .spec import SpecError, load_spec
 from .spec_tools import l2_value
@@ -295,6 +299,7 @@ def _run_cell(task):
     from .. import solvers as _solvers
     from ..callbacks import DivergenceWarning
 
+    _procs.watch_parent(task.get("parent"))
     try:
         with threadpool_limits(1):
             prob = _problem(task)
@@ -322,53 +327,6 @@ def _run_cell(task):
 
 
 # ---------------------------------------------------------------------------- helpers
-def _versions():
-    from importlib import metadata
-
-    out = {"python": sys.version.split()[0]}
-    for dist in ("riskopt", "numpy", "scipy", "numba", "scikit-learn", "pandas", "pyarrow",
-                 "joblib", "matplotlib", "rich"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
-def _cpu_info():
-    model = platform.processor() or None
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    return {"model": model, "logical_cpus": os.cpu_count(), "usable_cpus": usable,
-            "machine": platform.machine(), "system": platform.system(),
-            "release": platform.release()}
-
-
-def _git_commit():
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _now():
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
 class _Progress:
     """A rich progress bar, or nothing."""
 
@@ -400,15 +358,6 @@ class _Progress:
             self._p.__exit__(*exc)
 
 
-def _parallel(jobs, backend):
-    from contextlib import nullcontext
-
-    from joblib import Parallel, parallel_config
-
-    ctx = parallel_config(backend=backend) if backend else nullcontext()
-    return ctx, Parallel(n_jobs=jobs, return_as="generator_unordered")
-
-
 # ---------------------------------------------------------------------------- main entry
 def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, fresh=False,
         plot=True, echo=None):
@@ -437,126 +386,110 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
     Returns
     -------
     RunResult
-    """
-    from joblib import delayed
 
+    Raises
+    ------
+    SpecError
+        The spec, a data set or a solver configuration is invalid (nothing is written).
+    riskopt.bench.RunLockError
+        Another run holds the output folder (the message names its pid, host, start time).
+    riskopt.bench.OutputError
+        The output folder cannot be created or written (the message names it).
+
+    Repairs (each reported by a :class:`riskopt.bench.RecoveryWarning`): corrupt cell
+    files, error records or ``fstar.json`` are renamed aside and recomputed; a stale lock is
+    taken over; temporary files of a killed run are removed. ``SIGTERM`` / ``SIGHUP`` act as
+    ``KeyboardInterrupt`` meanwhile; on any exception the loky workers are killed.
+    """
     spec = load_spec(spec)
     say = echo or (lambda msg: None)
     t_start = time.perf_counter()
-    started = _now()
+    started = _meta.now()
     jobs = jobs if jobs is not None else (spec.jobs if spec.jobs is not None else -1)
     out = Path(out) if out is not None else Path("results") / spec.name
 
     # -- data, objectives, compatibility checks (before any long work or any file)
     sizes, _ = prepare(spec)
 
-    cells_dir = out / "cells"
-    cells_dir.mkdir(parents=True, exist_ok=True)
+    finished_ok = False
+    try:
+        with _procs.terminate_as_interrupt():
+            _io.ensure_folder(out)
+            with _lock.RunLock(out):
+                result = _run_locked(spec, out, sizes, jobs, backend, progress, max_cells,
+                                     fresh, plot, say, t_start, started)
+        finished_ok = True
+        return result
+    finally:
+        if not finished_ok:  # an exception or an interrupt: no worker may outlive this
+            _procs.kill_workers()
+
+
+def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plot, say,
+                t_start, started):
+    cells_dir = _io.ensure_folder(out / "cells")
+    _io.sweep_temporaries(out, cells_dir)
     cells = enumerate_cells(spec)
+    fstar_path = out / "fstar.json"
     if fresh:
         for c in cells:
             for p in (cells_dir / f"{c.id}.parquet", cells_dir / f"{c.id}.error.json"):
                 if p.exists():
                     p.unlink()
-        if (out / "fstar.json").exists():
-            (out / "fstar.json").unlink()
+        if fstar_path.exists():
+            fstar_path.unlink()
     _io.atomic_write_json(out / "spec.json", spec.to_dict())
-
-    # -- f* (cached per problem)
-    fstar_path = out / "fstar.json"
-    fstar = json.loads(fstar_path.read_text()) if fstar_path.exists() else {}
     probs = {}
     for d in spec.datasets:
         for j in range(len(spec.objectives)):
             probs[_hash(spec.problem(d, j))] = (d, j)
-    missing = [k for k in probs if k not in fstar]
 
-    # -- cells still to run
-    done = {c.id for c in cells if (cells_dir / f"{c.id}.parquet").exists()}
-    pending = [c for c in cells if c.id not in done]
-    n_reused = len(done)
+    errors, n_run, n_reused = [], 0, None
+    for attempt in range(2):  # a second round only if a cell proves unreadable at the merge
+        fstar = _state.load_fstar(fstar_path)
+        done, _ = _state.check_cells(cells, cells_dir)
+        pending = [c for c in cells if c.id not in done]
+        if n_reused is None:
+            n_reused = len(done)
 
-    def cost(c):
-        return -sizes[c.dataset]["n_train"] * c.passes
+        def cost(c):
+            return -sizes[c.dataset]["n_train"] * c.passes
 
-    if max_cells is not None:
-        pending.sort(key=cost)
-        pending = pending[: max(0, int(max_cells))]
-    say(f"spec {spec.name}: {len(cells)} runs, {n_reused} already finished, "
-        f"{len(pending)} to run (jobs={jobs})")
+        if max_cells is not None:
+            pending.sort(key=cost)
+            pending = pending[: max(0, int(max_cells) - n_run)]
+        say(f"spec {spec.name}: {len(cells)} runs, {len(done)} already finished, "
+            f"{len(pending)} to run (jobs={jobs})")
+        n_run += _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, jobs,
+                          backend, progress, say, errors, cost)
 
-    errors = []
-    n_run = 0
-    labels = spec.objective_labels()
-    with _Progress(progress) as bar:
-        if missing:
-            say(f"computing f* for {len(missing)} problem(s)")
-            task = bar.task("f* (reference)", len(missing))
-            ctx, par = _parallel(jobs, backend)
-            with ctx:
-                it = par(delayed(_fstar_task)(k, spec.problem_description(*probs[k]),
-                                              spec.reference) for k in missing)
-                for k, rec, err in it:
-                    d, j = probs[k]
-                    if err is not None:
-                        errors.append((f"f* of {d} / {labels[j]}", err))
-                    else:
-                        fstar[k] = {"dataset": d, "objective": labels[j],
-                                    "key": spec.problem(d, j), **rec}
-                        _io.atomic_write_json(fstar_path, fstar)
-                    bar.advance(task)
-        pending = [c for c in pending if _hash(spec.problem(c.dataset, c.objective_index))
-                   in fstar]
-        if pending:
-            _warm_up_parent(spec)
-            tasks = []
-            for c in sorted(pending, key=cost):
-                pk = _hash(spec.problem(c.dataset, c.objective_index))
-                tasks.append({"id": c.id,
-                              "problem": spec.problem_description(c.dataset, c.objective_index),
-                              "solver": spec.solvers[c.solver_index].name,
-                              "config": c.config, "seed": c.seed, "passes": c.passes,
-                              "record": asdict(spec.record), "init": spec.init_table(),
-                              "f_star": fstar[pk]["f_star"]})
-            by_id = {c.id: c for c in cells}
-            task_bar = bar.task(f"runs of {spec.name}", len(tasks))
-            ctx, par = _parallel(jobs, backend)
-            with ctx:
-                for cid, frame, err in par(delayed(_run_cell)(t) for t in tasks):
-                    c = by_id[cid]
-                    if err is None:
-                        _io.atomic_write_parquet(cells_dir / f"{cid}.parquet", frame,
-                                                 {"riskopt.cell": json.dumps(c.key)})
-                        err_path = cells_dir / f"{cid}.error.json"
-                        if err_path.exists():
-                            err_path.unlink()
-                        n_run += 1
-                    else:
-                        desc = (f"{c.dataset} / {labels[c.objective_index]} / "
-                                f"{spec.solvers[c.solver_index].display} "
-                                f"{config_label(c.config)} seed={c.seed}")
-                        _io.atomic_write_json(cells_dir / f"{cid}.error.json",
-                                              {"cell": c.key, "run": desc, "error": err})
-                        errors.append((desc, err))
-                    bar.advance(task_bar)
-
-    finished = {c.id for c in cells if (cells_dir / f"{c.id}.parquet").exists()}
-    n_err = sum(1 for c in cells if (cells_dir / f"{c.id}.error.json").exists())
-    f_missing = [k for k in probs if k not in fstar]
-    remaining = len(cells) - len(finished) - n_err
-    result = RunResult(out_dir=out, complete=remaining == 0 and n_err == 0 and not f_missing,
-                       n_cells=len(cells), n_reused=n_reused, n_run=n_run,
-                       n_errors=n_err + len(f_missing), wall_seconds=0.0, errors=errors)
-    if remaining > 0 or f_missing:
+        finished = {c.id for c in cells if (cells_dir / f"{c.id}.parquet").exists()}
+        n_err = sum(1 for c in cells if (cells_dir / f"{c.id}.error.json").exists())
+        f_missing = [k for k in probs if k not in fstar]
+        remaining = len(cells) - len(finished) - n_err
+        result = RunResult(out_dir=out, complete=remaining == 0 and n_err == 0 and not f_missing,
+                           n_cells=len(cells), n_reused=n_reused, n_run=n_run,
+                           n_errors=n_err + len(f_missing), wall_seconds=0.0, errors=errors)
+        if remaining > 0 or f_missing:
+            result.wall_seconds = time.perf_counter() - t_start
+            say(f"stopped with {remaining} of {len(cells)} runs left; run the same command "
+                "again to resume")
+            return result
+        corrupt = []
+        table = merge_cells(spec, cells, cells_dir, fstar, corrupt=corrupt)
+        if not corrupt:
+            break
+        for path, why in corrupt:
+            _io.quarantine(path, why)
+    else:
+        result.complete = False
         result.wall_seconds = time.perf_counter() - t_start
-        say(f"stopped with {remaining} of {len(cells)} runs left; run the same command again "
-            "to resume")
+        say("stopped: cell files keep turning out unreadable; run the same command again")
         return result
 
-    # -- merge, analyses, tables + metadata (+ figures)
+    # -- analyses, tables + metadata (+ figures)
     from . import analysis
 
-    table = merge_cells(spec, cells, cells_dir, fstar)
     selection = analysis.select(table, last_passes=spec.last_passes, seeds=spec.seeds,
                                 rule=spec.selection_rule)
     table = analysis.mark_selected(table, selection)
@@ -581,10 +514,72 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
         record_metrics.write_analysis(out, table, spec, plot=plot)
     result.wall_seconds = time.perf_counter() - t_start
     result.metadata = out / "metadata.json"
-    meta = _metadata(spec, out, result, sizes, fstar, probs, table, selection, summ, started,
-                     jobs, backend)
+    meta = _meta.metadata(spec, out, result, sizes, fstar, probs, table, selection, summ,
+                          started, jobs, backend)
     _io.atomic_write_json(result.metadata, meta)
     return result
+
+
+def _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, jobs, backend,
+             progress, say, errors, cost):
+    """f* of the problems without one, then the pending cells of the problems with one; each
+    result is written the moment it arrives. Returns the number of cells run."""
+    from joblib import delayed
+
+    labels = spec.objective_labels()
+    missing = [k for k in probs if k not in fstar]
+    parent, n_run = os.getpid(), 0
+    with _Progress(progress) as bar:
+        if missing:
+            say(f"computing f* for {len(missing)} problem(s)")
+            task = bar.task("f* (reference)", len(missing))
+            with _procs.parallel(jobs, backend) as par:
+                it = par(delayed(_fstar_task)(k, spec.problem_description(*probs[k]),
+                                              spec.reference, parent) for k in missing)
+                for k, rec, err in it:
+                    d, j = probs[k]
+                    if err is not None:
+                        errors.append((f"f* of {d} / {labels[j]}", err))
+                    else:
+                        fstar[k] = {"dataset": d, "objective": labels[j],
+                                    "key": spec.problem(d, j), **rec}
+                        _io.atomic_write_json(fstar_path, fstar)
+                    bar.advance(task)
+        pending = [c for c in pending if _hash(spec.problem(c.dataset, c.objective_index))
+                   in fstar]
+        if not pending:
+            return 0
+        _warm_up_parent(spec)
+        tasks = []
+        for c in sorted(pending, key=cost):
+            pk = _hash(spec.problem(c.dataset, c.objective_index))
+            tasks.append({"id": c.id,
+                          "problem": spec.problem_description(c.dataset, c.objective_index),
+                          "solver": spec.solvers[c.solver_index].name,
+                          "config": c.config, "seed": c.seed, "passes": c.passes,
+                          "record": asdict(spec.record), "init": spec.init_table(),
+                          "f_star": fstar[pk]["f_star"], "parent": parent})
+        by_id = {c.id: c for c in cells}
+        task_bar = bar.task(f"runs of {spec.name}", len(tasks))
+        with _procs.parallel(jobs, backend) as par:
+            for cid, frame, err in par(delayed(_run_cell)(t) for t in tasks):
+                c = by_id[cid]
+                if err is None:
+                    _io.atomic_write_parquet(cells_dir / f"{cid}.parquet", frame,
+                                             {"riskopt.cell": json.dumps(c.key)})
+                    err_path = cells_dir / f"{cid}.error.json"
+                    if err_path.exists():
+                        err_path.unlink()
+                    n_run += 1
+                else:
+                    desc = (f"{c.dataset} / {labels[c.objective_index]} / "
+                            f"{spec.solvers[c.solver_index].display} "
+                            f"{config_label(c.config)} seed={c.seed}")
+                    _io.atomic_write_json(cells_dir / f"{cid}.error.json",
+                                          {"cell": c.key, "run": desc, "error": err})
+                    errors.append((desc, err))
+                bar.advance(task_bar)
+    return n_run
 
 
 def prepare(spec):
@@ -615,15 +610,17 @@ def prepare(spec):
 
 
 def status(spec, out=None):
-    """``(n_runs, n_finished)`` of a spec in an output folder (nothing is run)."""
+    """``(n_runs, n_finished)`` of a spec in an output folder (nothing is run or repaired;
+    unreadable cell files do not count as finished)."""
     spec = load_spec(spec)
     out = Path(out) if out is not None else Path("results") / spec.name
     cells = enumerate_cells(spec)
-    done = sum((out / "cells" / f"{c.id}.parquet").exists() for c in cells)
-    return len(cells), done
+    done, _ = _state.check_cells(cells, out / "cells", repair=False)
+    return len(cells), len(done)
 
 
-def _fstar_task(key, problem, reference):
+def _fstar_task(key, problem, reference, parent=None):
+    _procs.watch_parent(parent)
     try:
         return key, _compute_fstar(problem, reference), None
     except Exception as exc:
@@ -664,8 +661,11 @@ def _warm_up_parent(spec):
             _warm_up(sol.name, cfg, spec.problem_description(first, j))
 
 
-def merge_cells(spec, cells, cells_dir, fstar):
-    """Concatenate the finished cells into the long-form table (spec order)."""
+def merge_cells(spec, cells, cells_dir, fstar, corrupt=None):
+    """Concatenate the finished cells into the long-form table (spec order).
+
+    A cell file that does not read raises, or, when ``corrupt`` is a list, is appended to it
+    as ``(path, reason)`` and left out."""
     import pandas as pd
 
     labels = spec.objective_labels()
@@ -674,7 +674,13 @@ def merge_cells(spec, cells, cells_dir, fstar):
         path = cells_dir / f"{c.id}.parquet"
         if not path.exists():
             continue
-        f = pd.read_parquet(path)
+        try:
+            f = pd.read_parquet(path)
+        except Exception as exc:  # ArrowInvalid, OSError, ...
+            if corrupt is None:
+                raise
+            corrupt.append((path, f"unreadable parquet: {str(exc).splitlines()[0][:200]}"))
+            continue
         obj = spec.objective_for(c.dataset, c.objective_index)
         sol = spec.solvers[c.solver_index]
         rec = fstar[_hash(spec.problem(c.dataset, c.objective_index))]
@@ -721,67 +727,3 @@ def merge_cells(spec, cells, cells_dir, fstar):
 
 def _n_train(spec, c):
     return problems.size(spec.problem_description(c.dataset, c.objective_index))["n"]
-
-
-def _metadata(spec, out, result, sizes, fstar, probs, table, selection, summ, started, jobs,
-              backend):
-    chosen = selection[selection["selected"]]
-    no_choice = []
-    for k, g in selection.groupby(["dataset", "objective", "solver"], sort=False):
-        if not g["selected"].any():
-            no_choice.append({"dataset": k[0], "objective": k[1], "solver": k[2],
-                              "reason": "every configuration diverged or is incomplete"})
-    fs = []
-    for k, (d, j) in probs.items():
-        rec = fstar[k]
-        sub = table[(table["dataset"] == d) & (table["objective"] == rec["objective"])]
-        used = float(sub["f_star"].iloc[0]) if len(sub) else float(rec["f_star"])
-        fs.append({"dataset": d, "objective": rec["objective"], "f_star": used,
-                   "f_star_ref": rec["f_star"], "lowered_by": float(rec["f_star"]) - used,
-                   "reference_seconds": rec["seconds"]})
-    figures = [str(Path(p).relative_to(out)) for p in result.figures]
-    files = {"table": "results.parquet", "selection": "selection.parquet", "figures": figures}
-    if summ is not None:
-        files.update(sensitivity="sensitivity.parquet", summary="summary.csv")
-    return {
-        "spec_name": spec.name,
-        "description": spec.description,
-        "created": started,
-        "finished": _now(),
-        "riskopt_version": _versions()["riskopt"],
-        "versions": _versions(),
-        "cpu": _cpu_info(),
-        "git_commit": _git_commit(),
-        "run": {"jobs": jobs, "backend": backend or "joblib default (loky)",
-                "cells_total": result.n_cells, "cells_reused": result.n_reused,
-                "cells_run": result.n_run, "cells_failed": result.n_errors,
-                "wall_seconds_this_invocation": result.wall_seconds},
-        "datasets": sizes,
-        "f_star": fs,
-        "selected": chosen[["dataset", "objective", "solver", "config", "score"]]
-        .to_dict(orient="records"),
-        "not_selected": no_choice,
-        "summary": None if summ is None else json.loads(summ.to_json(orient="records")),
-        "files": files,
-        "columns": {
-            "dataset, objective, solver": "the problem and the solver's display label",
-            "family": "the objective's problem family",
-            "config": "all searched/fixed hyper-parameters of the run (lr first)",
-            "seed": "random_state of the solver (and the random initial point)",
-            "update": "index of the recorded point",
-            "step": "samples processed (passes x n; streams: steps taken)",
-            "passes": "oracle calls / n so far (NaN on data streams)",
-            "time": "solver-only seconds so far",
-            "value": ("F at the solver's reported point, auxiliary variables included"
-                      if spec.record.value == "iterate" else "training objective (profile)"),
-            "suboptimality": ("(F - f*) / (F(x0) - f*)" if spec.record.suboptimality ==
-                              "relative" else "F - f*"),
-            "f_star_ref": "reference_solution value", "f_star": (
-                "min(f_star_ref, best value of any run)" if spec.reference["lower_to_best"]
-                else "f_star_ref"),
-            "diverged": "the run diverged (any point)",
-            "selected": "this config is the one chosen by the selection rule"},
-        "spec": spec.to_dict(),
-        "spec_source": spec.source,
-        "spec_digest": spec.digest(),
-    }
