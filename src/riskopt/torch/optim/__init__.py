@@ -1,11 +1,16 @@
 """PyTorch optimizers whose per-sample or per-group state is indexed by dataset indices.
 
 :class:`IndexedStateOptimizer` is the base class of the stochastic DRO / compositional
-optimizers (SCDRO / ASCDRO, SONEX / ALEXR2, to come): a ``torch.optim.Optimizer`` holding
-tables indexed by the dataset (or group) indices that the loader yields, on the parameters'
-device, saved in ``state_dict``. See :mod:`riskopt.torch.optim.base` for the conventions.
+optimizers (SCDRO / ASCDRO / PG-SMD2 in :mod:`~riskopt.torch.optim.kl_dro`; SONEX / SONX /
+SOX / ALEXR2 / OOA and their outer functions in :mod:`~riskopt.torch.optim.fcco`): a
+``torch.optim.Optimizer`` holding tables indexed by the dataset (or group) indices that the
+loader yields, on the parameters' device, saved in ``state_dict``. See :mod:`riskopt.torch.optim.base` for the conventions.
 """
 from .base import IndexedStateOptimizer
+from .fcco import (ALEXR2, OOA, SONEX, SONX, SOX, AbsHinge, GroupCVaR, Hinge, SquaredHinge,
+                   project_capped_simplex)
 from .kl_dro import ASCDRO, PGSMD2, SCDRO
 
-__all__ = ["IndexedStateOptimizer", "SCDRO", "ASCDRO", "PGSMD2"]
+__all__ = ["IndexedStateOptimizer", "SCDRO", "ASCDRO", "PGSMD2", "SONEX", "SONX", "SOX",
+           "ALEXR2", "OOA", "Hinge", "AbsHinge", "SquaredHinge", "GroupCVaR",
+           "project_capped_simplex"]

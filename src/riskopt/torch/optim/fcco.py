@@ -1,0 +1,781 @@
+r"""SONEX, SONX, SOX, ALEXR2 and OOA for any ``nn.Module``: non-smooth finite-sum coupled
+compositional optimization (group DRO, constrained learning with hinge penalties).
+
+Paper: "Non-smooth finite-sum coupled compositional optimization"
+(``../shared/papers/sonex_alexr2_nonsmooth_fcco.txt``, Algorithms 1-2, Sections 4-6, App. F).
+The problem, over the parameters ``w`` of a model,
+
+.. math::
+
+    \min_w\ g_0(w) + \frac1m \sum_{i=1}^m f_i(g_i(w)), \qquad
+    g_i(w) = \mathbb E_{\xi}\, g_i(w; \xi),
+
+with ``m`` outer indices (groups, constraints), inner functions ``g_i`` estimated on a mini-batch
+``B_i`` of the data of index ``i``, non-smooth convex outer functions ``f_i`` and an optional
+*direct* term ``g_0`` (the objective of constrained learning). The outer functions are small
+objects with ``grad(u, lam)``, the gradient of the Moreau envelope
+:math:`f_\lambda(u) = \min_v f(v) + (u - v)^2 / (2\lambda)` (``lam = 0``: a subgradient):
+
+===================================  ==========================================================
+:class:`Hinge` ``(rho, kappa)``      :math:`\rho[u-\kappa]_+`; envelope gradient
+                                     :math:`\mathrm{clip}((u-\kappa)/\lambda, 0, \rho)`
+:class:`AbsHinge` ``(rho, kappa)``   :math:`\rho[|u|-\kappa]_+` (a two-sided constraint
+                                     :math:`|u| \le \kappa`, e.g. ROC fairness);
+                                     :math:`\mathrm{sign}(u)\,\mathrm{clip}((|u|-\kappa)
+                                     /\lambda, 0, \rho)`
+:class:`SquaredHinge` ``(rho)``      :math:`\frac\rho2 [u-\kappa]_+^2` (``absolute=True``:
+                                     :math:`|u|`), smooth: :math:`\rho[u-\kappa]_+`, ``lam``
+                                     ignored (the outer function of SOX)
+:class:`GroupCVaR` ``(r)``           :math:`s + \frac1r[u-s]_+` with a scalar threshold ``s``
+                                     that the optimizer keeps and updates: the mean over
+                                     groups is the CVaR of the group losses (Eq. (10))
+===================================  ==========================================================
+
+The optimizers keep a table ``u`` of the ``m`` tracked inner values (on the parameters'
+device, in ``state_dict``; ``u_i`` is set to the first estimate on its first visit). One step
+with the distinct outer indices ``I`` of the batch:
+
+1. the user evaluates ``g_now`` (shape ``(|I|,)``, with graph) and, for the MSVR methods, the
+   same estimates at the previous iterate ``g_prev`` (no graph; :meth:`~SONEX.evaluate_previous`
+   or :func:`torch.func.functional_call` with :meth:`~SONEX.previous_params`);
+2. ``opt.surrogate(I, g_now, g_prev, direct=...)`` updates
+   :math:`u_i \leftarrow (1-\gamma)u_i + \gamma g_i(w_t) + \gamma'(g_i(w_t) - g_i(w_{t-1}))`,
+   sets :math:`y_i = \nabla f_{i,\lambda}(u_i)` and returns
+   :math:`\mathrm{direct} + \frac1{|I|}\sum_{i\in I} y_i\, g_i(w_t)` with ``y`` constant, so
+   that ``backward()`` leaves the estimate :math:`G_t` in ``.grad``;
+3. ``opt.step()``: :math:`v \leftarrow (1-\beta)v + \beta(G_t + \text{weight\_decay}\ w)`,
+   :math:`w \leftarrow w - \text{lr}\ v` (``update="momentum"``) or the Adam-type step with
+   ``v`` as first moment (:math:`\beta_1 = 1-\beta`), second moment rate ``betas2`` and bias
+   corrections (``update="adam"``, the paper's Appendix E).
+
+With :class:`GroupCVaR` the threshold ``s`` is a parameter of the optimizer (its own parameter
+group, ``opt.s``): the surrogate is :math:`s + \frac1{|I|}\sum_i y_i (g_i - s)`, whose
+``s``-derivative is :math:`1 - \frac1{|I|}\sum_i h_\lambda'(u_i - s)`, and ``s`` takes the same
+update as ``w`` (no weight decay). ``lr`` lives in the parameter groups, so
+``torch.optim.lr_scheduler`` schedules apply (to the outer step ``alpha`` for ALEXR2).
+
+A loop (group DRO; ``groups_batch`` the distinct group ids, ``group_mean_losses(f)`` the mean
+loss of each group's rows of the batch under the model call ``f``)::
+
+    opt = SONEX(model.parameters(), n_outer=m, outer=GroupCVaR(0.15), lr=1e-3)
+    for xb, yb, gb in loader:
+        inner = lambda f: group_mean_losses(f(xb), yb, gb)
+        g_now = inner(model)
+        g_prev = opt.evaluate_previous(model, inner)
+        opt.zero_grad()
+        opt.surrogate(groups_batch, g_now, g_prev).backward()
+        opt.step()
+
+Examples
+--------
+>>> import torch
+>>> from riskopt.torch.optim import SONEX, GroupCVaR
+>>> g = torch.Generator().manual_seed(0)
+>>> X = torch.randn(400, 3, generator=g); grp = torch.arange(400) % 4
+>>> y = (X[:, 0] + 0.5 * grp * torch.randn(400, generator=g) > 0).double()
+>>> X = X.double(); model = torch.nn.Linear(3, 1).double()
+>>> opt = SONEX(model.parameters(), n_outer=4, outer=GroupCVaR(0.5), lr=0.05)
+>>> def inner(f, rows):
+...     losses = torch.nn.functional.binary_cross_entropy_with_logits(
+...         f(X[rows])[:, 0], y[rows], reduction="none")
+...     return losses.view(4, -1).mean(1)          # rows are grouped by 4 ids
+>>> for t in range(300):
+...     rows = (torch.arange(4)[:, None] + 4 * torch.randint(0, 100, (4, 8), generator=g))
+...     rows = rows.ravel()
+...     g_now = inner(model, rows)
+...     g_prev = opt.evaluate_previous(model, lambda f: inner(f, rows))
+...     opt.zero_grad()
+...     opt.surrogate(torch.arange(4), g_now, g_prev).backward()
+...     opt.step()
+>>> 0.0 < opt.s < 1.0
+True
+"""
+import numbers
+
+import torch
+
+from ..._validation import check_int, check_positive
+from .base import IndexedStateOptimizer
+
+__all__ = ["Hinge", "AbsHinge", "SquaredHinge", "GroupCVaR", "SONEX", "SONX", "SOX", "ALEXR2",
+           "OOA", "project_capped_simplex"]
+
+_UPDATES = ("momentum", "adam")
+
+
+# ---------------------------------------------------------------------------- outer functions
+def _real(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value \
+            or abs(float(value)) == float("inf"):
+        raise ValueError(f"{name} must be a finite real number, got {value!r}")
+    return float(value)
+
+
+def _lam(lam):
+    return check_positive("lam", lam, allow_zero=True)
+
+
+def _clip_grad(t, lam, rho):
+    """Gradient of the Moreau envelope of ``rho [t]_+``: ``clip(t / lam, 0, rho)``
+    (``lam = 0``: the subgradient ``rho 1[t > 0]``)."""
+    if lam > 0:
+        return torch.clamp(t / lam, min=0.0, max=rho)
+    return torch.where(t > 0, torch.full_like(t, rho), torch.zeros_like(t))
+
+
+class _Outer:
+    smooth = False
+    has_threshold = False
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+class Hinge(_Outer):
+    r"""The hinge :math:`f(u) = \rho[u - \kappa]_+` (a penalty of :math:`u \le \kappa`).
+
+    ``grad(u, lam)`` is the gradient of its Moreau envelope,
+    :math:`\mathrm{clip}((u - \kappa)/\lambda, 0, \rho)` (paper Eq. (2), the "smoothed hinge"),
+    and for ``lam = 0`` the subgradient :math:`\rho\,1[u > \kappa]` (SONX).
+
+    >>> import torch
+    >>> Hinge(rho=2.0).grad(torch.tensor([-1.0, 0.005, 1.0]), 0.01)
+    tensor([0.0000, 0.5000, 2.0000])
+    """
+
+    def __init__(self, rho=1.0, kappa=0.0):
+        self.rho = check_positive("rho", rho)
+        self.kappa = _real("kappa", kappa)
+
+    def value(self, u):
+        return self.rho * torch.clamp(torch.as_tensor(u) - self.kappa, min=0.0)
+
+    def grad(self, u, lam):
+        return _clip_grad(torch.as_tensor(u) - self.kappa, _lam(lam), self.rho)
+
+
+class AbsHinge(_Outer):
+    r"""The two-sided hinge :math:`f(u) = \rho[|u| - \kappa]_+`, ``kappa >= 0`` (a penalty of
+    :math:`|u| \le \kappa`: the ROC-fairness constraints of the paper's App. F.2).
+
+    Moreau-envelope gradient
+    :math:`\mathrm{sign}(u)\,\mathrm{clip}((|u| - \kappa)/\lambda, 0, \rho)`; ``lam = 0``: the
+    subgradient :math:`\rho\,\mathrm{sign}(u)\,1[|u| > \kappa]`.
+
+    >>> import torch
+    >>> AbsHinge(rho=4.0, kappa=0.1).grad(torch.tensor([-0.3, 0.05, 0.12]), 0.01)
+    tensor([-4.0000,  0.0000,  2.0000])
+    """
+
+    def __init__(self, rho=1.0, kappa=0.0):
+        self.rho = check_positive("rho", rho)
+        self.kappa = check_positive("kappa", kappa, allow_zero=True)
+
+    def value(self, u):
+        return self.rho * torch.clamp(torch.as_tensor(u).abs() - self.kappa, min=0.0)
+
+    def grad(self, u, lam):
+        u = torch.as_tensor(u)
+        return torch.sign(u) * _clip_grad(u.abs() - self.kappa, _lam(lam), self.rho)
+
+
+class SquaredHinge(_Outer):
+    r"""The squared hinge :math:`f(u) = \frac\rho2[u - \kappa]_+^2` (``absolute=True``:
+    :math:`\frac\rho2[|u| - \kappa]_+^2`), a smooth penalty: ``grad(u, lam)`` is its gradient
+    :math:`\rho[u - \kappa]_+` (times :math:`\mathrm{sign}(u)`), ``lam`` is ignored.
+
+    >>> import torch
+    >>> SquaredHinge(rho=10.0).grad(torch.tensor([-1.0, 0.5]), 0.01)
+    tensor([0., 5.])
+    """
+
+    smooth = True
+
+    def __init__(self, rho=1.0, kappa=0.0, absolute=False):
+        self.rho = check_positive("rho", rho)
+        self.kappa = _real("kappa", kappa)
+        if absolute and self.kappa < 0:
+            raise ValueError(f"kappa must be >= 0 with absolute=True, got {kappa}")
+        self.absolute = bool(absolute)
+
+    def value(self, u):
+        u = torch.as_tensor(u)
+        a = u.abs() if self.absolute else u
+        return 0.5 * self.rho * torch.clamp(a - self.kappa, min=0.0) ** 2
+
+    def grad(self, u, lam=0.0):
+        u = torch.as_tensor(u)
+        _lam(lam)
+        if self.absolute:
+            return self.rho * torch.sign(u) * torch.clamp(u.abs() - self.kappa, min=0.0)
+        return self.rho * torch.clamp(u - self.kappa, min=0.0)
+
+
+class GroupCVaR(_Outer):
+    r"""The CVaR form :math:`f(u, s) = s + \frac1r[u - s]_+`, ``0 < r <= 1``: the mean over the
+    ``m`` groups, minimised over the threshold ``s``, is the CVaR at level ``r`` of the group
+    losses (the mean of the ``r m`` largest; paper Eq. (10)).
+
+    ``grad(u, lam, s)`` is the ``u``-derivative :math:`h_\lambda'(u - s)` of the smoothed form,
+    :math:`h = \frac1r[\cdot]_+` with Moreau parameter ``lam``:
+    :math:`\mathrm{clip}((u - s)/\lambda, 0, 1/r)`; the optimizers keep ``s`` and update it with
+    :math:`1 - \mathrm{mean}_{g} h_\lambda'(u_g - s)`.
+
+    >>> import torch
+    >>> GroupCVaR(0.25).grad(torch.tensor([0.0, 0.75, 2.0]), 0.25, s=0.5)
+    tensor([0., 1., 4.])
+    """
+
+    has_threshold = True
+
+    def __init__(self, r):
+        self.r = check_positive("r", r)
+        if self.r > 1:
+            raise ValueError(f"r (the tail fraction) must be in (0, 1], got {r}")
+
+    def value(self, u, s=0.0):
+        return s + torch.clamp(torch.as_tensor(u) - s, min=0.0) / self.r
+
+    def grad(self, u, lam, s=0.0):
+        return _clip_grad(torch.as_tensor(u) - s, _lam(lam), 1.0 / self.r)
+
+
+# ---------------------------------------------------------------------------- optimizers
+def _unit(name, value):
+    v = check_positive(name, value)
+    if v > 1:
+        raise ValueError(f"{name} must be in (0, 1], got {value}")
+    return v
+
+
+class _FCCOBase(IndexedStateOptimizer):
+    """Shared machinery: the ``u`` table, the GroupCVaR threshold ``s`` (own parameter group),
+    the previous iterate, the surrogate and the first / second moments."""
+
+    _keys = ("prev", "v", "m2")
+
+    def _setup(self, params, defaults, n_outer, outer, update, gamma, gamma_prime, smoothing,
+               betas2, eps):
+        if not callable(getattr(outer, "grad", None)):
+            raise ValueError(f"outer must be an outer function with grad(u, lam) (Hinge, "
+                             f"AbsHinge, SquaredHinge, GroupCVaR), got {outer!r}")
+        if update not in _UPDATES:
+            raise ValueError(f"update must be one of {_UPDATES}, got {update!r}")
+        check_positive("lr", defaults["lr"])
+        _unit("beta", defaults["beta"])
+        check_positive("weight_decay", defaults["weight_decay"], allow_zero=True)
+        b2 = check_positive("betas2", betas2, allow_zero=True)
+        if b2 >= 1:
+            raise ValueError(f"betas2 must be in [0, 1), got {betas2}")
+        self.outer, self.update = outer, update
+        self.gamma, self.gamma_prime = _unit("gamma", gamma), check_positive(
+            "gamma_prime", gamma_prime, allow_zero=True)
+        self.smoothing = check_positive("smoothing", smoothing, allow_zero=True)
+        self.betas2, self.eps = b2, check_positive("eps", eps)
+        super().__init__(params, defaults, n_indices=check_int("n_outer", n_outer))
+        self.add_indexed_state("u")
+        self.add_indexed_state("seen", dtype=torch.bool)
+        self._s = None
+        if getattr(outer, "has_threshold", False):
+            self._s = torch.zeros((), dtype=self._default_dtype(), device=self.device,
+                                  requires_grad=True)
+            self.add_param_group({"params": [self._s], "weight_decay": 0.0})
+        self._t, self._pending = 0, None
+        for p in self._params():
+            st = self.state[p]
+            for k in self._keys:
+                if k != "m2" or update == "adam":
+                    st[k] = p.detach().clone() if k in ("prev", "anchor") else torch.zeros_like(
+                        p, memory_format=torch.preserve_format)
+
+    def _params(self):
+        return [p for g in self.param_groups for p in g["params"]]
+
+    @property
+    def s(self):
+        """The GroupCVaR threshold ``s`` (a float; None for other outer functions)."""
+        return None if self._s is None else float(self._s.detach())
+
+    # ------------------------------------------------------------------ devices
+    def _sync_device(self):
+        super()._sync_device()
+        dev = self.device
+        if self._s is not None and self._s.device != dev:
+            self._s.data = self._s.data.to(dev)
+        for p in self._params():
+            for k, v in self.state[p].items():
+                if isinstance(v, torch.Tensor) and v.device != p.device:
+                    self.state[p][k] = v.to(p.device)
+
+    # ------------------------------------------------------------------ previous iterate
+    def previous_params(self, module):
+        """``{name: tensor}`` of the previous iterate (detached) for the parameters of
+        ``module`` that this optimizer updates, for :func:`torch.func.functional_call`."""
+        ids = {id(p): p for p in self._params()}
+        return {name: self.state[ids[id(p)]]["prev"] for name, p in module.named_parameters()
+                if id(p) in ids}
+
+    def evaluate_previous(self, module, fn):
+        """``fn(call)`` under ``torch.no_grad()``, ``call(*args, **kwargs)`` being ``module``
+        evaluated at the previous iterate (its buffers copied, so running statistics are left
+        alone): the ``g_prev`` of :meth:`surrogate`, e.g.
+        ``opt.evaluate_previous(model, lambda f: group_losses(f(x), y))``."""
+        params = self.previous_params(module)
+        tensors = {**{n: b.clone() for n, b in module.named_buffers()}, **params}
+
+        def call(*args, **kwargs):
+            return torch.func.functional_call(module, tensors, args, kwargs)
+
+        with torch.no_grad():
+            return fn(call)
+
+    # ------------------------------------------------------------------ the estimator
+    def _check_batch(self, indices, g_now, g_prev, need_prev):
+        self._sync_device()
+        idx = self.check_indices(indices)
+        if idx.numel() == 0:
+            raise ValueError("indices is empty: a step needs at least one outer index")
+        if torch.unique(idx).numel() != idx.numel():
+            raise ValueError("the outer indices of a step must be distinct")
+        for name, g in (("g_now", g_now), ("g_prev", g_prev)):
+            if g is None:
+                continue
+            if not isinstance(g, torch.Tensor) or g.ndim != 1 or g.numel() != idx.numel():
+                raise ValueError(f"{name} must be a 1-D tensor with one inner estimate per "
+                                 f"outer index ({idx.numel()}), got "
+                                 f"{getattr(g, 'shape', type(g).__name__)}")
+            if not bool(torch.isfinite(g.detach()).all()):
+                raise ValueError(f"non-finite values in {name}")
+        if need_prev and g_prev is None:
+            raise ValueError(f"{type(self).__name__} needs g_prev, the inner estimates at the "
+                             "previous iterate (opt.evaluate_previous(model, fn))")
+        return idx
+
+    def surrogate(self, indices, g_now, g_prev=None, direct=None):
+        r"""Update the tracked values ``u_i`` of the batch's outer indices and return the
+        scalar :math:`\mathrm{direct} + \frac1{|I|}\sum_{i\in I} y_i\, g_{\mathrm{now},i}`
+        (``y_i = outer.grad(u_i, smoothing)`` held constant; with :class:`GroupCVaR`,
+        :math:`s + \frac1{|I|}\sum_i y_i (g_{\mathrm{now},i} - s)`), whose ``backward()``
+        leaves the method's gradient estimate in ``.grad``.
+
+        Parameters
+        ----------
+        indices : tensor, array or sequence of int
+            The distinct outer indices ``I`` of the step, in ``[0, n_outer)``.
+        g_now : tensor of shape ``(len(I),)``
+            The inner estimates :math:`g_i(w_t; B_i)` at the current parameters, with graph.
+        g_prev : tensor of shape ``(len(I),)``, optional
+            The same estimates (same rows) at the previous iterate, without graph; needed when
+            ``gamma_prime > 0`` (:meth:`evaluate_previous`).
+        direct : scalar tensor, optional
+            The batch estimate of the direct term :math:`g_0` (differentiated as is).
+        """
+        idx = self._check_batch(indices, g_now, g_prev, self._gp() > 0)
+        with torch.no_grad():
+            table = self.indexed_state("u")
+            now = g_now.detach().to(table.dtype)
+            u, seen = self.gather("u", idx), self.gather("seen", idx)
+            new = (1.0 - self._gam()) * u + self._gam() * now
+            if self._gp() > 0:
+                new = new + self._gp() * (now - g_prev.detach().to(table.dtype))
+            new = torch.where(seen, new, now)
+            self.scatter("u", idx, new)
+            self.scatter("seen", idx, True)
+            lam = self._lam()
+            if self._s is not None:
+                y = self.outer.grad(new, lam, self._s.detach().to(table.dtype))
+            else:
+                y = self.outer.grad(new, lam)
+            y = y.to(g_now.dtype)
+        self._pending = True
+        out = (y * (g_now - self._s) if self._s is not None else y * g_now).mean()
+        if self._s is not None:
+            out = out + self._s
+        if direct is not None:
+            if not isinstance(direct, torch.Tensor) or direct.numel() != 1:
+                raise ValueError("direct must be a scalar tensor (the batch estimate of g0)")
+            out = out + direct.reshape(())
+        return out
+
+    def _gam(self):
+        return self.gamma
+
+    def _gp(self):
+        return self.gamma_prime
+
+    def _lam(self):
+        return self.smoothing
+
+    def _moment_step(self, p, G, lr, beta, t):
+        """``v <- (1-beta) v + beta G``, then ``p -= lr v`` or the Adam-type step (step
+        ``t`` from 1)."""
+        st = self.state[p]
+        v = st["v"]
+        v.mul_(1.0 - beta).add_(G, alpha=beta)
+        if self.update == "adam":
+            c1, c2 = 1.0 - (1.0 - beta) ** t, 1.0 - self.betas2 ** t
+            st["m2"].mul_(self.betas2).addcmul_(G, G, value=1.0 - self.betas2)
+            p.sub_(lr * (v / c1) / (torch.sqrt(st["m2"] / c2) + self.eps))
+        else:
+            p.sub_(v, alpha=lr)
+
+    def _begin_step(self, closure):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self._pending:
+            raise RuntimeError("call opt.surrogate(indices, g_now, ...).backward() before "
+                               "opt.step()")
+        self._sync_device()
+        return loss
+
+    # ------------------------------------------------------------------ checkpoints
+    def _extra(self):
+        return {"t": self._t, "s": None if self._s is None else self._s.detach().clone()}
+
+    def _load_extra(self, extra):
+        self._t = int(extra["t"])
+        if (extra["s"] is None) != (self._s is None):
+            raise ValueError("state_dict and optimizer disagree on the threshold s "
+                             "(GroupCVaR outer function)")
+        if self._s is not None:
+            with torch.no_grad():
+                self._s.copy_(extra["s"])
+
+    def state_dict(self):
+        """:meth:`IndexedStateOptimizer.state_dict` plus ``fcco`` (step counters, ``s``)."""
+        out = super().state_dict()
+        out["fcco"] = self._extra()
+        return out
+
+    def load_state_dict(self, state_dict):
+        """Load a :meth:`state_dict` (onto the parameters' device)."""
+        state_dict = dict(state_dict)
+        extra = state_dict.pop("fcco", None)
+        if extra is None:
+            raise ValueError(f"state_dict has no 'fcco' entry: not from {type(self).__name__}")
+        super().load_state_dict(state_dict)
+        self._load_extra(extra)
+        self._pending = None
+
+
+class SONEX(_FCCOBase):
+    r"""SONEX (Algorithm 1): MSVR tracking of the inner values, the gradient of the Moreau
+    envelope of the outer function, momentum or Adam-type update.
+
+    Per step, for the distinct outer indices ``I`` (module docstring for the loop):
+
+    .. math::
+
+        u_i &\leftarrow (1-\gamma)u_i + \gamma g_i(w_t; B_i)
+              + \gamma'\,(g_i(w_t; B_i) - g_i(w_{t-1}; B_i)), \quad i \in I \\
+        G_t &= \frac1{|I|}\sum_{i\in I} \nabla f_{i,\lambda}(u_i)\, \nabla g_i(w_t; B_i)
+               \ [+ \nabla g_0(w_t; B_0)] \\
+        v &\leftarrow (1-\beta) v + \beta (G_t + \text{weight\_decay}\ w_t), \qquad
+        w_{t+1} = w_t - \text{lr}\ v \ \text{(or Adam-type)}
+
+    Parameters
+    ----------
+    params : iterable of tensors or dicts
+    n_outer : int
+        ``m``, the number of outer indices (groups / constraints): the rows of ``u``.
+    outer : Hinge, AbsHinge, SquaredHinge or GroupCVaR
+    lr : float > 0
+        :math:`\eta` (in the parameter groups: schedulers apply).
+    beta : float in (0, 1], default 0.1
+        Momentum rate (Adam: :math:`\beta_1 = 1 - \beta`).
+    gamma : float in (0, 1], default 0.8
+        Tracking rate of ``u``.
+    gamma_prime : float >= 0, default 0.1
+        MSVR correction (0: the moving average of SONX).
+    smoothing : float >= 0, default 0.01
+        The Moreau parameter :math:`\lambda` (0: a subgradient).
+    update : {"momentum", "adam"}
+    weight_decay : float >= 0, default 0
+        Adds ``weight_decay * w`` to the gradient (not to ``s``).
+    betas2, eps : float
+        Adam's second-moment rate and denominator guard.
+    """
+
+    def __init__(self, params, n_outer, outer, lr, beta=0.1, gamma=0.8, gamma_prime=0.1,
+                 smoothing=0.01, update="momentum", weight_decay=0.0, betas2=0.999, eps=1e-8):
+        defaults = dict(lr=lr, beta=beta, weight_decay=weight_decay)
+        self._setup(params, defaults, n_outer, outer, update, gamma, gamma_prime, smoothing,
+                    betas2, eps)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """The momentum / Adam-type update from ``.grad`` (after
+        ``surrogate(...).backward()``); the current parameters become the previous iterate."""
+        loss = self._begin_step(closure)
+        self._t += 1
+        for group in self.param_groups:
+            for p in group["params"]:
+                st = self.state[p]
+                grad = p.grad
+                st["prev"].copy_(p)
+                if grad is None:
+                    continue
+                G = grad + group["weight_decay"] * p if group["weight_decay"] else grad
+                self._moment_step(p, G, group["lr"], group["beta"], self._t)
+        self._pending = None
+        return loss
+
+
+class SONX(SONEX):
+    r"""SONX (Wang & Yang 2022), the paper's baseline: :class:`SONEX` with ``gamma_prime = 0``
+    (moving average) and ``smoothing = 0`` (a subgradient of the outer function); ``g_prev``
+    is not needed. Same parameters as :class:`SONEX` otherwise."""
+
+    def __init__(self, params, n_outer, outer, lr, beta=0.1, gamma=0.8, update="momentum",
+                 weight_decay=0.0, betas2=0.999, eps=1e-8):
+        super().__init__(params, n_outer, outer, lr, beta=beta, gamma=gamma, gamma_prime=0.0,
+                         smoothing=0.0, update=update, weight_decay=weight_decay,
+                         betas2=betas2, eps=eps)
+
+
+class SOX(SONX):
+    r"""SOX (Wang & Yang 2022) for a *smooth* outer function (:class:`SquaredHinge`, the
+    squared-hinge penalty of the paper's Fig. 2-3 baselines): the :class:`SONX` update with
+    the outer gradient itself. Raises for a non-smooth ``outer``."""
+
+    def __init__(self, params, n_outer, outer, lr, beta=0.1, gamma=0.8, update="momentum",
+                 weight_decay=0.0, betas2=0.999, eps=1e-8):
+        if not getattr(outer, "smooth", False):
+            raise ValueError(f"SOX needs a smooth outer function (SquaredHinge), got {outer!r};"
+                             " use SONX or SONEX for hinges")
+        super().__init__(params, n_outer, outer, lr, beta=beta, gamma=gamma, update=update,
+                         weight_decay=weight_decay, betas2=betas2, eps=eps)
+
+
+class ALEXR2(_FCCOBase):
+    r"""ALEXR2 (Algorithm 2) in its MSVR-equivalent form (paper footnote 4, App. F.2): a double
+    loop whose live parameters are the inner iterate ``z``; the optimizer keeps the anchor
+    ``w_t`` (``state[p]["anchor"]``). Each :meth:`step` is one inner step ``k``:
+
+    .. math::
+
+        u_i &\leftarrow (1-\hat\gamma)u_i + \hat\gamma g_i(z_k; B_i)
+              + \hat\gamma\theta\,(g_i(z_k; B_i) - g_i(z_{k-1}; B_i)), \quad
+        y_i = \nabla f_{i,\lambda}(u_i) \\
+        G_k &= \frac1{|I|}\sum_{i\in I} y_i \nabla g_i(z_k; B_i) \ [+ \nabla g_0(z_k; B_0)]
+               \ [+ \text{weight\_decay}\ z_k] \\
+        z_{k+1} &= \Big(\frac{z_k}{\eta} + \frac{w_t}{\nu} - G_k\Big)
+                   \Big/ \Big(\frac1\eta + \frac1\nu\Big)
+
+    (the surrogate is the one of :class:`SONEX`); after ``K = inner_steps`` inner steps
+    :math:`G_t = (w_t - z_K)/\nu` (the inexact gradient of the Moreau envelope
+    :math:`F_{\lambda,\nu}`; the paper's line 13 writes :math:`\beta/\nu`, whose extra
+    :math:`\beta` duplicates line 14's and is dropped, as in :mod:`riskopt.solvers.fcco`),
+    :math:`v \leftarrow (1-\beta)v + \beta G_t`, :math:`w_{t+1} = w_t - \alpha v` (or Adam-type),
+    and the parameters and the anchor are set to :math:`w_{t+1}`. The previous iterate of the
+    MSVR correction (:meth:`previous_params`) is :math:`z_{k-1}` (:math:`w_t` at ``k = 0``).
+
+    Parameters
+    ----------
+    params, n_outer, outer
+        As for :class:`SONEX`.
+    lr : float > 0
+        :math:`\alpha`, the outer step (in the parameter groups, as ``inner_lr``).
+    inner_lr : float > 0
+        :math:`\eta`.
+    nu : float > 0, default 0.1
+        The Moreau parameter of the objective (:math:`\nu`).
+    inner_steps : int >= 1, default 5
+        ``K``.
+    gamma : float in (0, 1], default 0.8
+        :math:`\hat\gamma` of the MSVR form.
+    theta : float >= 0, default 0.125
+        Extrapolation (:math:`\hat\gamma\theta = 0.1` with the defaults, the paper's F.2).
+    beta, smoothing, update, weight_decay, betas2, eps
+        As for :class:`SONEX`.
+    """
+
+    _keys = ("prev", "anchor", "v", "m2")
+
+    def __init__(self, params, n_outer, outer, lr, inner_lr, nu=0.1, inner_steps=5, gamma=0.8,
+                 theta=0.125, beta=0.1, smoothing=0.01, update="momentum", weight_decay=0.0,
+                 betas2=0.999, eps=1e-8):
+        check_positive("inner_lr", inner_lr)
+        self.nu = check_positive("nu", nu)
+        self.inner_steps = check_int("inner_steps", inner_steps)
+        self.theta = check_positive("theta", theta, allow_zero=True)
+        defaults = dict(lr=lr, inner_lr=float(inner_lr), beta=beta, weight_decay=weight_decay)
+        self._setup(params, defaults, n_outer, outer, update, gamma, 0.0, smoothing, betas2,
+                    eps)
+        self._k = 0
+
+    def _gp(self):
+        return self.gamma * self.theta
+
+    @property
+    def inner_position(self):
+        """``k``, the number of inner steps taken since the last outer update."""
+        return self._k
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One inner step (after ``surrogate(...).backward()``); every ``inner_steps``-th call
+        also takes the outer step and resets ``z`` to the new anchor."""
+        loss = self._begin_step(closure)
+        for group in self.param_groups:
+            eta, wd = group["inner_lr"], group["weight_decay"]
+            a = 1.0 / eta + 1.0 / self.nu
+            for p in group["params"]:
+                st = self.state[p]
+                st["prev"].copy_(p)
+                G = p.grad if p.grad is not None else torch.zeros_like(p)
+                if wd:
+                    G = G + wd * p
+                p.copy_((p / eta + st["anchor"] / self.nu - G) / a)
+        self._k += 1
+        if self._k >= self.inner_steps:
+            self._k = 0
+            self._t += 1
+            for group in self.param_groups:
+                for p in group["params"]:
+                    st = self.state[p]
+                    Gt = (st["anchor"] - p) / self.nu
+                    p.copy_(st["anchor"])
+                    self._moment_step(p, Gt, group["lr"], group["beta"], self._t)
+                    st["anchor"].copy_(p)
+                    st["prev"].copy_(p)
+        self._pending = None
+        return loss
+
+    def _extra(self):
+        return {**super()._extra(), "k": self._k}
+
+    def _load_extra(self, extra):
+        super()._load_extra(extra)
+        self._k = int(extra.get("k", 0))
+
+
+def project_capped_simplex(x, cap):
+    r"""Euclidean projection of ``x`` (1-D tensor) on
+    :math:`\Omega = \{p : \sum_g p_g = 1,\ 0 \le p_g \le \mathrm{cap}\}` (needs
+    ``cap * len(x) >= 1``), exactly (up to rounding): :math:`p = \mathrm{clip}(x - \tau, 0,
+    \mathrm{cap})` with the shift :math:`\tau` found among the ``2m`` breakpoints
+    :math:`\{x_g, x_g - \mathrm{cap}\}` of the piecewise-linear
+    :math:`\varphi(\tau) = \sum_g \mathrm{clip}(x_g - \tau, 0, \mathrm{cap})` by sorting and
+    prefix sums (``O(m log m)``, on the tensor's device, no host round trip).
+
+    >>> import torch
+    >>> project_capped_simplex(torch.tensor([0.9, 0.5, 0.1, -0.5], dtype=torch.float64), 0.5)
+    tensor([0.5000, 0.4500, 0.0500, 0.0000], dtype=torch.float64)
+    """
+    x = torch.as_tensor(x)
+    m = x.numel()
+    if x.ndim != 1 or m == 0:
+        raise ValueError("x must be a non-empty 1-D tensor")
+    if not cap * m >= 1.0 - 1e-12:
+        raise ValueError(f"the capped simplex is empty: cap * m = {cap * m} < 1")
+    xd = x.to(torch.float64)
+
+    def pos_part_sum(tau, a_sorted, suffix):
+        # sum_g [a_g - tau]_+ for every tau, a_sorted ascending, suffix[j] = sum a_sorted[j:]
+        j = torch.searchsorted(a_sorted, tau, right=True)
+        return suffix[j] - (m - j).to(tau.dtype) * tau
+
+    a = torch.sort(xd).values
+    suffix = torch.cat([torch.flip(torch.cumsum(torch.flip(a, [0]), 0), [0]),
+                        a.new_zeros(1)])
+    bp = torch.sort(torch.cat([a, a - cap])).values
+    phi = pos_part_sum(bp, a, suffix) - pos_part_sum(bp, a - cap, suffix - cap * torch.arange(
+        m, -1, -1, dtype=xd.dtype, device=xd.device))
+    j = torch.clamp((phi >= 1.0).sum() - 1, min=0)
+    k = torch.clamp(j + 1, max=2 * m - 1)
+    lo, hi, plo, phi_hi = bp[j], bp[k], phi[j], phi[k]
+    denom = plo - phi_hi
+    tau = torch.where(denom > 0, lo + (plo - 1.0) * (hi - lo) / torch.where(
+        denom > 0, denom, torch.ones_like(denom)), lo)
+    return torch.clamp(xd - tau, min=0.0, max=cap).to(x.dtype)
+
+
+class OOA(IndexedStateOptimizer):
+    r"""OOA: the stochastic primal-dual baseline for group DRO with the CVaR over groups
+    (paper Sec. 6, Eq. (10) as :math:`\min_w \max_{p\in\Omega} \sum_g p_g L_g(w)`,
+    :math:`\Omega = \{p \in \Delta_m,\ p_g \le 1/(r m)\}`). The group weights ``p`` are a
+    table (float64, on the parameters' device, in ``state_dict``), starting uniform. One step
+    with the distinct group ids ``I`` and the batch's group losses :math:`L_g`:
+
+    .. math::
+
+        w &\leftarrow w - \text{lr}\Big(\frac m{|I|}\sum_{g\in I} p_g \nabla L_g(w)
+             + \text{weight\_decay}\ w\Big), \\
+        p &\leftarrow \mathrm{Proj}_\Omega\Big(p + \text{dual\_lr}\,\frac m{|I|}
+             \sum_{g\in I} L_g\, e_g\Big)
+
+    (:func:`project_capped_simplex`): ``opt.surrogate(I, group_losses).backward();
+    opt.step()``.
+
+    Parameters
+    ----------
+    params : iterable of tensors or dicts
+    n_groups : int
+    tail_fraction : float in (0, 1]
+        ``r`` (needs ``r * n_groups >= 1``).
+    lr, dual_lr : float > 0
+    weight_decay : float >= 0, default 0
+    """
+
+    def __init__(self, params, n_groups, tail_fraction, lr, dual_lr, weight_decay=0.0):
+        r = _unit("tail_fraction", tail_fraction)
+        check_positive("lr", lr)
+        self.dual_lr = check_positive("dual_lr", dual_lr)
+        check_positive("weight_decay", weight_decay, allow_zero=True)
+        n = check_int("n_groups", n_groups)
+        if r * n < 1.0 - 1e-12:
+            raise ValueError(f"tail_fraction * n_groups must be >= 1 (got {r} * {n}): the "
+                             "weights' set is empty")
+        super().__init__(params, dict(lr=float(lr), weight_decay=float(weight_decay)),
+                         n_indices=n)
+        self.cap = 1.0 / (r * n)
+        self.add_indexed_state("p", fill=1.0 / n, dtype=torch.float64)
+        self._pending = None
+
+    def surrogate(self, indices, group_losses):
+        r""":math:`\frac m{|I|}\sum_{g\in I} p_g L_g` with ``p`` constant (its ``backward()``
+        leaves the primal gradient in ``.grad``); remembers the losses for the dual step."""
+        self._sync_device()
+        idx = self.check_indices(indices)
+        if idx.numel() == 0 or torch.unique(idx).numel() != idx.numel():
+            raise ValueError("indices must be non-empty distinct group ids")
+        L = group_losses
+        if not isinstance(L, torch.Tensor) or L.ndim != 1 or L.numel() != idx.numel():
+            raise ValueError("group_losses must be a 1-D tensor with one loss per group id")
+        if not bool(torch.isfinite(L.detach()).all()):
+            raise ValueError("non-finite group losses")
+        w = self.gather("p", idx) * (self.n_indices / idx.numel())
+        self._pending = (idx, L.detach().to(torch.float64))
+        return (w.to(L.dtype) * L).sum()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """SGD step on the parameters, then the projected ascent step on ``p``."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._pending is None:
+            raise RuntimeError("call opt.surrogate(indices, group_losses).backward() first")
+        self._sync_device()
+        idx, L = self._pending
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                G = p.grad + group["weight_decay"] * p if group["weight_decay"] else p.grad
+                p.sub_(G, alpha=group["lr"])
+        table = self.indexed_state("p")
+        x = table.clone().index_add_(0, idx, self.dual_lr * (self.n_indices / idx.numel()) * L)
+        table.copy_(project_capped_simplex(x, self.cap))
+        self._pending = None
+        return loss
+
+    @property
+    def group_weights(self):
+        """The group weights ``p`` (a copy of the table)."""
+        return self.indexed_state("p").clone()
