@@ -54,18 +54,6 @@ group, ``opt.s``): the surrogate is :math:`s + \frac1{|I|}\sum_i y_i (g_i - s)`,
 update as ``w`` (no weight decay). ``lr`` lives in the parameter groups, so
 ``torch.optim.lr_scheduler`` schedules apply (to the outer step ``alpha`` for ALEXR2).
 
-A loop (group DRO; ``groups_batch`` the distinct group ids, ``group_mean_losses(f)`` the mean
-loss of each group's rows of the batch under the model call ``f``)::
-
-    opt = SONEX(model.parameters(), n_outer=m, outer=GroupCVaR(0.15), lr=1e-3)
-    for xb, yb, gb in loader:
-        inner = lambda f: group_mean_losses(f(xb), yb, gb)
-        g_now = inner(model)
-        g_prev = opt.evaluate_previous(model, inner)
-        opt.zero_grad()
-        opt.surrogate(groups_batch, g_now, g_prev).backward()
-        opt.step()
-
 Examples
 --------
 >>> import torch
@@ -90,6 +78,7 @@ Examples
 >>> 0.0 < opt.s < 1.0
 True
 """
+import math
 import numbers
 
 import torch
@@ -105,8 +94,7 @@ _UPDATES = ("momentum", "adam")
 
 # ---------------------------------------------------------------------------- outer functions
 def _real(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value \
-            or abs(float(value)) == float("inf"):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite real number, got {value!r}")
     return float(value)
 
@@ -285,9 +273,10 @@ class _FCCOBase(IndexedStateOptimizer):
         for p in self._params():
             st = self.state[p]
             for k in self._keys:
-                if k != "m2" or update == "adam":
-                    st[k] = p.detach().clone() if k in ("prev", "anchor") else torch.zeros_like(
-                        p, memory_format=torch.preserve_format)
+                if k in ("prev", "anchor"):
+                    st[k] = p.detach().clone()
+                elif k == "v" or update == "adam":
+                    st[k] = torch.zeros_like(p)
 
     def _params(self):
         return [p for g in self.param_groups for p in g["params"]]
@@ -321,8 +310,8 @@ class _FCCOBase(IndexedStateOptimizer):
         evaluated at the previous iterate (its buffers copied, so running statistics are left
         alone): the ``g_prev`` of :meth:`surrogate`, e.g.
         ``opt.evaluate_previous(model, lambda f: group_losses(f(x), y))``."""
-        params = self.previous_params(module)
-        tensors = {**{n: b.clone() for n, b in module.named_buffers()}, **params}
+        tensors = {**{n: b.clone() for n, b in module.named_buffers()},
+                   **self.previous_params(module)}
 
         def call(*args, **kwargs):
             return torch.func.functional_call(module, tensors, args, kwargs)
@@ -334,10 +323,8 @@ class _FCCOBase(IndexedStateOptimizer):
     def _check_batch(self, indices, g_now, g_prev, need_prev):
         self._sync_device()
         idx = self.check_indices(indices)
-        if idx.numel() == 0:
-            raise ValueError("indices is empty: a step needs at least one outer index")
-        if torch.unique(idx).numel() != idx.numel():
-            raise ValueError("the outer indices of a step must be distinct")
+        if idx.numel() == 0 or torch.unique(idx).numel() != idx.numel():
+            raise ValueError("the outer indices of a step must be non-empty and distinct")
         for name, g in (("g_now", g_now), ("g_prev", g_prev)):
             if g is None:
                 continue
@@ -376,13 +363,13 @@ class _FCCOBase(IndexedStateOptimizer):
             table = self.indexed_state("u")
             now = g_now.detach().to(table.dtype)
             u, seen = self.gather("u", idx), self.gather("seen", idx)
-            new = (1.0 - self._gam()) * u + self._gam() * now
+            new = (1.0 - self.gamma) * u + self.gamma * now
             if self._gp() > 0:
                 new = new + self._gp() * (now - g_prev.detach().to(table.dtype))
             new = torch.where(seen, new, now)
             self.scatter("u", idx, new)
             self.scatter("seen", idx, True)
-            lam = self._lam()
+            lam = self.smoothing
             if self._s is not None:
                 y = self.outer.grad(new, lam, self._s.detach().to(table.dtype))
             else:
@@ -398,21 +385,14 @@ class _FCCOBase(IndexedStateOptimizer):
             out = out + direct.reshape(())
         return out
 
-    def _gam(self):
-        return self.gamma
-
     def _gp(self):
         return self.gamma_prime
-
-    def _lam(self):
-        return self.smoothing
 
     def _moment_step(self, p, G, lr, beta, t):
         """``v <- (1-beta) v + beta G``, then ``p -= lr v`` or the Adam-type step (step
         ``t`` from 1)."""
         st = self.state[p]
-        v = st["v"]
-        v.mul_(1.0 - beta).add_(G, alpha=beta)
+        v = st["v"].mul_(1.0 - beta).add_(G, alpha=beta)
         if self.update == "adam":
             c1, c2 = 1.0 - (1.0 - beta) ** t, 1.0 - self.betas2 ** t
             st["m2"].mul_(self.betas2).addcmul_(G, G, value=1.0 - self.betas2)
@@ -441,8 +421,7 @@ class _FCCOBase(IndexedStateOptimizer):
             raise ValueError("state_dict and optimizer disagree on the threshold s "
                              "(GroupCVaR outer function)")
         if self._s is not None:
-            with torch.no_grad():
-                self._s.copy_(extra["s"])
+            self._s.data.copy_(extra["s"])
 
     def state_dict(self):
         """:meth:`IndexedStateOptimizer.state_dict` plus ``fcco`` (step counters, ``s``)."""
@@ -513,12 +492,10 @@ class SONEX(_FCCOBase):
         self._t += 1
         for group in self.param_groups:
             for p in group["params"]:
-                st = self.state[p]
-                grad = p.grad
-                st["prev"].copy_(p)
-                if grad is None:
+                self.state[p]["prev"].copy_(p)
+                if p.grad is None:
                     continue
-                G = grad + group["weight_decay"] * p if group["weight_decay"] else grad
+                G = p.grad + group["weight_decay"] * p if group["weight_decay"] else p.grad
                 self._moment_step(p, G, group["lr"], group["beta"], self._t)
         self._pending = None
         return loss
@@ -591,6 +568,26 @@ class ALEXR2(_FCCOBase):
         Extrapolation (:math:`\hat\gamma\theta = 0.1` with the defaults, the paper's F.2).
     beta, smoothing, update, weight_decay, betas2, eps
         As for :class:`SONEX`.
+
+    Examples
+    --------
+    Maximise the mean score subject to ``mean score <= 1`` (exact penalty ``rho = 10``):
+
+    >>> import torch
+    >>> from riskopt.torch.optim import ALEXR2, Hinge
+    >>> _ = torch.manual_seed(0)
+    >>> X = torch.randn(256, 2); model = torch.nn.Linear(2, 1)
+    >>> opt = ALEXR2(model.parameters(), n_outer=1, outer=Hinge(10.0), lr=0.05, inner_lr=0.1,
+    ...              update="adam")
+    >>> for t in range(500):
+    ...     b = torch.randint(0, 256, (32,))
+    ...     inner = lambda f: f(X[b]).mean().reshape(1) - 1.0      # g_1(z) = mean score - 1
+    ...     g_now, g_prev = inner(model), opt.evaluate_previous(model, inner)
+    ...     opt.zero_grad()
+    ...     opt.surrogate([0], g_now, g_prev, direct=-model(X[b]).mean()).backward()
+    ...     opt.step()
+    >>> abs(float(model(X).detach().mean()) - 1.0) < 0.1
+    True
     """
 
     _keys = ("prev", "anchor", "v", "m2")
@@ -719,6 +716,23 @@ class OOA(IndexedStateOptimizer):
         ``r`` (needs ``r * n_groups >= 1``).
     lr, dual_lr : float > 0
     weight_decay : float >= 0, default 0
+
+    Examples
+    --------
+    >>> import torch
+    >>> from riskopt.torch.optim import OOA
+    >>> _ = torch.manual_seed(0)
+    >>> X = torch.randn(400, 2); y = X[:, 0] + torch.arange(400) % 4 * torch.randn(400)
+    >>> model = torch.nn.Linear(2, 1)
+    >>> opt = OOA(model.parameters(), n_groups=4, tail_fraction=0.5, lr=0.05, dual_lr=0.05)
+    >>> for t in range(200):
+    ...     L = ((model(X)[:, 0] - y) ** 2).view(-1, 4).mean(0)   # group g: rows i % 4 == g
+    ...     opt.zero_grad()
+    ...     opt.surrogate(torch.arange(4), L).backward()
+    ...     opt.step()
+    >>> p = opt.group_weights
+    >>> abs(float(p.sum()) - 1.0) < 1e-12, float(p.max()) <= 0.5, float(p[3]) > float(p[0])
+    (True, True, True)
     """
 
     def __init__(self, params, n_groups, tail_fraction, lr, dual_lr, weight_decay=0.0):
