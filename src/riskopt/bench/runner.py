@@ -363,6 +363,11 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
         plot=True, echo=None):
     """Run (or resume) an experiment.
 
+    Repairs (each reported by a :class:`riskopt.bench.RecoveryWarning`): corrupt cell
+    files, error records or ``fstar.json`` are renamed aside and recomputed; a stale lock is
+    taken over; temporary files of a killed run are removed. ``SIGTERM`` / ``SIGHUP`` act as
+    ``KeyboardInterrupt`` meanwhile; on any exception the loky workers are killed.
+
     Parameters
     ----------
     spec : Spec, path to a TOML file, or a bundled spec name (``"quick"``)
@@ -395,11 +400,6 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
         Another run holds the output folder (the message names its pid, host, start time).
     riskopt.bench.OutputError
         The output folder cannot be created or written (the message names it).
-
-    Repairs (each reported by a :class:`riskopt.bench.RecoveryWarning`): corrupt cell
-    files, error records or ``fstar.json`` are renamed aside and recomputed; a stale lock is
-    taken over; temporary files of a killed run are removed. ``SIGTERM`` / ``SIGHUP`` act as
-    ``KeyboardInterrupt`` meanwhile; on any exception the loky workers are killed.
     """
     spec = load_spec(spec)
     say = echo or (lambda msg: None)
