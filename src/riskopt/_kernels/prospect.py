@@ -11,7 +11,11 @@ updated in place; randomness enters only through the index arrays drawn in Pytho
     2. ``v = outer(X[i], n q_i d - n rho_i D[i]) + gbar``  (``q`` from the last re-solve);
     3. ``W <- (W - lr v) / (1 + lr reg)`` (exact prox of the l2 term, row-wise);
     4. ``gbar += outer(X[i], q_i d - rho_i D[i])``; ``D[i] <- d``; ``rho[i] <- q_i``;
-    5. ``losses[i] <- l_i(w^(t))``; bubble ``i`` into place; ``q <- PAV(sorted losses)``.
+    5. ``losses[i] <- l_i(w^(t))``; bubble ``i`` into place; ``q <- PAV(sorted losses)``,
+       kept incrementally: the hull tree of ``incremental_pav`` is refreshed on the ranks the
+       bubbling moved (O(s + log^2 n), ``s`` the number of swaps) and the next step's ``q_i``
+       is read off it in O(log n), so no step costs O(n). ``oracle=ORACLE_FULL`` selects the
+       O(n) twin instead (PAV resumed at the lowest moved rank for chi2, full PAV for KL).
 
     So after step ``t`` the tables hold: ``losses[i]`` and ``D[i]`` evaluated at the iterate
     ``w^(s)`` of the last step ``s <= t`` that drew ``i`` (before that step's update),
@@ -28,14 +32,25 @@ updated in place; randomness enters only through the index arrays drawn in Pytho
     gbar)``; ``losses[j] <- l_j(W)``; ``W <- prox_{lr r_i}(V_i)``; ``G[j] <- grad
     M_lr[r_j](V_j)``; re-solve ``q``; ``gbar = sum_j q_j G[j]`` (sparse update over the
     entries of ``q`` that changed).
+
+    The re-solve stays the O(n) PAV (allocation-free): a step is Theta(n) whatever the oracle,
+    because ``i`` is drawn by inverse CDF over ``q`` in sample order (the twin's rule; an
+    O(log n) draw from the tree would change the index stream) and ``gbar`` needs every
+    ``q_m`` that moved, i.e. every rank of every PAV block whose value moved (one block holds
+    most ranks for CVaR with a chi-square cost, so that is O(n p K) per step).
 """
 
 import numpy as np
 from numba import njit
 
 from .losses import ABSOLUTE, LOGISTIC, SQUARED, _add_outer, _loss_deriv, _predict_row
+from .incremental_pav import (BUCKET, _bubble_sorted, _ipav_alloc, _ipav_build, _ipav_update,
+                              _ipav_weight)
 from .oracles import (CHI2, _bubble, _chi2_weight_at, _chi2_weights_from_blocks,
-                      _nu0_weight_at, _pav_chi2_resume, _weights_sorted, _weights_sorted_ws)
+                      _nu0_weight_at, _pav_chi2_resume, _weights_sorted_ws)
+
+ORACLE_FULL = 0         #: O(n) per step: PAV resumed at the lowest moved rank (chi2), full PAV (KL)
+ORACLE_INCREMENTAL = 1  #: O(s + log^2 n) per step: the hull tree of ``incremental_pav``
 
 _TWO_M53 = 2.0 ** -53
 
@@ -63,14 +78,26 @@ def _resort(order, rank, losses, ls, i):
 
 @njit(cache=True)
 def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, q, rho, gbar,
-                    order, rank):
+                    order, rank, oracle, stats):
     """One pass of Prospect over ``indices`` (in-place on W and the tables).
 
     A step only needs ``q_i`` of the sampled index, so the weights are not materialised per
-    step: for chi-square the PAV resumes at the lowest rank the bubbling changed
-    (``_pav_chi2_resume``) and ``q_i`` is read off its blocks by binary search; for ``nu = 0``
-    it is ``sigma`` at ``i``'s rank (averaged over ties); KL runs the full PAV. ``q`` is
-    written back in full at the end of the pass.
+    step. ``oracle``:
+
+    * ``ORACLE_INCREMENTAL`` (the solver's default): for ``nu > 0`` (chi2 and KL) the hull
+      tree of ``incremental_pav`` is built at the start of the pass, refreshed on the ranks
+      the bubbling moved (O(s + log^2 n)) and ``q_i`` is read off it (O(log n)); a KL table
+      whose losses span more than ``2 * KL_RANGE * nu`` falls back to the full PAV;
+    * ``ORACLE_FULL`` (the O(n) twin): chi-square resumes the PAV at the lowest rank the
+      bubbling changed (``_pav_chi2_resume``) and reads ``q_i`` off its blocks by binary search,
+      KL runs the full PAV every step.
+
+    For ``nu = 0`` ``q_i`` is ``sigma`` at ``i``'s rank (averaged over ties) either way. ``q``
+    is written back in full at the end of the pass (one O(n) PAV). ``stats`` (int64, length
+    8, or empty to skip) accumulates ``[0]`` swaps, ``[1]`` tree nodes refreshed (O(n)
+    oracle: ranks re-pooled by the PAV), ``[2]`` bridge-descent steps, ``[3]`` steps, ``[4]``
+    tree rebuilds (KL range), ``[5]`` refreshed nodes that kept their bridge, ``[6]`` tangent
+    walks, ``[7]`` buckets rebuilt.
     """
     n, p = X.shape
     K = W.shape[1]
@@ -79,23 +106,35 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     c = np.empty(K)
     ls = np.empty(n)
     qs = np.empty(n)
-    work = np.empty(n)
+    work = np.empty(2 * n)
     iwork = np.empty(n, dtype=np.int64)
-    ends = np.empty(n, dtype=np.int64)
-    snap_sum = np.empty(n)
-    snap_cnt = np.empty(n, dtype=np.int64)
     shrink = np.empty(p)
     for j in range(p):
         shrink[j] = 1.0 / (1.0 + lr * reg[j])
     _sorted_tables(losses, q, order, ls, qs)
-    mode = 0  # 0: nu = 0 lookup, 1: incremental chi2, 2: full KL
+    # 0: nu = 0 lookup, 1: chi2 PAV resume, 2: full PAV, 3: hull tree
+    mode = 0
     nb = 0
+    L0 = 0.0
+    S = _ipav_alloc(n if (oracle == ORACLE_INCREMENTAL and nu > 0.0) else 0, BUCKET)
+    ends = np.empty(0, dtype=np.int64)
+    snap_sum = np.empty(0)
+    snap_cnt = np.empty(0, dtype=np.int64)
     if nu > 0.0:
-        if div == CHI2:
+        if oracle == ORACLE_INCREMENTAL:
+            L0 = _ipav_build(ls, sigma, nu, div, S)
+            mode = 3 if L0 == L0 else 2
+        elif div == CHI2:
             mode = 1
+            ends = np.empty(n, dtype=np.int64)
+            snap_sum = np.empty(n)
+            snap_cnt = np.empty(n, dtype=np.int64)
             nb = _pav_chi2_resume(ls, sigma, nu, 0, work, iwork, ends, snap_sum, snap_cnt)
         else:
             mode = 2
+        if mode == 2:
+            _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
+    collect = stats.shape[0] >= 8
     # exact control-variate mean at the start of the pass (no drift across passes)
     gbar[:, :] = 0.0
     for m in range(n):
@@ -105,7 +144,9 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         i = indices[t]
         _predict_row(X, i, W, z)
         li = _loss_deriv(code, y[i], z, dz)
-        if mode == 1:
+        if mode == 3:
+            qi = _ipav_weight(rank[i], ls, nu, div, L0, S)
+        elif mode == 1:
             qi = _chi2_weight_at(ls, nu, rank[i], work, iwork, ends, nb)
         elif mode == 0:
             qi = _nu0_weight_at(ls, sigma, rank[i])
@@ -126,14 +167,33 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         rho[i] = qi
         # bias-reducing update: loss table, incremental sort, exact weights
         losses[i] = li
-        lo = _resort(order, rank, losses, ls, i)
-        if mode == 1:
+        if oracle == ORACLE_INCREMENTAL:
+            r0 = _bubble_sorted(order, rank, ls, i, li)
+        else:  # the pre-tree code path, unchanged
+            r0 = rank[i]
+            _resort(order, rank, losses, ls, i)
+        r1 = rank[i]
+        lo = r0 if r0 < r1 else r1
+        hi = r1 if r0 < r1 else r0
+        if collect:
+            stats[0] += hi - lo
+            stats[3] += 1
+        if mode == 3:
+            L0 = _ipav_update(ls, sigma, nu, div, L0, S, lo, hi, r1, stats)
+            if L0 != L0:  # KL range exceeded: the O(n) oracle for the rest of the pass
+                mode = 2
+                _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
+        elif mode == 1:
             nb = _pav_chi2_resume(ls, sigma, nu, lo, work, iwork, ends, snap_sum, snap_cnt)
+            if collect:
+                stats[1] += n - lo
         elif mode == 2:
             _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
+            if collect:
+                stats[1] += n
     if mode == 1:
         _chi2_weights_from_blocks(ls, nu, work, iwork, nb, qs)
-    elif mode == 0:
+    elif mode != 2:
         _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
     for r in range(n):
         q[order[r]] = qs[r]
@@ -279,6 +339,8 @@ def _epoch_prospect_moreau(code, X, y, reg, sigma, nu, div, lr, jdx, W, losses, 
     nothing = np.empty((0, K))
     ls = np.empty(n)
     qs = np.empty(n)
+    work = np.empty(2 * n)
+    iwork = np.empty(n, dtype=np.int64)
     _sorted_tables(losses, q, order, ls, qs)
     gbar[:, :] = 0.0
     for m in range(n):
@@ -317,7 +379,7 @@ def _epoch_prospect_moreau(code, X, y, reg, sigma, nu, div, lr, jdx, W, losses, 
         # loss table and exact weights
         losses[j] = lj
         _resort(order, rank, losses, ls, j)
-        _weights_sorted(ls, sigma, nu, div, qs)
+        _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
         # gbar = sum_m q_m G[m]: sparse update over the changed weights and the new G[j]
         qj_old = q[j]
         for r in range(n):

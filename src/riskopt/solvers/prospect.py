@@ -40,11 +40,14 @@ call per step), and :math:`\rho_i` receives the weight :math:`q_i^{(t)}` used in
 
 Implementation (Appendix C): the loss table's sorting permutation ``order`` and its inverse
 ``rank`` are kept up to date by bubbling the changed entry (Subroutine 4, O(swaps)); the
-weights are solved exactly by PAV (Subroutines 1-3, O(n)) on the sorted table; the gradient
-table stores only ``dloss/dz`` (``n x K`` scalars) since :math:`\nabla \ell_i(w) = x_i
-\otimes \ell'(x_i^\top W)`; :math:`\bar g` is updated in O(pK) from ``X[i]`` (and recomputed
-exactly at the start of each pass to remove round-off drift). Work per step: O(n) for PAV plus
-O(swaps + pK).
+weights are the exact PAV solution (Subroutines 1-3) on the sorted table, kept incrementally
+rather than re-solved: a tree of convex-minorant hulls (``riskopt._kernels.incremental_pav``)
+is refreshed on the ranks the bubbling moved and the weight of the sampled index is read off
+it, so a step costs O(swaps + log^2 n) instead of O(n) (the O(n) re-solve is kept as the twin,
+``Prospect._oracle = ORACLE_FULL``); the gradient table stores only ``dloss/dz`` (``n x K``
+scalars) since :math:`\nabla \ell_i(w) = x_i \otimes \ell'(x_i^\top W)`; :math:`\bar g` is
+updated in O(pK) from ``X[i]`` (and recomputed exactly at the start of each pass to remove
+round-off drift). Work per step: O(swaps + log^2 n + pK).
 
 The regulariser is handled exactly rather than through the table: the tables hold gradients of
 the unregularised losses and the l2 term is applied by its proximal operator (row-wise, so an
@@ -139,8 +142,9 @@ class Prospect(Solver):
     r"""Prospect: bias- and variance-reduced stochastic gradient for spectral risks.
 
     Mehta et al. (ICLR 2024), Algorithm 1 / Algorithm 3 with ``i = j``, implemented as in
-    Appendix C (incremental bubble sort, exact PAV weights, O(n + pK) work per step). See the
-    module docstring for the exact update and which iterate each table entry refers to.
+    Appendix C (incremental bubble sort, exact PAV weights) with the weights kept by an
+    incremental hull tree (O(swaps + log^2 n + pK) work per step). See the module docstring
+    for the exact update and which iterate each table entry refers to.
 
     Parameters
     ----------
@@ -166,6 +170,13 @@ class Prospect(Solver):
     """
 
     name = "prospect"
+    #: private switch: ``_kp.ORACLE_INCREMENTAL`` (hull tree, O(s + log^2 n) per step) or
+    #: ``_kp.ORACLE_FULL`` (the O(n) PAV twin); benchmarks/prospect_incremental.py compares them
+    _oracle = _kp.ORACLE_INCREMENTAL
+    #: private: an int64 array of length 8 to accumulate counters into (swaps, tree nodes
+    #: refreshed, bridge-descent steps, steps, tree rebuilds, nodes that kept their bridge,
+    #: tangent walks, buckets rebuilt; see ``_kp._epoch_prospect``), or None
+    _stats = None
 
     def _check_objective(self, objective):
         _check_loss(objective, "Prospect")
@@ -182,9 +193,10 @@ class Prospect(Solver):
 
     def _pass(self, objective, state, indices):
         a = copy_arrays(state, "coef", "losses", "derivs", "q", "rho", "gbar", "order", "rank")
+        stats = self._stats if self._stats is not None else np.zeros(0, dtype=np.int64)
         _kp._epoch_prospect(objective.loss.code, objective.X, objective.y, objective.reg,
                             objective.sigma, objective.nu, objective.div, float(self.lr),
-                            indices, *a.values())
+                            indices, *a.values(), int(self._oracle), stats)
         return state._replace(epoch=state.epoch + 1, **a)
 
 

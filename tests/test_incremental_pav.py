@@ -1,0 +1,301 @@
+"""The incremental exact oracle (``riskopt._kernels.incremental_pav``) against the full PAV.
+
+Property tests (hypothesis): random loss tables (continuous, with ties, with a large common
+offset), random sequences of single-loss updates (small moves, fresh draws anywhere in the
+range, jumps to both ends of the table, rewrites of the same value), every spectrum family
+(CVaR, ESRM, extremile, mean, max-loss, a random user spectrum), chi-square and KL, shift
+costs over four decades, bucket sizes 1, 2, 32 (1 and 2 exercise the tree part of every
+descent, 32 is the production size). After every update the weights of all ranks read off the
+structure must equal ``oracles._weights_sorted`` on the same sorted table to 1e-12 (absolute;
+the weights sum to 1). n runs from 1 to 1e4 (the largest in a few fixed cases by default, in
+hypothesis under ``-m slow``).
+
+Then the solver: a Prospect pass with the incremental oracle against the O(n) oracle
+(``Prospect._oracle = ORACLE_FULL``) on the same index sequence, one kernel call per step, so
+every iterate is compared (to rounding); and the KL fallback when the losses span more than
+``2 * KL_RANGE * nu``.
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+import riskopt as ro
+from riskopt._kernels import incremental_pav as ip
+from riskopt._kernels import oracles as ko
+from riskopt._kernels import prospect as kp
+
+TOL = 1e-12
+SPECTRA = ("cvar", "esrm", "extremile", "mean", "maxloss", "user")
+DISTS = ("gauss", "ties", "exp", "offset")
+MOVES = ("small", "fresh", "ends", "same", "mixed")
+
+
+@njit(cache=True)
+def _replay(losses, sigma, nu, div, idx, vals, B, check_every):
+    """Apply ``losses[idx[t]] = vals[t]`` one by one (bubble + tree update) and compare all
+    weights with the full PAV every ``check_every`` steps.
+
+    Returns ``(max abs error, steps checked, status, stats)``; status 0 ok, 1 the KL range
+    check refused the table (the first value is then the table's span, for the caller to
+    verify the refusal), 2 a broken invariant (table not sorted, or order/rank not inverse
+    permutations)."""
+    n = losses.shape[0]
+    order = np.argsort(losses, kind="mergesort")
+    rank = np.empty(n, dtype=np.int64)
+    for r in range(n):
+        rank[order[r]] = r
+    ls = np.empty(n)
+    for r in range(n):
+        ls[r] = losses[order[r]]
+    S = ip._ipav_alloc(n, B)
+    stats = np.zeros(8, dtype=np.int64)
+    L0 = ip._ipav_build(ls, sigma, nu, div, S)
+    if L0 != L0:
+        return ls[n - 1] - ls[0], 0, 1, stats
+    q = np.empty(n)
+    qf = np.empty(n)
+    worst = 0.0
+    checked = 0
+    for t in range(idx.shape[0]):
+        i = idx[t]
+        r0 = ip._bubble_sorted(order, rank, ls, i, vals[t])
+        losses[i] = vals[t]
+        r1 = rank[i]
+        lo = min(r0, r1)
+        hi = max(r0, r1)
+        stats[0] += hi - lo
+        L0 = ip._ipav_update(ls, sigma, nu, div, L0, S, lo, hi, r1, stats)
+        if L0 != L0:
+            return ls[n - 1] - ls[0], checked, 1, stats
+        if t % check_every == 0 or t == idx.shape[0] - 1:
+            for r in range(n):
+                if order[rank[r]] != r or ls[r] != losses[order[r]]:
+                    return worst, checked, 2, stats
+                if r > 0 and ls[r - 1] > ls[r]:
+                    return worst, checked, 2, stats
+            ip._ipav_weights_all(ls, nu, div, L0, S, q)
+            ko._weights_sorted(ls, sigma, nu, div, qf)
+            for r in range(n):
+                e = abs(q[r] - qf[r])
+                if e > worst:
+                    worst = e
+            # the single-rank query used by Prospect gives the same numbers
+            r = rank[i]
+            e = abs(ip._ipav_weight(r, ls, nu, div, L0, S) - qf[r])
+            if e > worst:
+                worst = e
+            checked += 1
+    return worst, checked, 0, stats
+
+
+def _spectrum(name, n, rng):
+    if name == "cvar":
+        return ro.CVaR(float(rng.uniform(0.02, 0.98))).spectrum(n)
+    if name == "esrm":
+        return ro.ESRM(float(rng.uniform(0.1, 5.0))).spectrum(n)
+    if name == "extremile":
+        return ro.Extremile(float(rng.uniform(1.0, 6.0))).spectrum(n)
+    if name == "mean":
+        return np.full(n, 1.0 / n)
+    if name == "maxloss":
+        s = np.zeros(n)
+        s[-1] = 1.0
+        return s
+    s = np.sort(rng.exponential(size=n) * (rng.uniform(size=n) < 0.7))
+    if s.sum() == 0.0:
+        s[-1] = 1.0
+    return s / s.sum()
+
+
+def _draw(dist, m, rng):
+    if dist == "gauss":
+        return rng.normal(size=m)
+    if dist == "ties":
+        return rng.integers(0, 4, size=m).astype(float)
+    if dist == "exp":
+        return rng.exponential(size=m) * 3.0
+    return 1e6 + rng.normal(size=m)  # a large common offset
+
+
+def _case(seed, n, spectrum, dist, move, steps):
+    rng = np.random.default_rng(seed)
+    losses = _draw(dist, n, rng)
+    sigma = np.ascontiguousarray(_spectrum(spectrum, n, rng), dtype=np.float64)
+    idx = rng.integers(0, n, size=steps)
+    span0 = float(np.ptp(losses)) + 1.0
+    moves = [move] * steps if move != "mixed" else list(rng.choice(MOVES[:4], size=steps))
+    vals = np.empty(steps)
+    cur = losses.copy()
+    for t, (i, mv) in enumerate(zip(idx, moves)):
+        if mv == "small":
+            v = cur[i] + 1e-3 * rng.normal() * (1.0 + abs(cur[i] - 1e6 * (dist == "offset")))
+        elif mv == "fresh":
+            v = _draw(dist, 1, rng)[0]
+        elif mv == "ends":  # across the whole range, to either end (or beyond)
+            lo, hi = cur.min(), cur.max()
+            v = (lo - rng.uniform(0, 1) * span0) if rng.uniform() < 0.5 else \
+                (hi + rng.uniform(0, 1) * span0)
+        else:  # rewrite an existing value: equal losses
+            v = cur[rng.integers(0, n)]
+        vals[t] = v
+        cur[i] = v
+    return losses, sigma, idx, vals
+
+
+def _check(seed, n, spectrum, dist, move, div, nu_rel, B, steps, check_every=1):
+    losses, sigma, idx, vals = _case(seed, n, spectrum, dist, move, steps)
+    spread = max(float(np.ptp(np.concatenate([losses, vals]))), 1.0)
+    nu = nu_rel * spread
+    worst, checked, status, stats = _replay(losses.copy(), sigma, nu, div, idx, vals, B,
+                                            check_every)
+    assert status != 2, "sorted table / permutation invariant broken"
+    if status == 1:  # only KL may refuse, and only a table spanning > 2 * KL_RANGE * nu
+        assert div == ko.KL and worst > 2 * ip.KL_RANGE * nu
+        return stats
+    assert worst <= TOL, (worst, checked, stats)
+    return stats
+
+
+PROP = settings(max_examples=60, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow])
+cases = dict(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 300),
+    spectrum=st.sampled_from(SPECTRA),
+    dist=st.sampled_from(DISTS),
+    move=st.sampled_from(MOVES),
+    div=st.sampled_from([ko.CHI2, ko.KL]),
+    nu_rel=st.sampled_from([1e-3, 1e-2, 0.1, 1.0]),
+    B=st.sampled_from([1, 2, 32]),
+)
+
+
+@PROP
+@given(**cases)
+def test_incremental_weights_equal_full_pav_after_every_update(seed, n, spectrum, dist, move,
+                                                                div, nu_rel, B):
+    _check(seed, n, spectrum, dist, move, div, nu_rel, B, steps=min(3 * n + 5, 200))
+
+
+@pytest.mark.parametrize("div", [ko.CHI2, ko.KL])
+@pytest.mark.parametrize("n,spectrum,move,B", [
+    (1000, "cvar", "fresh", 32), (2000, "esrm", "mixed", 2), (3000, "extremile", "ends", 32),
+    (10000, "cvar", "mixed", 32), (10000, "extremile", "small", 1)])
+def test_incremental_weights_at_larger_n(div, n, spectrum, move, B):
+    stats = _check(7 + n, n, spectrum, "gauss", move, div, 0.1, B, steps=120)
+    assert stats[1] > 0  # the tree was updated
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(**{**cases, "n": st.integers(1, 10000)})
+def test_incremental_weights_property_up_to_1e4(seed, n, spectrum, dist, move, div, nu_rel, B):
+    _check(seed, n, spectrum, dist, move, div, nu_rel, B, steps=400,
+           check_every=1 if n <= 1000 else 10)
+
+
+@pytest.mark.parametrize("div", [ko.CHI2, ko.KL])
+def test_degenerate_tables(div):
+    # n = 1, 2; all losses equal; every update writing the same value; a spectrum with a
+    # single nonzero entry
+    for n in (1, 2, 3, 33, 64, 65):
+        for spectrum in ("cvar", "maxloss", "mean"):
+            for B in (1, 2, 32):
+                rng = np.random.default_rng(n)
+                losses = np.full(n, 0.7)
+                sigma = np.ascontiguousarray(_spectrum(spectrum, n, rng), dtype=np.float64)
+                idx = rng.integers(0, n, size=40)
+                vals = np.where(rng.uniform(size=40) < 0.5, 0.7, rng.normal(size=40))
+                worst, _, status, _ = _replay(losses, sigma, 0.3, div, idx, vals, B, 1)
+                assert status == 0 and worst <= TOL, (n, spectrum, B, worst)
+
+
+def test_kl_range_rebuild_and_refusal():
+    rng = np.random.default_rng(0)
+    n = 50
+    sigma = np.ascontiguousarray(ro.ESRM(2.0).spectrum(n), dtype=np.float64)
+    nu = 0.01
+    losses = rng.uniform(0, 1, size=n)
+    # one loss jumps 5 (500 nu) above the reference: a rebuild around the new mid-range
+    idx = np.array([3, 4, 5])
+    vals = np.array([6.5, 0.2, 6.4])
+    worst, checked, status, stats = _replay(losses.copy(), sigma, nu, ko.KL, idx, vals, 32, 1)
+    assert status == 0 and stats[4] >= 1 and worst <= TOL
+    # a table spanning more than 2 * KL_RANGE * nu: refused (the caller uses the full PAV)
+    vals = np.array([13.0, 0.2, 6.4])
+    assert _replay(losses.copy(), sigma, nu, ko.KL, idx, vals, 32, 1)[2] == 1
+
+
+# ------------------------------------------------------------------------------- solver
+def _objective(n, risk, div, seed=0, d=5):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = X @ rng.normal(size=d) + rng.standard_t(4, size=n)
+    r = {"cvar": ro.CVaR(0.5, shift_cost=0.5, divergence=div),
+         "esrm": ro.ESRM(1.0, shift_cost=0.2, divergence=div),
+         "extremile": ro.Extremile(2.0, shift_cost=1.0, divergence=div)}[risk]
+    return ro.Objective("squared", r, X, y, l2_reg=1.0 / n, fit_intercept=True)
+
+
+def _pair(lr):
+    new = ro.solvers.Prospect(lr=lr, random_state=0)
+    old = ro.solvers.Prospect(lr=lr, random_state=0)
+    old._oracle = kp.ORACLE_FULL
+    return new, old
+
+
+@pytest.mark.parametrize("div", ["chi2", "kl"])
+@pytest.mark.parametrize("risk", ["cvar", "esrm", "extremile"])
+def test_prospect_pass_matches_the_O_n_oracle_step_by_step(risk, div):
+    n = 300
+    obj = _objective(n, risk, div)
+    new, old = _pair(0.02)
+    s_new = new.init_state(obj)
+    s_old = old.init_state(obj)
+    idx = np.random.default_rng(1).integers(0, n, size=n)
+    for t in range(n):  # one kernel call per step: every iterate is compared
+        s_new = new.update(obj, s_new, indices=idx[t:t + 1])
+        s_old = old.update(obj, s_old, indices=idx[t:t + 1])
+        for f in ("coef", "losses", "derivs", "q", "rho", "gbar"):
+            a, b = getattr(s_new, f), getattr(s_old, f)
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()),
+                                       err_msg=f"{f} at step {t}")
+        np.testing.assert_array_equal(s_new.order, s_old.order)
+
+
+@pytest.mark.parametrize("div", ["chi2", "kl"])
+def test_prospect_passes_match_the_O_n_oracle(div):
+    # whole passes (one kernel call each, the tree built once per pass) on a larger table
+    n = 3000
+    obj = _objective(n, "cvar", div, seed=3)
+    new, old = _pair(0.01)
+    new._stats = np.zeros(8, dtype=np.int64)
+    s_new = new.init_state(obj)
+    s_old = old.init_state(obj)
+    for _ in range(3):
+        idx = np.random.default_rng(int(s_new.epoch)).integers(0, n, size=n)
+        s_new = new.update(obj, s_new, indices=idx)
+        s_old = old.update(obj, s_old, indices=idx)
+        scale = np.abs(s_old.coef).max()
+        np.testing.assert_allclose(s_new.coef, s_old.coef, rtol=0, atol=1e-10 * scale)
+        np.testing.assert_allclose(s_new.q, s_old.q, rtol=0, atol=1e-12)
+    assert new._stats[3] == 3 * n and new._stats[1] > 0
+
+
+def test_prospect_kl_falls_back_to_the_full_oracle_on_a_wide_table():
+    # losses spanning far more than 2 * KL_RANGE * nu: the pass runs on the O(n) oracle
+    rng = np.random.default_rng(0)
+    n = 80
+    X = rng.normal(size=(n, 3))
+    y = 40.0 * rng.normal(size=n)
+    obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=1e-3, divergence="kl"), X, y,
+                       l2_reg=1.0 / n)
+    new, old = _pair(1e-3)
+    idx = rng.integers(0, n, size=n)
+    a = new.update(obj, new.init_state(obj), indices=idx)
+    b = old.update(obj, old.init_state(obj), indices=idx)
+    np.testing.assert_allclose(a.coef, b.coef, rtol=0, atol=1e-12 * np.abs(b.coef).max())
+    np.testing.assert_allclose(a.q, b.q, rtol=0, atol=1e-14)
