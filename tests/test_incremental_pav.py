@@ -60,7 +60,7 @@ def _replay(losses, sigma, nu, div, idx, vals, B, check_every):
     checked = 0
     for t in range(idx.shape[0]):
         i = idx[t]
-        r0 = ip._bubble_sorted(order, rank, ls, i, vals[t])
+        r0 = ko._bubble_sorted(order, rank, ls, i, vals[t])
         losses[i] = vals[t]
         r1 = rank[i]
         lo = min(r0, r1)

@@ -779,30 +779,3 @@ def _ipav_weights_all(ls, nu, div, L0, S, qs):
             qs[k] = _ipav_weight_slope(k, slope, ls, nu, div, L0, S[2])
         r = b
     return nseg
-
-
-@njit(cache=True)
-def _bubble_sorted(order, rank, ls, i, v):
-    """``oracles._bubble`` on the sorted copy: ``ls[r] == losses[order[r]]`` for every rank
-    but ``rank[i]``, ``v`` the new loss of ``i``; moves ``i`` to its rank (same rule, hence the
-    same permutation, as ``_bubble``) keeping ``ls``, ``order`` and ``rank`` in step. Returns
-    the old rank of ``i``."""
-    n = order.shape[0]
-    r0 = rank[i]
-    r = r0
-    while r > 0 and ls[r - 1] > v:
-        o = order[r - 1]
-        order[r] = o
-        rank[o] = r
-        ls[r] = ls[r - 1]
-        r -= 1
-    while r < n - 1 and ls[r + 1] < v:
-        o = order[r + 1]
-        order[r] = o
-        rank[o] = r
-        ls[r] = ls[r + 1]
-        r += 1
-    order[r] = i
-    rank[i] = r
-    ls[r] = v
-    return r0

@@ -44,10 +44,10 @@ import numpy as np
 from numba import njit
 
 from .losses import ABSOLUTE, LOGISTIC, SQUARED, _add_outer, _loss_deriv, _predict_row
-from .incremental_pav import (BUCKET, _bubble_sorted, _ipav_alloc, _ipav_build, _ipav_update,
-                              _ipav_weight)
-from .oracles import (CHI2, _bubble, _chi2_weight_at, _chi2_weights_from_blocks,
-                      _nu0_weight_at, _pav_chi2_resume, _weights_sorted_ws)
+from .incremental_pav import BUCKET, _ipav_alloc, _ipav_build, _ipav_update, _ipav_weight
+from .oracles import (CHI2, _bubble, _bubble_sorted, _chi2_weight_at,
+                      _chi2_weights_from_blocks, _nu0_weight_at, _pav_chi2_resume,
+                      _weights_sorted_ws)
 
 ORACLE_FULL = 0         #: O(n) per step: PAV resumed at the lowest moved rank (chi2), full PAV (KL)
 ORACLE_INCREMENTAL = 1  #: O(s + log^2 n) per step: the hull tree of ``incremental_pav``
