@@ -741,9 +741,8 @@ class OOA(IndexedStateOptimizer):
         self.dual_lr = check_positive("dual_lr", dual_lr)
         check_positive("weight_decay", weight_decay, allow_zero=True)
         n = check_int("n_groups", n_groups)
-        if r * n < 1.0 - 1e-12:
-            raise ValueError(f"tail_fraction * n_groups must be >= 1 (got {r} * {n}): the "
-                             "weights' set is empty")
+        # the caps sum to 1/r >= 1, so the set is never empty; r n < 1 (e.g. r = 0.15 over 4
+        # groups) makes the cap > 1: the whole simplex, i.e. the worst group's loss
         super().__init__(params, dict(lr=float(lr), weight_decay=float(weight_decay)),
                          n_indices=n)
         self.cap = 1.0 / (r * n)
