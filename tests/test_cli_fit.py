@@ -54,6 +54,41 @@ def test_fit_predict_regression_with_group_summary(table, tmp_path, capsys):
     assert all(f"{g}: {v:.4g}" in line for g, v in table.errors.items())
 
 
+def test_fit_group_dro_minimises_the_worst_group_loss(table, tmp_path, capsys):
+    """--group-dro fits the risk of the group-mean losses: the same model as
+    RiskRegressor.fit(groups=), whose worst-group training loss is at most ERM's."""
+    path, df = table
+    X, y, g = df[["a", "b", "c"]].to_numpy(), df["y"].to_numpy(), df["grp"].astype(str)
+    worst = {}
+    for flag in ([], ["--group-dro"]):
+        model = tmp_path / f"m{len(flag)}.joblib"
+        rc = main(["fit", str(path), "--target", "y", "--drop", "label", "--group", "grp",
+                   "--risk", "cvar:0.4", "--quiet", "--out", str(model), *flag])
+        out = capsys.readouterr().out
+        assert rc == 0
+        line = next(ln for ln in out.splitlines() if ln.startswith("worst-group loss (grp)"))
+        worst[bool(flag)] = float(line.split(":")[1].split()[0])
+    assert "over the groups of 'grp' (group DRO)" in out
+    from riskopt.estimators import RiskRegressor
+
+    est = RiskRegressor(risk="cvar:0.4", l2_reg=1e-4, random_state=0).fit(X, y, groups=g)
+    import joblib
+
+    saved = joblib.load(tmp_path / "m1.joblib")
+    assert saved["group_dro"] is True
+    np.testing.assert_allclose(saved["estimator"].predict(X), est.predict(X), rtol=1e-8,
+                               atol=1e-8)
+    assert worst[True] < worst[False]
+
+
+def test_fit_group_dro_needs_a_group_column(table, tmp_path, capsys):
+    path, _ = table
+    model = tmp_path / "m.joblib"
+    rc = main(["fit", str(path), "--target", "y", "--group-dro", "--out", str(model)])
+    assert rc == 2 and not model.exists()
+    assert "--group-dro needs --group" in capsys.readouterr().err
+
+
 def test_fit_predict_classification_parquet_with_proba(table, tmp_path):
     _, df = table
     pq = tmp_path / "train.parquet"

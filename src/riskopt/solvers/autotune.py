@@ -153,8 +153,12 @@ def _make(cls, params, lr, seed):
     return cls(**kw)
 
 
-def _candidates(objective, name, lr, base_lr, coef0, prev_lr):
-    """Step sizes to try (None: the solver's default) and whether they are a grid."""
+def _candidates(objective, name, lr, base_lr, coef0, prev_lr, default_lr=None):
+    """Step sizes to try (None: the solver's default).
+
+    Without a smoothness estimate (a family other than spectral) the grid is centred on the
+    solver's own default ``lr`` when it has a numeric one, so a default that diverges on
+    badly scaled data is not the only step tried."""
     if lr != "auto":
         return [float(lr)]
     if coef0 is not None and prev_lr is not None:
@@ -162,6 +166,9 @@ def _candidates(objective, name, lr, base_lr, coef0, prev_lr):
     if base_lr is not None:
         return [float(base_lr(objective, name) if callable(base_lr) else base_lr)]
     lr0 = smoothness_lr(objective)
+    if lr0 is None and isinstance(default_lr, (int, float)) and not isinstance(default_lr, bool) \
+            and np.isfinite(default_lr) and default_lr > 0:
+        lr0 = float(default_lr)
     return [None] if lr0 is None else [lr0 * c for c in LR_CANDIDATES]
 
 
@@ -224,7 +231,8 @@ def autotune(solver, objective, *, params=None, lr="auto", base_lr=None, max_epo
     probe = _make(cls, params, None, seed)
     ppu = float(probe.passes_per_update(objective))
     tune_updates = max(1, int(round(TUNE_PASSES / ppu)))
-    candidates = _candidates(objective, name, lr, base_lr, coef0, prev_lr)
+    candidates = _candidates(objective, name, lr, base_lr, coef0, prev_lr,
+                             getattr(probe, "lr", None))
 
     def attempt(step, updates, seed_):
         slv = _make(cls, params, step, seed_)
