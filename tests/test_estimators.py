@@ -484,3 +484,64 @@ def test_solvers_registered_later_are_accepted(monkeypatch):
                             random_state=0).fit(X, y)
     assert est.solver_ == "toy_plugin_est" and len(est.lr_search_) == 4
     assert est.objective_trace_[-1] < 0.5 * est.objective_trace_[0]
+
+
+# ----------------------------------------------------------------- units of the features
+def _unit_problem(n=300, seed=0):
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, 3))
+    y = Z @ np.array([1.0, -2.0, 0.5]) + rng.standard_t(4, n)
+    return Z, y
+
+
+@pytest.mark.parametrize("solver", ["lbfgs", "prospect", "lsvrg"])
+def test_fit_does_not_depend_on_the_units_of_the_features(solver):
+    """Columns in wildly different units (1e-6, raw nanosecond timestamps ~1.7e18, 1e50 x)
+    give the same model as the standardised columns: the fit is scale-aware
+    (``estimators._feature_scaling``), so the step sizes, L-BFGS and the stopping test see
+    the same problem. Before, L-BFGS returned the zero model for such data with a success
+    message. The l2 term is mu/2 |w|^2 in the units given, so the comparison is with
+    ``l2_reg`` scaled per column: fitting on ``Z`` with l2 ``mu`` is the same problem as on
+    ``X = Z * s + c`` with l2 ``mu / s^2``; we check the unregularised fits (``l2_reg=0``)
+    and the predictions, which do not depend on the units."""
+    Z, y = _unit_problem()
+    s = np.array([1e-6, 1e9, 1e50])
+    c = np.array([0.0, 1.7e18, 0.0])
+    X = Z * s + c
+    kw = dict(risk="cvar:0.3", l2_reg=0.0, solver=solver, random_state=0, tol=1e-8,
+              max_epochs=400)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = RiskRegressor(**kw).fit(Z, y)
+        est = RiskRegressor(**kw).fit(X, y)
+    assert np.all(np.isfinite(est.coef_)) and np.all(est.coef_ != 0)
+
+    def cvar(pred):  # CVaR(0.3) of the squared losses, n * 0.3 = 90 rows exactly
+        return np.sort(0.5 * (pred - y) ** 2)[-90:].mean()
+
+    f_star = cvar(RiskRegressor(risk="cvar:0.3", l2_reg=0.0, tol=1e-12).fit(Z, y).predict(Z))
+    assert cvar(est.predict(X)) == pytest.approx(f_star, rel=2e-3)
+    assert cvar(ref.predict(Z)) == pytest.approx(f_star, rel=2e-3)
+    if solver == "lbfgs":
+        np.testing.assert_allclose(est.coef_ * s, ref.coef_, rtol=1e-3, atol=1e-4)
+
+
+def test_scale_aware_fit_is_the_same_problem():
+    """The standardised fit minimises the objective in the units given (to L-BFGS accuracy):
+    with an l2 term the solution equals a fit on the raw columns with scaling switched off."""
+    Z, y = _unit_problem(seed=1)
+    X = Z * np.array([0.01, 1.0, 300.0]) + np.array([5.0, 0.0, -1e3])
+
+    class Raw(RiskRegressor):
+        _scale_features = False
+
+    kw = dict(risk="esrm:1", l2_reg=1e-3, tol=1e-12, max_epochs=5000)
+    a = RiskRegressor(**kw).fit(X, y)
+    b = Raw(**kw).fit(X, y)
+    assert a.objective_trace_[-1] == pytest.approx(b.objective_trace_[-1], rel=1e-8)
+    np.testing.assert_allclose(a.predict(X), b.predict(X), rtol=1e-5, atol=1e-5)
+    # warm start in the units of X: the previous coef maps into the standardised coordinates
+    c = RiskRegressor(**kw, warm_start=True).fit(X, y)
+    f0 = c.objective_trace_[-1]
+    c.fit(X, y)
+    assert c.objective_trace_[0] == pytest.approx(f0, rel=1e-10)

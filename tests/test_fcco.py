@@ -273,3 +273,26 @@ def test_estimators_fit_group_dro_and_report_group_losses():
         ro.RiskClassifier().fit(X, y, groups=g[:5])
     with pytest.raises(ValueError, match="spectral risk"):
         ro.RiskClassifier(risk="kl:0.5").fit(X, y, groups=g)
+
+
+@pytest.mark.parametrize("solver", ["sonex", "sonx", "ooa", "alexr2"])
+def test_estimator_stochastic_group_dro_on_unscaled_features(solver):
+    """The step search is a grid around the solver's default lr (no smoothness estimate for
+    this family) and the fit runs in standardised coordinates: on features of scales 1 and
+    30 the default step alone oscillated past the divergence monitor ("diverged for every
+    step size tried"), and on the raw features OOA / ALEXR2 ended ~12% above the optimum;
+    now every solver ends within 2% (measured 0.1-0.6%)."""
+    rng = np.random.default_rng(3)
+    n = 1200
+    g = rng.choice(np.array(["a", "b", "c", "d"]), n, p=[0.5, 0.3, 0.15, 0.05])
+    X = np.column_stack([rng.normal(size=n), 30 * rng.random(n), rng.integers(0, 2, n)])
+    y = (X[:, 0] + 0.05 * X[:, 1] + (g == "d") + rng.logistic(size=n) > 1).astype(int)
+    ref = ro.RiskClassifier(risk="cvar:0.3", solver="lbfgs").fit(X, y, groups=g)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning: the budget is not to tol
+        est = ro.RiskClassifier(risk="cvar:0.3", solver=solver, random_state=0).fit(
+            X, y, groups=g)
+    f_ref, f = ref.objective_trace_[-1], est.objective_trace_[-1]
+    assert np.isfinite(f) and (f - f_ref) / f_ref < 2e-2

@@ -497,3 +497,23 @@ def test_every_registered_solver_is_in_the_table():
 def test_unknown_solver_name():
     with pytest.raises(ValueError, match="unknown solver"):
         ro.solvers.get("nope")
+
+
+def test_divergence_is_judged_against_the_starting_value():
+    """Prospect with lr = 3 on concrete keeps finite but astronomically large iterates for 20
+    passes (the objective overflows): the run loop reports it as diverged (message, flag and
+    DivergenceWarning), not as "max_epochs reached"; a sane step is not flagged."""
+    import warnings
+
+    from riskopt.callbacks import DivergenceWarning
+
+    d = ro.datasets.load("concrete")
+    obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=1.0), d.X_train, d.y_train,
+                       l2_reg=1 / len(d.y_train))
+    with pytest.warns(DivergenceWarning, match="objective rose from"):
+        res = ro.solvers.get("prospect", lr=3.0).run(obj, 20)
+    assert res.diverged and "use a smaller lr" in res.message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DivergenceWarning)
+        res = ro.solvers.get("prospect", lr=0.03).run(obj, 5)
+    assert not res.diverged and res.message == "max_epochs reached"

@@ -177,6 +177,64 @@ def _as_risk(risk):
     return risk
 
 
+#: Column statistics within these bounds (scale in [1/2, 2], |mean| <= scale) count as already
+#: standardised: the fit runs on X as given (see ``_feature_scaling``).
+_SCALE_BAND = (0.5, 2.0)
+
+
+def _feature_scaling(X, fit_intercept):
+    """``(shift, scale)`` of the columns of ``X`` for a scale-aware fit, or None.
+
+    The estimators minimise the same problem in standardised coordinates: ``X' = (X - m) / s``
+    with the l2 term ``mu/2 sum_j s_j^-2 w'_j^2`` (``w = w' / s``, ``b = b' - m . w``), which
+    has the same minimiser and value; only the conditioning changes, so step sizes, L-BFGS and
+    the stopping tests no longer depend on the units of the features. ``m`` is the column
+    mean with an intercept (the intercept absorbs the shift), else 0 (``s`` is then the root
+    mean square); constant (``s = 0``) columns keep ``s = 1``. None (fit on ``X`` as given)
+    when every column is already standardised within ``_SCALE_BAND`` (nothing to gain)."""
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        return None
+    if fit_intercept:
+        m = X.mean(axis=0)
+        s = X.std(axis=0)
+    else:
+        m = np.zeros(X.shape[1])
+        s = np.sqrt(np.mean(X * X, axis=0))
+    ok = np.isfinite(s) & (s > 0) & np.isfinite(m)
+    s = np.where(ok, s, 1.0)
+    m = np.where(ok, m, 0.0)
+    lo, hi = _SCALE_BAND
+    if np.all((s >= lo) & (s <= hi) & (np.abs(m) <= s)):
+        return None
+    return m, s
+
+
+def _to_scaled(W, scaling, fit_intercept):
+    """``(p, K)`` coefficients in the units of X -> the standardised coordinates."""
+    if scaling is None:
+        return W
+    m, s = scaling
+    d = s.shape[0]
+    Ws = np.array(W, dtype=np.float64)
+    Ws[:d] = W[:d] * s[:, None]
+    if fit_intercept:
+        Ws[d] = W[d] + m @ W[:d]
+    return Ws
+
+
+def _from_scaled(Ws, scaling, fit_intercept):
+    """Inverse of :func:`_to_scaled`."""
+    if scaling is None:
+        return Ws
+    m, s = scaling
+    d = s.shape[0]
+    W = np.array(Ws, dtype=np.float64)
+    W[:d] = Ws[:d] / s[:, None]
+    if fit_intercept:
+        W[d] = Ws[d] - m @ W[:d]
+    return W
+
+
 def _build_objective(risk, loss, X, y, l2_reg, fit_intercept, sample_weight, groups=None):
     if groups is not None:
         if not isinstance(risk, _RiskBase):
@@ -215,6 +273,10 @@ def _is_spectral(obj):
 # ---------------------------------------------------------------------------- base class
 class _RiskEstimatorBase(BaseEstimator):
     """Shared parameters, validation and the solver driver."""
+
+    #: fit in standardised coordinates when the columns are not (``_feature_scaling``);
+    #: a class switch for tests that compare a fit with a solver run on the raw ``X``
+    _scale_features = True
 
     _parameter_constraints = {
         "risk": [str, _RiskBase, KLDRO, HasMethods(["make_objective"])],
@@ -331,8 +393,11 @@ class _RiskEstimatorBase(BaseEstimator):
         if sample_weight is not None:
             sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
             X, y_enc, sw = _expand_frequency_weights(X, y_enc, sw)
+        scaling = _feature_scaling(X, bool(self.fit_intercept)) if self._scale_features \
+            else None
+        X_fit = X if scaling is None else (X - scaling[0]) / scaling[1]
         try:
-            obj = _build_objective(risk, loss, X, y_enc, float(self.l2_reg),
+            obj = _build_objective(risk, loss, X_fit, y_enc, float(self.l2_reg),
                                    bool(self.fit_intercept), sw, groups)
         except ValueError as exc:
             if sw is None or "sample_weight" not in str(exc):
@@ -340,6 +405,16 @@ class _RiskEstimatorBase(BaseEstimator):
             raise ValueError(
                 f"{exc}. Integer sample weights summing to at most {_MAX_EXPANSION} n are "
                 f"accepted for every risk (the rows are repeated).") from None
+        if scaling is not None:
+            reg = getattr(obj, "reg", None)
+            d = X.shape[1]
+            if isinstance(reg, np.ndarray) and reg.shape == (obj.p,) and \
+                    obj.p == d + bool(self.fit_intercept):
+                reg[:d] = reg[:d] / scaling[1] ** 2  # mu / s_j^2: the same problem in w'
+            else:  # a plug-in family without the per-row l2 vector: fit on X as given
+                scaling = None
+                obj = _build_objective(risk, loss, X, y_enc, float(self.l2_reg),
+                                       bool(self.fit_intercept), sw, groups)
         weighted = getattr(obj, "sample_weight", None) is not None
         coef0 = None
         if self.warm_start and hasattr(self, "coef_"):
@@ -352,7 +427,7 @@ class _RiskEstimatorBase(BaseEstimator):
                     f"warm_start: the previous fit has coefficients of shape {W_prev.shape} "
                     f"(incl. intercept row) but this data needs {(obj.p, obj.K)}"
                     f"{coef_shape_msg}; set warm_start=False")
-            coef0 = obj.as_coef(W_prev)
+            coef0 = obj.as_coef(_to_scaled(W_prev, scaling, bool(self.fit_intercept)))
         W, converged = self._fit_objective(obj, risk, weighted, coef0)
         if not converged and self.tol is not None:
             warnings.warn(
@@ -363,7 +438,7 @@ class _RiskEstimatorBase(BaseEstimator):
         if groups is not None:
             self.group_labels_ = obj.group_labels
             self.group_losses_ = obj.group_losses(obj.as_coef(W))
-        return W
+        return _from_scaled(W, scaling, bool(self.fit_intercept))
 
 
 # ---------------------------------------------------------------------------- regressor

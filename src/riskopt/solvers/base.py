@@ -249,6 +249,12 @@ class Solver:
         elapsed, progress = 0.0, 0.0
         message = "max_epochs reached" if unit == "passes" else "n_steps reached"
         diverged = False
+        # divergence is also judged against the starting value (not only non-finite iterates):
+        # one objective evaluation here and one at the end, outside the solver's clock
+        rise_check = unit == "passes" and n_calls > 0 and callable(
+            getattr(objective, "value", None))
+        f_start = (_safe_value(objective, objective.as_coef(self._iterate(state)))
+                   if rise_check else float("nan"))
         for k in range(n_calls):
             t0 = perf_counter()
             state, amount = step(state, k)
@@ -267,7 +273,23 @@ class Solver:
                            "non-finite iterates")
                 warnings.warn(message, DivergenceWarning, stacklevel=3)
                 break
+        if rise_check and not diverged and np.isfinite(f_start):
+            f_end = _safe_value(objective, objective.as_coef(self._iterate(state)))
+            if not f_end - f_start <= RISE_FACTOR * abs(f_start):  # NaN f_end counts
+                scale = max(abs(f_start), abs(_safe_value(objective, objective.zeros())))
+                if not f_end - f_start <= RISE_FACTOR * scale:
+                    diverged = True
+                    end = f"{f_end:.6g}" if np.isfinite(f_end) else "an overflow"
+                    message = (f"diverged after {state.epoch} updates ({progress:g} {unit}): the "
+                               f"objective rose from {f_start:.6g} to {end} (more than "
+                               f"{RISE_FACTOR:g} x its starting scale); use a smaller lr")
+                    warnings.warn(message, DivergenceWarning, stacklevel=3)
         return self._result(objective, state, elapsed, trace, diverged, message, progress)
+
+
+#: a run whose final objective exceeds its start by more than this many times
+#: ``max(|F(start)|, |F(0)|)`` is reported as diverged (``Result.diverged``, DivergenceWarning)
+RISE_FACTOR = 1e3
 
 
 def _safe_value(objective, coef, *aux):
