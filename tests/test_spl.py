@@ -334,10 +334,15 @@ def test_sgm_divergence_is_reported_while_splplus_stays_finite():
     with pytest.warns(DivergenceWarning, match="diverged"):
         res = SGM(lr=1e6, random_state=0).run(obj, max_epochs=20, callback=ro.Trace())
     assert res.diverged and res.n_epochs < 20
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DivergenceWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DivergenceWarning)
         res = SPLPlus(lr=1e6, random_state=0).run(obj, max_epochs=5)
-    assert np.all(np.isfinite(res.coef)) and not res.diverged
+    # SPL+ keeps finite iterates (no "non-finite" divergence); its objective still rises far
+    # above the start at this step, which the run loop reports by the rise rule
+    assert np.all(np.isfinite(res.coef))
+    assert all("non-finite" not in str(w.message) for w in caught)
+    if res.diverged:
+        assert "objective rose" in res.message
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), "0.1", None])
