@@ -59,3 +59,17 @@ def test_report_errors(tmp_path, capsys):
     assert "not found" in capsys.readouterr().err
     assert main(["bench", "report", str(tmp_path)]) == 2
     assert "not a finished" in capsys.readouterr().err
+
+
+def test_report_warns_about_a_broken_metadata_file(results, tmp_path):
+    """A truncated metadata.json is reported (RuntimeWarning naming the file and the fix), not
+    silently ignored; the report is still built from results.parquet."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(results, copy)
+    meta = copy / "metadata.json"
+    meta.write_text(meta.read_text()[:40])
+    with pytest.warns(RuntimeWarning, match="metadata.json is unreadable"):
+        text = build_report(copy)
+    assert "## Selected configurations" in text

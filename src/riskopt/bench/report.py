@@ -106,6 +106,13 @@ def build_report(results, fmt="markdown", relative_to=None):
     if not folder.is_dir():
         raise FileNotFoundError(f"results folder not found: {folder}")
     meta = _read_json(folder / "metadata.json")
+    if meta is None and (folder / "metadata.json").exists():
+        import warnings
+
+        warnings.warn(f"{folder / 'metadata.json'} is unreadable (not JSON, or truncated): the "
+                      "report leaves out the run's commit, machine and f*; rerun `riskopt bench "
+                      "run` on the folder (finished cells are reused) to rewrite it",
+                      RuntimeWarning, stacklevel=2)
     table_path = folder / "results.parquet"
     if meta is None and not table_path.exists():
         raise FileNotFoundError(f"{folder} holds no metadata.json or results.parquet: not a "
