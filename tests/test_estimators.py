@@ -545,3 +545,13 @@ def test_scale_aware_fit_is_the_same_problem():
     f0 = c.objective_trace_[-1]
     c.fit(X, y)
     assert c.objective_trace_[0] == pytest.approx(f0, rel=1e-10)
+
+
+@pytest.mark.parametrize("risk", ["cvar:0.1", "esrm:1", "extremile:2"])
+def test_max_epochs_is_a_hard_cap_for_lbfgs(risk):
+    """shift_cost = 0 runs L-BFGS over a continuation in nu (several solves): max_epochs caps
+    their total (before: n_iter_ 45 for max_epochs=5 on CVaR), with a ConvergenceWarning."""
+    X, y = _unit_problem(n=200, seed=2)
+    with pytest.warns(ConvergenceWarning, match="max_epochs=5"):
+        est = RiskRegressor(risk=risk, max_epochs=5).fit(X, y)
+    assert 1 <= est.n_iter_ <= 5

@@ -34,17 +34,28 @@ class ReferenceLBFGS:
         self.nu_min = nu_min
         self.polish_ties = polish_ties
         self.hit_limit = False
+        self._used = 0
 
     def _minimize(self, fun, W0, gtol):
+        """One L-BFGS-B solve within what is left of ``max_iter`` (a hard cap on the total
+        over the continuation / polish solves of one :meth:`minimize`)."""
+        from scipy.optimize import OptimizeResult
+
         shape = W0.shape
+        budget = self.max_iter - self._used
+        if budget <= 0:
+            self.hit_limit = True
+            return W0, OptimizeResult(x=np.ravel(W0), nit=0, status=1,
+                                      message="max_iter used by the previous solves")
 
         def f(x):
             v, g = fun(x.reshape(shape))
             return v, np.ravel(g)
 
         res = minimize(f, np.ravel(W0), jac=True, method="L-BFGS-B",
-                       options={"maxiter": self.max_iter, "maxfun": 2 * self.max_iter,
+                       options={"maxiter": budget, "maxfun": 2 * budget,
                                 "ftol": 0.0, "gtol": gtol, "maxcor": 30})
+        self._used += int(res.nit)
         if getattr(res, "status", 0) == 1:  # L-BFGS-B: iteration / evaluation limit
             self.hit_limit = True
         return res.x.reshape(shape), res
@@ -52,6 +63,7 @@ class ReferenceLBFGS:
     def minimize(self, objective, coef0=None):
         """Minimise ``objective`` from ``coef0`` (default zeros); returns a ``Reference``."""
         self.hit_limit = False
+        self._used = 0
         check_positive("tol", self.tol)
         check_int("max_iter", self.max_iter)
         W0 = objective.as_matrix(objective.zeros() if coef0 is None else coef0)
