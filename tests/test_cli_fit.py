@@ -178,3 +178,17 @@ def test_default_risk_is_the_estimators(table, tmp_path, capsys):
         import riskopt as ro
 
         assert est.risk == ro.parse_risk(want)
+
+
+def test_fit_reports_a_degenerate_model_in_one_line(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.normal(size=(300, 2)), columns=["a", "b"])
+    df["label"] = np.where(rng.random(300) < 0.5, "yes", "no")  # unrelated to the features
+    path = tmp_path / "noise.csv"
+    df.to_csv(path, index=False)
+    rc = main(["fit", str(path), "--target", "label", "--risk", "cvar:0.1", "--quiet",
+               "--out", str(tmp_path / "m.joblib")])
+    err = capsys.readouterr().err
+    assert rc == 0
+    line = next(ln for ln in err.splitlines() if "degenerate model" in ln)
+    assert line.startswith("riskopt: warning: RiskClassifier") and "try a larger tail" in line

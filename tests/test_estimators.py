@@ -555,3 +555,47 @@ def test_max_epochs_is_a_hard_cap_for_lbfgs(risk):
     with pytest.warns(ConvergenceWarning, match="max_epochs=5"):
         est = RiskRegressor(risk=risk, max_epochs=5).fit(X, y)
     assert 1 <= est.n_iter_ <= 5
+
+
+# ------------------------------------------------------------------ degenerate fits
+def _noise_classification(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 3)), rng.integers(0, 2, n)
+
+
+def test_degenerate_constant_classifier_warns():
+    """Labels independent of the features: the logistic CVaR of the worst 10 % is smallest at
+    w = 0 (every other direction misclassifies half the rows), the constant model; the fit
+    says so (issue 13: riskopt fit on adult with cvar:0.1 returned it silently)."""
+    X, y = _noise_classification()
+    with pytest.warns(ro.DegenerateFitWarning, match="degenerate model"):
+        est = RiskClassifier(risk="cvar:0.1").fit(X, y)
+    assert np.max(np.abs(est.coef_)) < 1e-3
+
+
+def test_degenerate_regressor_and_concentrated_weights_warn():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(500, 2))
+    y = X @ [1.0, -1.0] + rng.normal(size=500)
+    with pytest.warns(ro.DegenerateFitWarning, match="puts its weight on about 1.0 of 500"):
+        RiskRegressor(risk="cvar:0.001").fit(X, y)
+    # an l2 penalty that crushes every coefficient: constant predictions
+    with pytest.warns(ro.DegenerateFitWarning, match="predictions are constant"):
+        RiskRegressor(risk="mean", l2_reg=1e6).fit(X, y)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: RiskClassifier(),  # esrm:1, the default
+    lambda: RiskClassifier(risk="cvar:0.5"),
+    lambda: RiskRegressor(),  # cvar:0.1
+    lambda: RiskRegressor(risk="extremile:2"),
+])
+def test_healthy_fits_do_not_warn(make):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(600, 4))
+    z = X @ [1.0, -2.0, 0.5, 0.0]
+    y = (z + rng.logistic(size=600) > 0).astype(int) if isinstance(make(), RiskClassifier) \
+        else z + rng.standard_t(4, 600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ro.DegenerateFitWarning)
+        make().fit(X, y)

@@ -18,6 +18,12 @@ class DivergenceWarning(RuntimeWarning):
     """The objective blew up (non-finite, or far above its starting value)."""
 
 
+class DegenerateFitWarning(UserWarning):
+    """A fit returned a model that is probably useless: constant predictions (a single class
+    for a classifier), or an objective driven by a handful of samples. The message says why
+    and what to try."""
+
+
 class Callback:
     stop_reason = None
 

@@ -402,10 +402,16 @@ def build_parser():
     return p
 
 
+#: warnings a user acts on, shown as one ``riskopt: warning:`` line (no source location)
+_USER_WARNINGS = ("RecoveryWarning", "ConvergenceWarning", "DegenerateFitWarning",
+                  "DivergenceWarning")
+
+
 def _show_warning(default):
-    """Repairs of a results folder (RecoveryWarning) as one ``riskopt: warning:`` line."""
+    """Repairs of a results folder (RecoveryWarning) and the fit's convergence, divergence and
+    degenerate-model warnings as one ``riskopt: warning:`` line each."""
     def show(message, category, filename, lineno, file=None, line=None):
-        if category.__name__ == "RecoveryWarning":
+        if category.__name__ in _USER_WARNINGS:
             print(f"riskopt: warning: {message}", file=sys.stderr, flush=True)
         else:
             default(message, category, filename, lineno, file, line)

@@ -119,7 +119,8 @@ from ._validation import store_params
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
-from .risks import KLDRO, _RiskBase, parse_risk
+from .callbacks import DegenerateFitWarning
+from .risks import KLDRO, MaxLoss, _RiskBase, parse_risk
 
 __all__ = ["RiskRegressor", "RiskClassifier", "AUTO_LBFGS_MAX_SIZE"]
 
@@ -193,6 +194,10 @@ def _as_risk(risk):
 #: Column statistics within these bounds (scale in [1/2, 2], |mean| <= scale) count as already
 #: standardised: the fit runs on X as given (see ``_feature_scaling``).
 _SCALE_BAND = (0.5, 2.0)
+
+#: fewer effective samples (1 / sum q^2) than this at the optimum, out of at least ten times
+#: as many, gives a DegenerateFitWarning (a MaxLoss risk asks for it, and is exempt)
+_DEGENERATE_MIN_SAMPLES = 5
 
 
 def _feature_scaling(X, fit_intercept):
@@ -451,7 +456,53 @@ class _RiskEstimatorBase(BaseEstimator):
         if groups is not None:
             self.group_labels_ = obj.group_labels
             self.group_losses_ = obj.group_losses(obj.as_coef(W))
-        return _from_scaled(W, scaling, bool(self.fit_intercept))
+        W_out = _from_scaled(W, scaling, bool(self.fit_intercept))
+        self._warn_if_degenerate(X, y_enc, W_out, obj, W)
+        return W_out
+
+    def _warn_if_degenerate(self, X, y_enc, W, obj, W_fit):
+        """:class:`riskopt.DegenerateFitWarning` when the model is probably useless: constant
+        predictions on the training data (one predicted class for a classifier fitted on
+        several), or, for a spectral risk, optimal weights on fewer than
+        ``_DEGENERATE_MIN_SAMPLES`` samples out of many."""
+        n, d = X.shape
+        if n < 2:
+            return
+        Z = X @ W[:d]
+        if self.fit_intercept:
+            Z = Z + W[d]
+        risk = self.risk_
+        why = None
+        if isinstance(self, ClassifierMixin) and len(np.unique(y_enc)) > 1:
+            pred = (Z[:, 0] > 0) if Z.shape[1] == 1 else np.argmax(Z, axis=1)
+            if np.unique(pred).size == 1:
+                why = (f"it predicts the single class {self.classes_[int(pred[0])]} on all "
+                       f"{n} training rows")
+            elif float(np.max(np.ptp(Z - Z[:, :1], axis=0) if Z.shape[1] > 1
+                              else np.ptp(Z))) <= 1e-6:
+                why = ("its decision values are constant to 1e-6 on the training rows (the "
+                       "coefficients are ~0; the predicted class is decided by rounding)")
+        elif not isinstance(self, ClassifierMixin):
+            if float(np.std(Z[:, 0])) <= 1e-6 * max(float(np.std(y_enc)), 1e-300):
+                why = (f"its predictions are constant ({float(Z[0, 0]):.6g}) on the training "
+                       "rows, to 1e-6 of the spread of y")
+        if why is not None:
+            warnings.warn(
+                f"{type(self).__name__}(risk={risk}) returned a degenerate model: {why}. The "
+                f"risk of the worst losses can be smallest for a constant model (e.g. the "
+                f"logistic CVaR of a small tail); try a larger tail fraction, risk='esrm:1' "
+                f"or 'mean', or check the features.", DegenerateFitWarning, stacklevel=4)
+            return
+        if getattr(obj, "family", None) == "spectral" and n >= 10 * _DEGENERATE_MIN_SAMPLES \
+                and not isinstance(risk, MaxLoss) and getattr(obj, "sample_weight", None) is None:
+            q = obj.weights(obj.as_coef(W_fit))
+            n_eff = 1.0 / float(np.sum(q * q))
+            if n_eff < _DEGENERATE_MIN_SAMPLES:
+                warnings.warn(
+                    f"{type(self).__name__}(risk={risk}): the fitted objective puts its weight "
+                    f"on about {n_eff:.1f} of {n} training samples (1 / sum q^2), so a handful "
+                    f"of points (outliers?) decide the model; try a larger tail fraction or a "
+                    f"shift cost, or check those samples.", DegenerateFitWarning, stacklevel=4)
 
 
 # ---------------------------------------------------------------------------- regressor

@@ -73,6 +73,28 @@ def check_spectrum(sigma, n=None):
     return np.ascontiguousarray(sigma / sigma.sum())
 
 
+_SPECTRA = {}       # (risk, n) -> read-only spectrum, for repeated oracle calls on one n
+_SPECTRA_MAX = 16
+
+
+def _cached_spectrum(risk, n):
+    """``risk.spectrum(n)``, cached for hashable (built-in, frozen) risks: at n = 1e6 the
+    spectrum costs 8-10 ms, more than the sort of the losses."""
+    try:
+        key = (risk, int(n))
+        hash(key)
+    except TypeError:  # e.g. a user SpectralRisk holding an array
+        return risk.spectrum(n)
+    sigma = _SPECTRA.get(key)
+    if sigma is None:
+        sigma = np.ascontiguousarray(risk.spectrum(n), dtype=np.float64)
+        sigma.setflags(write=False)
+        if len(_SPECTRA) >= _SPECTRA_MAX:
+            _SPECTRA.pop(next(iter(_SPECTRA)))
+        _SPECTRA[key] = sigma
+    return sigma
+
+
 class _RiskBase:
     """Shared methods: the oracle and the value on a loss vector.
 
@@ -92,9 +114,9 @@ class _RiskBase:
 
     def _oracle(self, losses):
         losses = check_array("losses", losses, ndim=1)
-        sigma = self.spectrum(losses.shape[0])
+        sigma = _cached_spectrum(self, losses.shape[0])
         q = np.empty_like(losses)
-        val = _ko._risk_weights(losses, sigma, float(self.shift_cost), self.div_code, q)
+        val = _ko.risk_weights(losses, sigma, float(self.shift_cost), self.div_code, q)
         return val, q
 
     def weights(self, losses):

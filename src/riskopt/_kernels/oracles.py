@@ -230,8 +230,13 @@ def _risk_sorted(ls, q, nu, div):
 @njit(cache=True)
 def _risk_weights(losses, sigma, nu, div, q):
     """Full oracle: writes the maximiser ``q`` (original order) and returns the risk value."""
+    return _risk_weights_ordered(losses, np.argsort(losses, kind="mergesort"), sigma, nu, div, q)
+
+
+@njit(cache=True)
+def _risk_weights_ordered(losses, order, sigma, nu, div, q):
+    """:func:`_risk_weights` given a sorting permutation ``order`` of ``losses``."""
     n = losses.shape[0]
-    order = np.argsort(losses, kind="mergesort")
     ls = np.empty(n)
     for r in range(n):
         ls[r] = losses[order[r]]
@@ -240,6 +245,18 @@ def _risk_weights(losses, sigma, nu, div, q):
     for r in range(n):
         q[order[r]] = qs[r]
     return _risk_sorted(ls, qs, nu, div)
+
+
+def risk_weights(losses, sigma, nu, div, q):
+    """:func:`_risk_weights` from Python, sorted by NumPy's (SIMD, unstable) argsort: 4-5x
+    faster than the stable merge sort compiled by numba at n = 1e6. The result does not
+    depend on the order of tied losses: tied losses get equal weights (averaged over the tie
+    for ``nu = 0``; pooled by the PAV for ``nu > 0``, since ``l - 2 n nu sigma`` and
+    ``exp(l / nu) / sigma`` decrease along a tie), so the weights and the value are those of
+    the stable sort up to rounding (a tie's weights can differ in the last bits by rank, so a
+    tied sample may get its tie-mate's weight: 1e-13 at most in the tests).
+    ``benchmarks/oracle_speed.py`` measures it against ``np.sort``."""
+    return _risk_weights_ordered(losses, np.argsort(losses), sigma, nu, div, q)
 
 
 @njit(cache=True)

@@ -264,7 +264,7 @@ class GroupRiskObjective(_FCCOBase):
         if gl.shape != (self.m,):
             raise ValueError(f"group_losses must have shape ({self.m},), got {gl.shape}")
         q = np.empty(self.m)
-        val = _ko._risk_weights(gl, self.sigma, self.nu, self.div, q)
+        val = _ko.risk_weights(gl, self.sigma, self.nu, self.div, q)
         return float(val), q
 
     def weights(self, coef):

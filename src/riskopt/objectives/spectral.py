@@ -138,7 +138,7 @@ class Objective(LinearModelObjective):
             q = self.risk.weighted_weights(losses, self.sample_weight)
             return float(q @ losses), q
         q = np.empty(self.n)
-        val = _ko._risk_weights(losses, self.sigma, self.nu, self.div, q)
+        val = _ko.risk_weights(losses, self.sigma, self.nu, self.div, q)
         return val, q
 
     def weights(self, w):

@@ -87,7 +87,7 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         if check and self.check_finite:
             _check_finite_np("losses", l_np)
         q = np.empty_like(l_np)
-        val = _ko._risk_weights(l_np, self._spectrum(l_np.shape[0]),
+        val = _ko.risk_weights(l_np, self._spectrum(l_np.shape[0]),
                                 float(self.risk.shift_cost), self.risk.div_code, q)
         return val, q
 

@@ -1,0 +1,91 @@
+"""Default estimator fits against scikit-learn's same-loss fit (issue 13's cases).
+
+    python benchmarks/estimator_vs_sklearn.py [--repeats 3] [--out benchmarks/results/estimator_vs_sklearn]
+
+Cases: synthetic regression 200,000 x 50 (``y = X w + t(3) noise``), ``RiskRegressor`` with
+``cvar:0.1``, ``esrm:1`` and ``extremile:2`` against ``Ridge(alpha = n * l2_reg)`` (the same
+squared loss and penalty); adult (``riskopt.datasets.load("adult")``, the loader's
+standardised features) ``RiskClassifier`` with its default ``esrm:1`` and ``cvar:0.5``
+against ``LogisticRegression(C = 1 / (n * l2_reg))``. Default settings otherwise
+(``l2_reg = 1e-4``, ``solver="auto"``, ``tol = 1e-4``). Reported: the median fit time over
+``--repeats`` fits, the ratio to scikit-learn's median in the same run, the solver used, its
+iterations and whether it warned (ConvergenceWarning). Writes ``results.md`` and
+``metadata.json``. Run it with ``PYTHONPATH=<an older checkout>/src`` for a before/after.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import time
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression, Ridge
+
+import riskopt as ro
+
+
+def timed(make, X, y, repeats):
+    ts, est, warned = [], None, False
+    for _ in range(repeats):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always", ConvergenceWarning)
+            t0 = time.perf_counter()
+            est = make().fit(X, y)
+            ts.append(time.perf_counter() - t0)
+        warned = warned or any(issubclass(x.category, ConvergenceWarning) for x in w)
+    return float(np.median(ts)), est, warned
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
+                                                   "estimator_vs_sklearn"))
+    args = ap.parse_args()
+    t_start = time.time()
+    rng = np.random.default_rng(0)
+    n, d = 200_000, 50
+    X = rng.standard_normal((n, d))
+    y = X @ rng.standard_normal(d) + rng.standard_t(3, n)
+    adult = ro.datasets.load("adult")
+    mu = 1e-4
+    cases = [("synthetic 200000x50", X, y, "Ridge", lambda: Ridge(alpha=n * mu),
+              [(r, lambda r=r: ro.RiskRegressor(risk=r)) for r in ("cvar:0.1", "esrm:1",
+                                                                    "extremile:2")]),
+             ("adult", adult.X_train, adult.y_train, "LogisticRegression",
+              lambda: LogisticRegression(C=1.0 / (adult.X_train.shape[0] * mu), max_iter=1000),
+              [(r, lambda r=r: ro.RiskClassifier(risk=r)) for r in ("esrm:1", "cvar:0.5")])]
+    lines = ["# Default estimator fits vs scikit-learn", "",
+             f"Median of {args.repeats} fits; ratio = our fit time / scikit-learn's in the same "
+             "run.", "", "| data | risk | ours s | sklearn s | ratio | solver | iterations | "
+             "ConvergenceWarning |", "|---|---|---:|---:|---:|---|---:|---|"]
+    for name, Xc, yc, skname, sk, ours in cases:
+        t_sk, _, _ = timed(sk, Xc, yc, args.repeats)
+        for risk, make in ours:
+            t, est, warned = timed(make, Xc, yc, args.repeats)
+            lines.append(f"| {name} | {risk} | {t:.3f} | {t_sk:.3f} ({skname}) | "
+                         f"{t / t_sk:.1f}x | {est.solver_} | {est.n_iter_} | "
+                         f"{'yes' if warned else 'no'} |")
+            print(lines[-1], flush=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(ro.__file__)).stdout.strip()
+    os.makedirs(args.out, exist_ok=True)
+    for fname, content in (("results.md", "\n".join(lines) + "\n"),
+                           ("metadata.json", json.dumps({
+                               "script": "benchmarks/estimator_vs_sklearn.py",
+                               "riskopt_path": ro.__file__, "git_commit_of_riskopt": commit,
+                               "repeats": args.repeats, "machine": platform.platform(),
+                               "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                               "wall_seconds": round(time.time() - t_start, 1)}, indent=1) + "\n")):
+        tmp = os.path.join(args.out, fname + ".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(content)
+        os.replace(tmp, os.path.join(args.out, fname))
+    print(f"wrote {args.out}/results.md")
+
+
+if __name__ == "__main__":
+    main()
