@@ -608,3 +608,28 @@ def test_gathered_spectral_gradient_equals_objective(two_process_results):
             np.testing.assert_allclose(got[f"spectral/{name}/grad_w"][0], g[:d], rtol=1e-11)
             np.testing.assert_allclose(got[f"spectral/{name}/grad_b"], g[d:], rtol=1e-11)
             assert abs(float(got[f"spectral/{name}/value"]) - obj.value(w)) < 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("make", [
+    lambda: KLDROLoss(shift_cost=0.01),          # l / 0.01 overflows float16 (65504)
+    lambda: KLDROLoss(radius=0.5),
+    lambda: SpectralRiskLoss(ro.CVaR(0.1, shift_cost=0.5)),
+])
+def test_half_precision_losses_are_weighted_in_float32(dtype, make):
+    """Half-precision losses (autocast): the weights and the value are computed in float32,
+    the gradient reaches the losses by the cast; before, KLDROLoss(shift_cost=0.01) on
+    float16 returned inf and a NaN gradient."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.rand(2000, generator=g, dtype=torch.float64) * 5
+    half = base.to(dtype).requires_grad_()
+    v = make()(half)
+    v.backward()
+    assert v.dtype == torch.float32 and torch.isfinite(v)
+    assert half.grad.dtype == dtype and bool(torch.isfinite(half.grad).all())
+    ref = base.to(dtype).to(torch.float64).requires_grad_()  # the same rounded losses
+    r = make()(ref)
+    r.backward()
+    assert float(v) == pytest.approx(float(r), rel=1e-5)
+    np.testing.assert_allclose(half.grad.double().numpy(), ref.grad.numpy(), rtol=1e-2,
+                               atol=1e-3 / 2000)

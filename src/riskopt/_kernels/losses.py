@@ -122,6 +122,21 @@ def _add_outer(X, i, coef, d, G):
 def _losses_derivs_z(code, y, Z, losses, derivs):
     """Per-sample losses and derivatives from predictions ``Z`` (n, K)."""
     n, K = Z.shape
+    if K == 1 and code != MULTINOMIAL:  # scalar fast path (no row views): same formulas
+        for i in range(n):
+            z = Z[i, 0]
+            if code == SQUARED:
+                r = z - y[i]
+                derivs[i, 0] = r
+                losses[i] = 0.5 * r * r
+            elif code == ABSOLUTE:
+                r = z - y[i]
+                derivs[i, 0] = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
+                losses[i] = abs(r)
+            else:
+                derivs[i, 0] = _sigmoid(z) - y[i]
+                losses[i] = _log1pexp(z) - y[i] * z
+        return
     dz = np.empty(K)
     for i in range(n):
         losses[i] = _loss_deriv(code, y[i], Z[i], dz)

@@ -55,11 +55,21 @@ def _check_range(name, idx_np, n):
         raise ValueError(f"{name} out of range [0, {n}): {bad[:5].tolist()}")
 
 
+def _work_dtype(losses):
+    """float32 or better: half-precision losses (float16 / bfloat16, e.g. under autocast)
+    would underflow the weights (~1/n) and overflow ``exp(l / nu)``; the loss value is then
+    returned in float32 and the gradient reaches the half-precision losses by the cast."""
+    return torch.promote_types(losses.dtype, torch.float32)
+
+
 def _attach(losses, q_local, value, scale):
-    """``scale * (q.l - stop_grad(q.l)) + value``: value ``value``, gradient ``scale * q``."""
-    q = q_local.to(device=losses.device, dtype=losses.dtype)
-    s = torch.dot(q, losses)
-    val = torch.as_tensor(value, dtype=losses.dtype, device=losses.device)
+    """``scale * (q.l - stop_grad(q.l)) + value``: value ``value``, gradient ``scale * q``
+    (computed in float32 or better, :func:`_work_dtype`)."""
+    dt = _work_dtype(losses)
+    x = losses.to(dt)
+    q = q_local.to(device=losses.device, dtype=dt)
+    s = torch.dot(q, x)
+    val = torch.as_tensor(value, dtype=dt, device=losses.device)
     return scale * (s - s.detach()) + val
 
 

@@ -6,7 +6,7 @@ from torch import nn
 
 from ..._validation import check_positive
 from ...objectives.kl_dro import kl_dro_weights
-from ._common import _GatherMixin, _attach, _check_losses
+from ._common import _GatherMixin, _attach, _check_losses, _work_dtype
 
 __all__ = ["KLDROLoss", "kl_dro"]
 
@@ -69,7 +69,8 @@ class KLDROLoss(_GatherMixin, nn.Module):
                 raise ValueError("losses contain NaN or infinite value(s)")
             lam = self.shift_cost
             self.last_lam = lam
-            return lam * (torch.logsumexp(losses / lam, dim=0) - math.log(losses.shape[0]))
+            x = losses.to(_work_dtype(losses))  # float16: l / lam overflows 65504
+            return lam * (torch.logsumexp(x / lam, dim=0) - math.log(losses.shape[0]))
         l_np, _, local = self._gather_losses(losses)
         val, q, lam = kl_dro_weights(l_np, self.shift_cost, self.radius)
         self.last_lam = lam
