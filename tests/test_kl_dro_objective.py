@@ -169,3 +169,26 @@ def test_benchmark_values_solvers_without_lambda_by_the_profile(tmp_path):
     res = run(spec, out=tmp_path / "r", jobs=1, progress=False, plot=False)
     t = pd.read_parquet(res.table)
     assert np.all(np.isfinite(t["value"])) and not t["diverged"].any()
+
+
+@pytest.mark.parametrize("text,want", [
+    ("cvar:0.1,chi2=0.5", ro.CVaR(0.1, shift_cost=0.5)),
+    ("esrm:1, kl=0.2", ro.ESRM(1.0, shift_cost=0.2, divergence="kl")),
+    ("mean,chi2=1", ro.Mean(shift_cost=1.0)),
+    ("extremile:2", ro.Extremile(2.0)),
+    ("kl:0.25,lam0=0.01", ro.KLDRO(radius=0.25, shift_cost=0.01)),
+])
+def test_risk_strings_carry_the_shift_cost(text, want):
+    assert ro.parse_risk(text) == want
+    # the string's option overrides the keyword default
+    assert ro.parse_risk("cvar:0.1,kl=0.3", shift_cost=0.5) == ro.CVaR(0.1, 0.3, "kl")
+
+
+@pytest.mark.parametrize("text,match", [
+    ("cvar:0.1,chi2", "KEY=NUMBER"), ("cvar:0.1,chi2=x", "KEY=NUMBER"),
+    ("cvar:0.1,tau=1", "unknown option"), ("cvar:0.1,chi2=1,kl=1", "twice"),
+    ("kl:0.1,chi2=1", "lam0"), ("cvar:0.1,chi2=-1", "shift_cost"),
+])
+def test_bad_risk_string_options(text, match):
+    with pytest.raises(ValueError, match=match):
+        ro.parse_risk(text)

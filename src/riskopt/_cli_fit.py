@@ -339,8 +339,10 @@ def add_parsers(sub):
     f.add_argument("--task", choices=["auto", "regression", "classification"], default="auto",
                    help="default: classification for a non-numeric target, else regression")
     f.add_argument("--risk", default=None, metavar="SPEC",
-                   help="cvar:A, esrm:RHO, extremile:R, mean, maxloss, kl:RHO (default: the "
-                        "estimator's, cvar:0.1 for regression, esrm:1 for classification)")
+                   help="cvar:A, esrm:RHO, extremile:R, mean, maxloss, optionally with a shift "
+                        "cost ',chi2=NU' or ',kl=NU' (e.g. cvar:0.1,chi2=0.5); or kl:RHO[,lam0=L] "
+                        "(default: the estimator's, cvar:0.1 for regression, esrm:1 for "
+                        "classification)")
     f.add_argument("--shift-cost", type=float, default=0.0, metavar="NU",
                    help="distribution-shift penalty nu >= 0 (default 0)")
     f.add_argument("--divergence", choices=["chi2", "kl"], default="chi2")

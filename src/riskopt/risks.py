@@ -374,21 +374,58 @@ _RISKS = {"cvar": CVaR, "esrm": ESRM, "extremile": Extremile, "mean": Mean, "erm
 
 
 def parse_risk(spec, shift_cost=0.0, divergence="chi2"):
-    """A risk from a short string: ``cvar:0.1``, ``esrm:1``, ``extremile:2``, ``mean``,
-    ``maxloss`` (spectral, with ``shift_cost`` / ``divergence``), or ``kl:RHO`` (KL-constrained
-    DRO with radius ``RHO``; ``shift_cost`` is its lambda_0 when > 0, else the default 1e-3)."""
+    """A risk from a short string.
+
+    Grammar: ``NAME[:PARAM][,OPTION=VALUE]``:
+
+    * ``cvar:A``, ``esrm:RHO``, ``extremile:R``, ``mean``, ``maxloss``: spectral risks; the
+      option ``chi2=NU`` or ``kl=NU`` sets the shift cost and its divergence (e.g.
+      ``"cvar:0.1,chi2=0.5"``, ``"esrm:1,kl=0.2"``, ``"mean,chi2=1"``);
+    * ``kl:RHO``: KL-constrained DRO with radius ``RHO``; the option ``lam0=L`` sets its
+      lambda_0 (default 1e-3).
+
+    ``shift_cost`` / ``divergence`` are the defaults the string's option overrides (for
+    ``kl:RHO``, ``shift_cost > 0`` is its lambda_0). Errors name the bad part.
+    """
     if isinstance(spec, (_RiskBase, KLDRO)):
         return spec
-    name, _, arg = str(spec).partition(":")
+    head, *opts = [part.strip() for part in str(spec).split(",")]
+    name, _, arg = head.partition(":")
+    options = {}
+    for opt in opts:
+        key, eq, value = opt.partition("=")
+        key = key.strip().lower()
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not eq or number is None:
+            raise ValueError(f"bad option {opt!r} in risk {spec!r}: write KEY=NUMBER, e.g. "
+                             "cvar:0.1,chi2=0.5")
+        if key in options or (key in ("chi2", "kl") and {"chi2", "kl"} & set(options)):
+            raise ValueError(f"risk {spec!r} sets the shift cost twice")
+        options[key] = number
     if name.lower() == "kl":
         try:
             rho = float(arg)
         except ValueError:
             raise ValueError(f"risk 'kl' needs a radius, e.g. kl:0.1; got {spec!r}") from None
-        return KLDRO(radius=rho, shift_cost=shift_cost if shift_cost else None)
+        bad = set(options) - {"lam0"}
+        if bad:
+            raise ValueError(f"risk 'kl:RHO' takes the option lam0=L only, got {sorted(bad)} "
+                             f"in {spec!r}")
+        lam0 = options.get("lam0", shift_cost if shift_cost else None)
+        return KLDRO(radius=rho, shift_cost=lam0)
     cls = _RISKS.get(name.lower())
     if cls is None:
         raise ValueError(f"unknown risk {spec!r}; choose one of {sorted(_RISKS) + ['kl']}")
+    bad = set(options) - {"chi2", "kl"}
+    if bad:
+        raise ValueError(f"unknown option(s) {sorted(bad)} in risk {spec!r}: a spectral risk "
+                         "takes chi2=NU or kl=NU (the shift cost and its divergence)")
+    for div in ("chi2", "kl"):
+        if div in options:
+            shift_cost, divergence = options[div], div
     if cls in (Mean, MaxLoss):
         if arg:
             raise ValueError(f"risk {name!r} takes no parameter")
