@@ -192,3 +192,23 @@ def test_fit_reports_a_degenerate_model_in_one_line(tmp_path, capsys):
     assert rc == 0
     line = next(ln for ln in err.splitlines() if "degenerate model" in ln)
     assert line.startswith("riskopt: warning: RiskClassifier") and "try a larger tail" in line
+
+
+def test_predict_carries_id_columns(table, tmp_path, capsys):
+    path, df = table
+    df = df.assign(row_id=[f"r{i}" for i in range(len(df))])
+    csv = tmp_path / "with_ids.csv"
+    df.to_csv(csv, index=False)
+    model = tmp_path / "m.joblib"
+    assert main(["fit", str(path), "--target", "y", "--drop", "label", "grp", "--quiet",
+                 "--out", str(model)]) == 0
+    out = tmp_path / "p.csv"
+    assert main(["predict", str(model), str(csv), "--id-column", "row_id", "grp",
+                 "--out", str(out)]) == 0
+    p = pd.read_csv(out)
+    assert list(p.columns) == ["row_id", "grp", "prediction"]
+    assert p["row_id"].tolist() == df["row_id"].tolist()
+    assert main(["predict", str(model), str(csv), "--id-column", "nope",
+                 "--out", str(tmp_path / "q.csv")]) == 2
+    assert "--id-column: no column 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "q.csv").exists()

@@ -7,7 +7,7 @@
                 [--solver auto|lbfgs|prospect|...] [--l2-reg MU] [--max-epochs N] [--tol T]
                 [--no-intercept] [--features COL ...] [--drop COL ...] [--group COL]
                 [--group-dro] [--seed S] --out model.joblib
-    riskopt predict MODEL DATA [--proba] [--out predictions.csv]
+    riskopt predict MODEL DATA [--proba] [--id-column COL ...] [--out predictions.csv]
 
 ``DATA`` is a CSV file (``.csv``, ``.csv.gz``, ``.tsv``) or a parquet file. Feature columns
 must be numeric and complete: missing values and text columns are reported by name (encode
@@ -293,7 +293,14 @@ def cmd_predict(args):
         raise FitError("--proba needs a classification model")
     if args.out:
         check_output(args.out)
-    out = pd.DataFrame({"prediction": est.predict(X)})
+    ids = {}
+    for col in args.id_column or []:
+        if col not in df.columns:
+            raise FitError(f"--id-column: no column {col!r} in {args.data} (columns: "
+                           f"{', '.join(map(str, df.columns[:12]))}"
+                           f"{', ...' if len(df.columns) > 12 else ''})")
+        ids[col] = df[col].to_numpy()
+    out = pd.DataFrame({**ids, "prediction": est.predict(X)})
     if args.proba:
         proba = est.predict_proba(X)
         for j, c in enumerate(est.classes_):
@@ -371,5 +378,7 @@ def add_parsers(sub):
     p.add_argument("model", help="model file written by `riskopt fit`")
     p.add_argument("data", help="CSV or parquet file with the model's feature columns")
     p.add_argument("--proba", action="store_true", help="also class probabilities")
+    p.add_argument("--id-column", nargs="+", metavar="COL", help="columns copied to the output "
+                   "before the predictions (row ids)")
     p.add_argument("--out", metavar="FILE", help="CSV to write (default: standard output)")
     p.set_defaults(func=cmd_predict)
