@@ -44,9 +44,8 @@ def test_classification_report_matches_the_metrics(tables, tmp_path, capsys):
     r = json.loads(out.read_text())
     import joblib
 
-    est = joblib.load(model)["estimator"]
-    X = test[["a", "b", "c"]].to_numpy()
-    pred = est.predict(X)
+    est = joblib.load(model)["estimator"]  # a Pipeline: preprocessing + RiskClassifier
+    pred = est.predict(test[["a", "b", "c"]])
     y = test["label"].to_numpy()
     assert r["overall"]["rows"] == 100
     assert r["overall"]["accuracy"] == pytest.approx(np.mean(pred == y))

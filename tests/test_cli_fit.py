@@ -69,15 +69,17 @@ def test_fit_group_dro_minimises_the_worst_group_loss(table, tmp_path, capsys):
         line = next(ln for ln in out.splitlines() if ln.startswith("worst-group loss (grp)"))
         worst[bool(flag)] = float(line.split(":")[1].split()[0])
     assert "over the groups of 'grp' (group DRO)" in out
-    from riskopt.estimators import RiskRegressor
-
-    est = RiskRegressor(risk="cvar:0.4", l2_reg=1e-4, random_state=0).fit(X, y, groups=g)
     import joblib
+
+    from riskopt.estimators import RiskRegressor
 
     saved = joblib.load(tmp_path / "m1.joblib")
     assert saved["group_dro"] is True
-    np.testing.assert_allclose(saved["estimator"].predict(X), est.predict(X), rtol=1e-8,
-                               atol=1e-8)
+    # the saved pipeline standardises the columns first: the same fit on standardised X
+    Xs = (X - X.mean(0)) / X.std(0)
+    est = RiskRegressor(risk="cvar:0.4", l2_reg=1e-4, random_state=0).fit(Xs, y, groups=g)
+    np.testing.assert_allclose(saved["estimator"].predict(df[["a", "b", "c"]]), est.predict(Xs),
+                               rtol=1e-6, atol=1e-6)
     assert worst[True] < worst[False]
 
 
@@ -120,7 +122,8 @@ def test_missing_target_column(table, tmp_path, capsys):
 
 def test_non_numeric_feature_is_named(table, tmp_path, capsys):
     path, _ = table
-    err = _error(capsys, ["fit", str(path), "--target", "y", "--out", str(tmp_path / "m")])
+    err = _error(capsys, ["fit", str(path), "--target", "y", "--no-preprocess",
+                          "--out", str(tmp_path / "m")])
     assert "non-numeric" in err and "label" in err
 
 
@@ -130,7 +133,10 @@ def test_missing_values_are_reported_by_column(table, tmp_path, capsys):
     df.loc[[3, 7], "b"] = np.nan
     bad = tmp_path / "nan.csv"
     df.to_csv(bad, index=False)
-    err = _error(capsys, ["fit", str(bad), "--target", "y", "--drop", "label",
+    err = _error(capsys, ["fit", str(bad), "--target", "y", "--drop", "label", "--impute", "none",
+                          "--out", str(tmp_path / "m")])
+    assert "b (2 missing)" in err
+    err = _error(capsys, ["fit", str(bad), "--target", "y", "--drop", "label", "--no-preprocess",
                           "--out", str(tmp_path / "m")])
     assert "b (2 missing)" in err
     df2 = df.copy()
@@ -174,7 +180,7 @@ def test_default_risk_is_the_estimators(table, tmp_path, capsys):
         model = tmp_path / f"{target}.joblib"
         assert main(["fit", str(path), "--target", target, "--drop", drop, "--quiet",
                      "--out", str(model)]) == 0
-        est = joblib.load(model)["estimator"]
+        est = joblib.load(model)["estimator"][-1]  # the pipeline's last step
         import riskopt as ro
 
         assert est.risk == ro.parse_risk(want)
@@ -212,3 +218,64 @@ def test_predict_carries_id_columns(table, tmp_path, capsys):
                  "--out", str(tmp_path / "q.csv")]) == 2
     assert "--id-column: no column 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "q.csv").exists()
+
+
+def test_preprocessing_inside_the_model(tmp_path, capsys):
+    """Text / categorical columns are one-hot encoded, missing values imputed, numeric columns
+    standardised, all inside the saved Pipeline: predict and evaluate take the raw table
+    (with categories unseen in training and missing values)."""
+    rng = np.random.default_rng(3)
+    n = 600
+    df = pd.DataFrame({"age": rng.integers(18, 80, n).astype(float),
+                       "income": rng.lognormal(10, 1, n),
+                       "city": rng.choice(["north", "south", "east"], n),
+                       "member": rng.random(n) < 0.3})
+    logit = (0.04 * (df.age - 50) + 0.8 * (df.city == "south") - 0.8 * df.member
+             + rng.logistic(size=n))
+    df["bought"] = np.where(logit > 0, "yes", "no")
+    df.loc[rng.choice(n, 30, replace=False), "income"] = np.nan
+    df.loc[rng.choice(n, 20, replace=False), "city"] = None
+    train = tmp_path / "train.csv"
+    df.to_csv(train, index=False)
+    model = tmp_path / "m.joblib"
+    assert main(["fit", str(train), "--target", "bought", "--quiet", "--out", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "features: 2 numeric (imputed: median, standardised), 2 categorical (one-hot) -> " \
+           "7 model inputs" in out  # 2 + city (3 + missing imputed away: 3) + member (2)
+    import joblib
+
+    saved = joblib.load(model)
+    pipe = saved["estimator"]
+    assert saved["preprocess"] and [name for name, _ in pipe.steps] == ["preprocess", "model"]
+    acc = np.mean(pipe.predict(df.drop(columns="bought")) == df["bought"])
+    assert acc > 0.6
+    new = df.drop(columns="bought").head(5).assign(city=["west", None, "north", "south", "x"])
+    pred_csv = tmp_path / "new.csv"
+    new.to_csv(pred_csv, index=False)
+    assert main(["predict", str(model), str(pred_csv), "--out", str(tmp_path / "p.csv")]) == 0
+    assert len(pd.read_csv(tmp_path / "p.csv")) == 5
+    assert main(["evaluate", str(model), str(train), "--group", "member",
+                 "--out", str(tmp_path / "r.json")]) == 0
+    # a numeric code column forced categorical, and the id-like warning
+    df["customer"] = [f"c{i}" for i in range(n)]
+    df["zone"] = rng.integers(1, 4, n)
+    df.to_csv(train, index=False)
+    assert main(["fit", str(train), "--target", "bought", "--categorical", "zone", "--quiet",
+                 "--out", str(model)]) == 0
+    cap = capsys.readouterr()
+    assert "categorical column 'customer' has 600 distinct values" in cap.err
+    assert "2 numeric" in cap.out and "4 categorical" in cap.out
+    assert main(["fit", str(train), "--target", "bought", "--no-preprocess", "--categorical",
+                 "zone", "--out", str(model)]) == 2
+
+
+def test_two_valued_numeric_target_is_classification(tmp_path, capsys):
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame(rng.normal(size=(300, 2)), columns=["a", "b"])
+    df["y"] = (df.a + rng.logistic(size=300) > 0).astype(int)
+    path = tmp_path / "d.csv"
+    df.to_csv(path, index=False)
+    assert main(["fit", str(path), "--target", "y", "--quiet",
+                 "--out", str(tmp_path / "m.joblib")]) == 0
+    out = capsys.readouterr().out
+    assert "task: classification (auto: the numeric target has two values" in out

@@ -251,7 +251,7 @@ def test_unnamed_text_column_is_named_by_position(tmp_path, capsys):
     path = tmp_path / "d.csv"
     df.to_csv(path, index=False)
     path.write_text(path.read_text().replace(",lab\n", ",\n", 1))  # blank header name
-    _error(capsys, ["fit", str(path), "--target", "y", "--quiet",
+    _error(capsys, ["fit", str(path), "--target", "y", "--quiet", "--no-preprocess",
                     "--out", str(tmp_path / "m.joblib")],
            "non-numeric feature column(s) column 5 (no header name; pandas reads it as "
            "'Unnamed: 4'); encode them (e.g. one-hot) or leave them out with --drop "
@@ -265,7 +265,7 @@ def test_unnamed_categorical_parquet_column(tmp_path, capsys):
     df = df.rename(columns={"s": ""})
     path = tmp_path / "d.parquet"
     df.to_parquet(path)
-    _error(capsys, ["fit", str(path), "--target", "y", "--quiet",
+    _error(capsys, ["fit", str(path), "--target", "y", "--quiet", "--no-preprocess",
                     "--out", str(tmp_path / "m.joblib")],
            "non-numeric feature column(s) column 4 (no header name; pandas reads it as '')",
            "--drop ''")

@@ -23,8 +23,9 @@ import json
 import sys
 from pathlib import Path
 
-from ._cli_fit import (FitError, _feature_matrix, _per_sample_losses, check_complete,
-                       check_label_types, check_output, load_model, read_table, write_output)
+from ._cli_fit import (FitError, _per_sample_losses, check_complete, check_label_types,
+                       check_output, final_estimator, load_model, model_input, read_table,
+                       write_output)
 
 FORMATS = ("markdown", "csv", "json")
 
@@ -64,7 +65,7 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
     from .risks import parse_risk
 
     est, task = model["estimator"], model["task"]
-    X = _feature_matrix(df, model["features"], "features")
+    X = model_input(model, df, "features")
     y_raw = _column(df, model["target"], "target", where)
     y = y_raw.to_numpy(dtype=np.float64) if task == "regression" else y_raw.to_numpy()
     if task != "regression":
@@ -73,7 +74,7 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
     pred = est.predict(X)
     losses = _per_sample_losses(est, task, X, y)
     try:
-        risk = parse_risk(est.risk)
+        risk = parse_risk(final_estimator(model).risk)
         risk_value = float(risk.value(losses))
     except (ValueError, TypeError):
         risk, risk_value = model.get("risk"), float("nan")

@@ -6,12 +6,17 @@
                 [--shift-cost NU] [--divergence chi2|kl] [--loss squared|absolute]
                 [--solver auto|lbfgs|prospect|...] [--l2-reg MU] [--max-epochs N] [--tol T]
                 [--no-intercept] [--features COL ...] [--drop COL ...] [--group COL]
-                [--group-dro] [--seed S] --out model.joblib
+                [--group-dro] [--categorical COL ...] [--impute median|mean|none]
+                [--no-scale] [--no-preprocess] [--seed S] --out model.joblib
     riskopt predict MODEL DATA [--proba] [--id-column COL ...] [--out predictions.csv]
 
-``DATA`` is a CSV file (``.csv``, ``.csv.gz``, ``.tsv``) or a parquet file. Feature columns
-must be numeric and complete: missing values and text columns are reported by name (encode
-them first). The model file holds the fitted scikit-learn estimator and the column names.
+``DATA`` is a CSV file (``.csv``, ``.csv.gz``, ``.tsv``) or a parquet file. The saved model
+is a scikit-learn ``Pipeline``: a ``ColumnTransformer`` (numeric columns imputed with the
+median and standardised; text, categorical and boolean columns, and those named by
+``--categorical``, imputed with the most frequent value and one-hot encoded) and the riskopt
+estimator, so ``predict`` / ``evaluate`` take the raw table; ``--impute``, ``--no-scale``
+and ``--no-preprocess`` (numeric, complete features only, as a plain matrix) change it. A
+numeric target with two values is a classification task unless ``--task regression``.
 Every input (data, target, group column, output path) is checked before the fit and before
 anything is written; a problem is one line naming the file or column and the fix (exit
 status 2). Output files are written atomically (a temporary file in the target folder,
@@ -141,6 +146,100 @@ def _feature_matrix(df, features, where):
     return X
 
 
+def categories_as_text(X):
+    """Categorical columns as text (missing values kept as NaN): one type per column for the
+    one-hot encoder, whatever pandas read (numbers, booleans, mixed). Module level, so the
+    saved model pickles."""
+    import numpy as np
+
+    return X.apply(lambda s: s.map(lambda v: np.nan if v is None or v != v else str(v))
+                   ).astype(object)
+
+
+#: a categorical column with more distinct values than this share of the rows (and at least
+#: 50) looks like an identifier: the fit warns that it becomes one indicator per row
+_ID_LIKE_SHARE = 0.5
+
+
+def build_preprocessor(df, features, categorical=(), impute="median", scale=True,
+                       where="features"):
+    """The ``ColumnTransformer`` saved inside the model: numeric columns imputed (``impute``:
+    median / mean, or ``"none"``: missing values are an error) and standardised; text,
+    categorical and boolean columns (and those named in ``categorical``) imputed with their
+    most frequent value and one-hot encoded (unknown categories at predict time give all-zero
+    indicators). Returns ``(transformer, numeric columns, categorical columns)``."""
+    import numpy as np
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
+
+    missing = [c for c in features if c not in df.columns]
+    if missing:
+        raise FitError(f"{where}: column(s) not found: {', '.join(map(str, missing))}")
+    unknown = [c for c in categorical if c not in features]
+    if unknown:
+        raise FitError(f"--categorical: {', '.join(map(str, unknown))} not among the features")
+    sub = df[features]
+    cat = [c for c in features if c in set(categorical) or is_bool_dtype(sub[c])
+           or not is_numeric_dtype(sub[c])]
+    num = [c for c in features if c not in cat]
+    empty = [column_label(df, c) for c in features if sub[c].isna().all()]
+    if empty:
+        raise FitError(f"{where}: {', '.join(empty)} has no value at all; leave it out with "
+                       "--drop")
+    if num:
+        vals = sub[num].to_numpy(dtype=np.float64)
+        if np.isinf(vals).any():
+            bad = [str(c) for c in num if np.isinf(sub[c].to_numpy(float)).any()]
+            raise FitError(f"{where}: infinite values in {', '.join(bad)}; replace them first")
+    if impute == "none":
+        nan = sub.isna().sum()
+        nan = nan[nan > 0]
+        if len(nan):
+            desc = ", ".join(f"{c} ({n} missing)" for c, n in nan.items())
+            raise FitError(f"{where}: missing values in {desc}; impute them (drop --impute "
+                           "none) or drop those rows first")
+    n = len(sub)
+    for c in cat:
+        k = sub[c].nunique()
+        if k >= 50 and k > _ID_LIKE_SHARE * n:
+            print(f"riskopt: warning: categorical column {column_label(df, c)} has {k} distinct "
+                  f"values in {n} rows (an identifier?): it becomes {k} indicator columns; "
+                  f"leave it out with --drop", file=sys.stderr, flush=True)
+    num_steps = ([] if impute == "none" else [("impute", SimpleImputer(strategy=impute))])
+    num_steps += [("scale", StandardScaler())] if scale else []
+    parts = []
+    if num:
+        parts.append(("numeric", Pipeline(num_steps) if num_steps else "passthrough", num))
+    if cat:
+        cat_steps = [("text", FunctionTransformer(categories_as_text))]
+        if impute != "none":
+            cat_steps.append(("impute", SimpleImputer(strategy="most_frequent")))
+        cat_steps.append(("onehot", OneHotEncoder(handle_unknown="ignore",
+                                                  sparse_output=False)))
+        parts.append(("categorical", Pipeline(cat_steps), cat))
+    return ColumnTransformer(parts, remainder="drop"), num, cat
+
+
+def model_input(model, df, where="features"):
+    """What the saved model's ``predict`` takes from ``df``: the feature columns as a
+    DataFrame (preprocessing inside the model) or the checked numeric matrix."""
+    if model.get("preprocess"):
+        missing = [c for c in model["features"] if c not in df.columns]
+        if missing:
+            raise FitError(f"{where}: column(s) not found: {', '.join(map(str, missing))}")
+        return df[model["features"]]
+    return _feature_matrix(df, model["features"], where)
+
+
+def final_estimator(model):
+    """The riskopt estimator of a saved model (the last step of its pipeline)."""
+    est = model["estimator"]
+    return est.steps[-1][1] if hasattr(est, "steps") else est
+
+
 def write_output(path, write, flag="--out"):
     """Write ``path`` through ``write(binary file)`` atomically (temporary file in its folder,
     fsync, rename); any OSError becomes one line naming ``path`` and the fix."""
@@ -168,7 +267,8 @@ def _per_sample_losses(est, task, X, y):
 
     if task == "regression":
         r = est.predict(X) - y
-        return 0.5 * r**2 if est.loss == "squared" else np.abs(r)
+        last = est.steps[-1][1] if hasattr(est, "steps") else est
+        return 0.5 * r**2 if last.loss == "squared" else np.abs(r)
     proba = est.predict_proba(X)
     idx = np.searchsorted(est.classes_, y)
     return -np.log(np.clip(proba[np.arange(len(y)), idx], 1e-300, None))
@@ -194,7 +294,17 @@ def cmd_fit(args):
                                                           if c not in exclude]
     if not features:
         raise FitError("no feature columns left")
-    X = _feature_matrix(df, features, "features")
+    if args.no_preprocess:
+        if args.categorical or args.impute != "median" or args.no_scale:
+            raise FitError("--categorical, --impute and --no-scale configure the preprocessing "
+                           "that --no-preprocess turns off")
+        X = _feature_matrix(df, features, "features")
+        prep = None
+    else:
+        prep, num_cols, cat_cols = build_preprocessor(
+            df, features, categorical=args.categorical or (), impute=args.impute,
+            scale=not args.no_scale)
+        X = df[features]
     if not args.features:
         for c in features:
             if unnamed(c):
@@ -205,8 +315,13 @@ def cmd_fit(args):
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
     numeric_target = is_numeric_dtype(y_raw) and not is_bool_dtype(y_raw)
+    auto_note = ""
     if task == "auto":
-        task = "regression" if numeric_target else "classification"
+        two_values = numeric_target and y_raw.nunique() == 2
+        task = "regression" if numeric_target and not two_values else "classification"
+        if two_values:
+            auto_note = (" (auto: the numeric target has two values; --task regression to "
+                         "override)")
     spec = args.risk
     if spec is None:  # the estimator's own default: esrm:1 (classifier), cvar:0.1 (regressor)
         import inspect
@@ -232,25 +347,39 @@ def cmd_fit(args):
         est = RiskClassifier(**common)
         y = check_label_types(y_raw, args.target, "target").to_numpy()
     check_output(args.out)
+    reg = est
+    if prep is not None:
+        from sklearn.pipeline import Pipeline
+
+        est = Pipeline([("preprocess", prep), ("model", reg)])
     t0 = time.perf_counter()
+    fit_kw = {"groups": groups.to_numpy()} if args.group_dro else {}
+    if prep is not None and fit_kw:
+        fit_kw = {"model__groups": fit_kw["groups"]}
     try:
-        with _spinner(f"fitting {type(est).__name__} ({risk}) on {len(y)} rows x "
+        with _spinner(f"fitting {type(reg).__name__} ({risk}) on {len(y)} rows x "
                       f"{len(features)} features", quiet=args.quiet):
-            est.fit(X, y, groups=groups.to_numpy() if args.group_dro else None)
+            est.fit(X, y, **fit_kw)
     except (ValueError, TypeError) as exc:
         raise FitError(f"fit failed: {' '.join(str(exc).split())}") from None
     elapsed = time.perf_counter() - t0
     model = {"estimator": est, "features": features, "target": args.target, "task": task,
-             "risk": str(risk), "group": args.group, "group_dro": bool(args.group_dro)}
+             "risk": str(risk), "group": args.group, "group_dro": bool(args.group_dro),
+             "preprocess": prep is not None}
     import joblib
 
     write_output(args.out, lambda fh: joblib.dump(model, fh))
-    trace = getattr(est, "objective_trace_", None)
+    trace = getattr(reg, "objective_trace_", None)
     objective = float(trace[-1]) if trace is not None and len(trace) else float("nan")
     print(f"model: {args.out}")
+    if prep is not None:
+        n_in = reg.n_features_in_
+        print(f"features: {len(num_cols)} numeric (imputed: {args.impute}, "
+              f"{'not ' if args.no_scale else ''}standardised), {len(cat_cols)} categorical "
+              f"(one-hot) -> {n_in} model inputs")
     over = f" over the groups of {args.group!r} (group DRO)" if args.group_dro else ""
-    print(f"task: {task}; risk: {risk}{over}; solver: {est.solver_}")
-    print(f"objective: {objective:.6g}; updates: {est.n_iter_}; time: {elapsed:.2f} s")
+    print(f"task: {task}{auto_note}; risk: {risk}{over}; solver: {reg.solver_}")
+    print(f"objective: {objective:.6g}; updates: {reg.n_iter_}; time: {elapsed:.2f} s")
     losses = _per_sample_losses(est, task, X, y)
     print(f"training loss: mean {losses.mean():.6g}, max {losses.max():.6g}")
     if groups is not None:
@@ -286,9 +415,9 @@ def cmd_predict(args):
     import pandas as pd
 
     model = load_model(args.model)
-    est, features = model["estimator"], model["features"]
+    est = model["estimator"]
     df = read_table(args.data)
-    X = _feature_matrix(df, features, "features")
+    X = model_input(model, df, "features")
     if args.proba and not hasattr(est, "predict_proba"):
         raise FitError("--proba needs a classification model")
     if args.out:
@@ -363,6 +492,16 @@ def add_parsers(sub):
     f.add_argument("--features", nargs="+", metavar="COL", help="feature columns (default: all "
                    "others)")
     f.add_argument("--drop", nargs="+", metavar="COL", help="columns to leave out")
+    f.add_argument("--categorical", nargs="+", metavar="COL", help="numeric columns to one-hot "
+                   "encode as categories (text, categorical and boolean columns always are)")
+    f.add_argument("--impute", choices=["median", "mean", "none"], default="median",
+                   help="missing numeric values: the column's median (default) or mean, "
+                        "categorical ones: the most frequent value; none: missing values are "
+                        "an error")
+    f.add_argument("--no-scale", action="store_true", help="do not standardise the numeric "
+                   "columns")
+    f.add_argument("--no-preprocess", action="store_true", help="no preprocessing in the model: "
+                   "the features must be numeric and complete")
     f.add_argument("--group", metavar="COL", help="group column (not a feature): report the "
                    "per-group and worst-group training loss")
     f.add_argument("--group-dro", action="store_true", help="apply the risk to the group-mean "
