@@ -59,7 +59,7 @@ def test_picks_a_finite_step_by_the_papers_rule():
 def test_matches_the_estimator_on_the_same_problem(solver, risk, loss):
     X, y, obj = _problem(risk, loss=loss)
     est = RiskRegressor(risk=risk, loss=loss, solver=solver, l2_reg=1.0 / len(y),
-                        max_epochs=200, random_state=3).fit(X, y)
+                        max_iter=200, random_state=3).fit(X, y)
     res = autotune(solver, obj, max_epochs=200, random_state=3)
     assert est.lr_ == res.lr and est.lr_search_ == res.lr_search
     assert est.n_iter_ == res.n_updates and est.solver_params_ == res.solver_params

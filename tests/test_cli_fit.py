@@ -37,7 +37,7 @@ def test_fit_predict_regression_with_group_summary(table, tmp_path, capsys):
     # the saved model is the fitted estimator: predictions equal a direct fit
     from riskopt.estimators import RiskRegressor
 
-    est = RiskRegressor(risk="cvar:0.2", l2_reg=1e-4, max_epochs=1000, tol=1e-4,
+    est = RiskRegressor(risk="cvar:0.2", l2_reg=1e-4, max_iter=1000, tol=1e-4,
                         random_state=0).fit(df[["a", "b", "c"]].to_numpy(), df["y"].to_numpy())
     np.testing.assert_allclose(p["prediction"], est.predict(df[["a", "b", "c"]].to_numpy()),
                                rtol=1e-8, atol=1e-8)

@@ -51,7 +51,7 @@ from riskopt.estimators import RiskClassifier, RiskRegressor
 
 # --------------------------------------------------------------------------- sklearn checks
 _SW_STOCHASTIC = (
-    "a stochastic solver stopped by max_epochs=30 on the check's ill-conditioned data (15 rows, "
+    "a stochastic solver stopped by max_iter=30 on the check's ill-conditioned data (15 rows, "
     "30 features, l2_reg=1e-4): the weighted fit (integer weights expanded into rows, in the "
     "check's shuffled order) and the repeated-rows fit draw different index streams, so their "
     "unconverged iterates differ (~2e-2 in the predictions); they agree only at the minimiser"
@@ -70,17 +70,17 @@ CHECKED = [
     RiskRegressor(),                                                  # default: cvar:0.1, lbfgs
     RiskRegressor(risk=ro.CVaR(0.2, shift_cost=0.5)),                 # CVaR with shift cost
     RiskRegressor(risk="esrm:1", loss="absolute"),
-    RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect", max_epochs=30),
+    RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect", max_iter=30),
     RiskClassifier(),                                                 # binary + multiclass data
     RiskClassifier(risk=ro.CVaR(0.2, shift_cost=0.5, divergence="kl")),
-    RiskClassifier(risk="extremile:2", solver="sorel", max_epochs=30),
+    RiskClassifier(risk="extremile:2", solver="sorel", max_iter=30),
 ]
 
 
 @parametrize_with_checks(CHECKED, expected_failed_checks=_expected_failed_checks)
 def test_sklearn_compatible_estimator(estimator, check):
     with warnings.catch_warnings():
-        # the stochastic configurations stop at max_epochs=30 on some check data
+        # the stochastic configurations stop at max_iter=30 on some check data
         warnings.simplefilter("ignore", ConvergenceWarning)
         check(estimator)
 
@@ -237,7 +237,7 @@ def test_auto_step_size_converges_with_prospect(name, risk, fit_intercept):
     assert est.solver_ == "prospect" and len(est.lr_search_) == 4
     assert est.lr_search_[est.lr_] == min(est.lr_search_.values())  # the papers' rule
     assert subopt <= 1e-6, (subopt, est.n_iter_, est.lr_)
-    assert est.n_iter_ < est.max_epochs
+    assert est.n_iter_ < est.max_iter
 
 
 @pytest.mark.slow
@@ -263,7 +263,7 @@ def test_auto_step_size_sorel_is_scale_invariant():
 def test_numeric_lr_is_used_and_divergence_is_reported():
     X, y = _regression()
     est = RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect", lr=1e-3,
-                        random_state=0, max_epochs=5, tol=None).fit(X, y)
+                        random_state=0, max_iter=5, tol=None).fit(X, y)
     assert est.lr_ == 1e-3 and est.lr_search_ is None and est.n_iter_ == 5
     with pytest.raises(ValueError, match="diverged with lr=100"):
         RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect", lr=100.0,
@@ -272,9 +272,9 @@ def test_numeric_lr_is_used_and_divergence_is_reported():
 
 def test_convergence_warning_and_trace():
     X, y = _regression()
-    with pytest.warns(ConvergenceWarning, match="did not converge.*max_epochs=2"):
+    with pytest.warns(ConvergenceWarning, match="did not converge.*max_iter=2"):
         est = RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect",
-                            max_epochs=2, random_state=0).fit(X, y)
+                            max_iter=2, random_state=0).fit(X, y)
     assert est.n_iter_ == 2 and est.objective_trace_.shape == (3,)
     est = RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="lsvrg",
                         random_state=0).fit(X, y)
@@ -359,7 +359,10 @@ def test_bad_inputs_raise_clear_errors():
     ({"lr": -1.0}, "'lr' parameter"),
     ({"solver": "newton"}, "'solver' parameter of RiskRegressor must be a str among"),
     ({"l2_reg": -1e-3}, "'l2_reg' parameter"),
+    ({"max_iter": 0}, "'max_iter' parameter"),
     ({"max_epochs": 0}, "'max_epochs' parameter"),
+    ({"max_epochs": "1000"}, "'max_epochs' parameter"),
+    ({"verbose": -1}, "'verbose' parameter"),
     ({"risk": 0.1}, "'risk' parameter"),
     ({"loss": "huber"}, "'loss' parameter"),
 ])
@@ -444,7 +447,7 @@ def test_other_problem_families_plug_in():
     data = ro.datasets.load("concrete")
     X, y = data.X_train, data.y_train
     with pytest.warns(ConvergenceWarning):  # SPL+ converges sublinearly
-        est = RiskRegressor(risk=_RUCVaRFamily(0.9), l2_reg=1e-3, max_epochs=100,
+        est = RiskRegressor(risk=_RUCVaRFamily(0.9), l2_reg=1e-3, max_iter=100,
                             random_state=0).fit(X, y)
     assert est.solver_ == "splplus" and est.lr_ == 1.0
     assert est.objective_trace_[-1] < 0.6 * est.objective_trace_[0]
@@ -480,7 +483,7 @@ def test_solvers_registered_later_are_accepted(monkeypatch):
     monkeypatch.setitem(_registry._REGISTRY, "toy_plugin_est", ToyPlugin)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # biased SGD
-        est = RiskRegressor(risk="mean", solver="toy_plugin_est", max_epochs=20,
+        est = RiskRegressor(risk="mean", solver="toy_plugin_est", max_iter=20,
                             random_state=0).fit(X, y)
     assert est.solver_ == "toy_plugin_est" and len(est.lr_search_) == 4
     assert est.objective_trace_[-1] < 0.5 * est.objective_trace_[0]
@@ -509,7 +512,7 @@ def test_fit_does_not_depend_on_the_units_of_the_features(solver):
     c = np.array([0.0, 1.7e18, 0.0])
     X = Z * s + c
     kw = dict(risk="cvar:0.3", l2_reg=0.0, solver=solver, random_state=0, tol=1e-8,
-              max_epochs=400)
+              max_iter=400)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         ref = RiskRegressor(**kw).fit(Z, y)
@@ -535,7 +538,7 @@ def test_scale_aware_fit_is_the_same_problem():
     class Raw(RiskRegressor):
         _scale_features = False
 
-    kw = dict(risk="esrm:1", l2_reg=1e-3, tol=1e-12, max_epochs=5000)
+    kw = dict(risk="esrm:1", l2_reg=1e-3, tol=1e-12, max_iter=5000)
     a = RiskRegressor(**kw).fit(X, y)
     b = Raw(**kw).fit(X, y)
     assert a.objective_trace_[-1] == pytest.approx(b.objective_trace_[-1], rel=1e-8)
@@ -548,13 +551,69 @@ def test_scale_aware_fit_is_the_same_problem():
 
 
 @pytest.mark.parametrize("risk", ["cvar:0.1", "esrm:1", "extremile:2"])
-def test_max_epochs_is_a_hard_cap_for_lbfgs(risk):
-    """shift_cost = 0 runs L-BFGS over a continuation in nu (several solves): max_epochs caps
-    their total (before: n_iter_ 45 for max_epochs=5 on CVaR), with a ConvergenceWarning."""
+def test_max_iter_is_a_hard_cap_for_lbfgs(risk):
+    """shift_cost = 0 runs L-BFGS over a continuation in nu (several solves): max_iter caps
+    their total (before: n_iter_ 45 for max_iter=5 on CVaR), with a ConvergenceWarning."""
     X, y = _unit_problem(n=200, seed=2)
-    with pytest.warns(ConvergenceWarning, match="max_epochs=5"):
-        est = RiskRegressor(risk=risk, max_epochs=5).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match="max_iter=5"):
+        est = RiskRegressor(risk=risk, max_iter=5).fit(X, y)
     assert 1 <= est.n_iter_ <= 5
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: RiskRegressor(risk="cvar:0.2", **kw),                        # L-BFGS
+    lambda **kw: RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect",
+                               random_state=0, **kw),                           # autotune
+    lambda **kw: RiskClassifier(risk="esrm:1", **kw),
+])
+def test_max_epochs_is_a_deprecated_alias_of_max_iter(make):
+    """``max_epochs=5`` (the old name) still works: a FutureWarning pointing at the caller, and
+    the same fit as ``max_iter=5`` (it overrides ``max_iter``); the default warns nothing."""
+    X, y = _regression(n=120, d=4)
+    if "Classifier" in type(make()).__name__:
+        y = (y > 0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        new = make(max_iter=5, tol=None).fit(X, y)
+    assert new.get_params()["max_epochs"] == "deprecated"
+    with pytest.warns(FutureWarning, match="max_epochs is deprecated, use max_iter; it will "
+                                           "be removed in riskopt 0.3") as record:
+        old = make(max_epochs=5, max_iter=1000, tol=None).fit(X, y)
+    assert [w.filename for w in record if w.category is FutureWarning] == [__file__]
+    assert old.n_iter_ == new.n_iter_ <= 5
+    np.testing.assert_array_equal(old.coef_, new.coef_)
+    np.testing.assert_array_equal(old.intercept_, new.intercept_)
+    np.testing.assert_array_equal(old.objective_trace_, new.objective_trace_)
+    assert clone(old).max_epochs == 5
+
+
+def test_convergence_warning_names_max_iter_for_the_deprecated_alias():
+    X, y = _regression()
+    with pytest.warns(FutureWarning, match="max_epochs is deprecated"), \
+            pytest.warns(ConvergenceWarning, match="did not converge.*max_iter=2"):
+        RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect", max_epochs=2,
+                      random_state=0).fit(X, y)
+
+
+def test_verbose_prints_a_start_and_an_end_line(capsys):
+    X, y = _regression(n=150, d=5)
+    RiskRegressor(risk="cvar:0.5").fit(X, y)
+    assert capsys.readouterr().out == ""
+    est = RiskRegressor(risk="cvar:0.5", verbose=1).fit(X, y)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[0] == (f"[RiskRegressor] fit: risk={est.risk_}, solver 'lbfgs', "
+                        f"n x p = 150 x 5")
+    assert lines[1].startswith(f"[RiskRegressor] done: solver 'lbfgs', n_iter_={est.n_iter_}, "
+                               f"objective {est.objective_trace_[-1]:.6g}, ")
+    assert lines[1].endswith(" s, converged")
+    with pytest.warns(ConvergenceWarning):
+        RiskClassifier(solver="prospect", risk=ro.ESRM(1.0, shift_cost=0.5), max_iter=2,
+                       random_state=0, verbose=2).fit(X, y > 0)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "[RiskClassifier] fit:" in lines[0] and "150 x 5" in lines[0]
+    assert "solver 'prospect', n_iter_=2," in lines[1]
+    assert lines[1].endswith(" s, did not converge")
 
 
 # ------------------------------------------------------------------ degenerate fits

@@ -75,7 +75,7 @@ def test_estimator_fits_with_the_toy_solver(toy_plugin):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 3))
     y = X @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.normal(size=60)
-    est = ro.RiskRegressor(solver="toy_sgd", lr=0.01, max_epochs=20, random_state=0).fit(X, y)
+    est = ro.RiskRegressor(solver="toy_sgd", lr=0.01, max_iter=20, random_state=0).fit(X, y)
     assert est.coef_.shape == (3,)
     assert np.all(np.isfinite(est.predict(X)))
     assert np.mean((est.predict(X) - y) ** 2) < np.var(y)

@@ -4,7 +4,7 @@
 
     riskopt fit DATA --target COL [--task auto|regression|classification] [--risk SPEC]
                 [--shift-cost NU] [--divergence chi2|kl] [--loss squared|absolute]
-                [--solver auto|lbfgs|prospect|...] [--l2-reg MU] [--max-epochs N] [--tol T]
+                [--solver auto|lbfgs|prospect|...] [--l2-reg MU] [--max-iter N] [--tol T]
                 [--no-intercept] [--features COL ...] [--drop COL ...] [--group COL]
                 [--group-dro] [--categorical COL ...] [--impute median|mean|none]
                 [--no-scale] [--no-preprocess] [--seed S] --out model.joblib
@@ -336,7 +336,7 @@ def cmd_fit(args):
         raise FitError(f"--group-dro: column {args.group!r} has a single value; group DRO needs "
                        "at least two groups")
     common = dict(risk=risk, solver=args.solver, l2_reg=args.l2_reg,
-                  fit_intercept=not args.no_intercept, max_epochs=args.max_epochs,
+                  fit_intercept=not args.no_intercept, max_iter=args.max_iter,
                   tol=args.tol, random_state=args.seed)
     if task == "regression":
         if not numeric_target:
@@ -486,7 +486,9 @@ def add_parsers(sub):
                    help="regression loss (classification uses the logistic/multinomial loss)")
     f.add_argument("--solver", default="auto", help="auto (default) or a solver name")
     f.add_argument("--l2-reg", type=float, default=1e-4, metavar="MU")
-    f.add_argument("--max-epochs", type=int, default=1000, metavar="N")
+    f.add_argument("--max-iter", "--max-epochs", dest="max_iter", type=int, default=1000,
+                   metavar="N", help="maximum solver updates (L-BFGS iterations, passes of a "
+                   "stochastic solver; default 1000; --max-epochs is the former name)")
     f.add_argument("--tol", type=float, default=1e-4)
     f.add_argument("--no-intercept", action="store_true")
     f.add_argument("--features", nargs="+", metavar="COL", help="feature columns (default: all "

@@ -100,6 +100,7 @@ Examples
 >>> est.coef_.shape, est.solver_
 ((3,), 'lbfgs')
 """
+import time
 import warnings
 from numbers import Integral, Real
 
@@ -303,10 +304,13 @@ class _RiskEstimatorBase(BaseEstimator):
         "lr": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
         "l2_reg": [Interval(Real, 0, None, closed="left")],
         "fit_intercept": ["boolean"],
-        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left"), None],
         "random_state": ["random_state"],
         "warm_start": ["boolean"],
+        "verbose": [Interval(Integral, 0, None, closed="left")],
+        # deprecated alias of max_iter, to be removed in riskopt 0.3
+        "max_epochs": [Interval(Integral, 1, None, closed="left"), StrOptions({"deprecated"})],
     }
 
     def __sklearn_tags__(self):
@@ -328,6 +332,19 @@ class _RiskEstimatorBase(BaseEstimator):
         X = validate_data(self, X, accept_sparse=_SPARSE, dtype=np.float64, reset=False)
         return safe_sparse_dot(X, self.coef_.T, dense_output=True) + self.intercept_
 
+    # -- parameters ----------------------------------------------------------------------
+    def _max_iter(self, warn=False):
+        """The iteration cap: ``max_iter``, or the deprecated alias ``max_epochs`` when it is
+        set (an int; with ``warn``, a ``FutureWarning``: ``fit`` calls this once so)."""
+        if isinstance(self.max_epochs, str):  # "deprecated": not set
+            return self.max_iter
+        if warn:
+            # stack: _max_iter, _fit_common, fit, sklearn's _fit_context wrapper, the caller
+            warnings.warn(
+                "max_epochs is deprecated, use max_iter; it will be removed in riskopt 0.3",
+                FutureWarning, stacklevel=5)
+        return self.max_epochs
+
     # -- solver driver -------------------------------------------------------------------
     def _solver_name(self, risk, obj, weighted):
         if self.solver != "auto":
@@ -347,12 +364,16 @@ class _RiskEstimatorBase(BaseEstimator):
             if key in params:
                 raise ValueError(
                     f"solver_params must not set {key!r}: use the estimator's "
-                    f"{'max_epochs' if key == 'max_iter' else key} parameter")
+                    f"{key} parameter")
         return params
 
-    def _fit_objective(self, obj, risk, weighted, coef0):
-        """Minimise ``obj``; sets the solver attributes and returns ``(W, converged)``."""
+    def _fit_objective(self, obj, risk, weighted, coef0, shape):
+        """Minimise ``obj``; sets the solver attributes and returns ``(W, converged)``.
+        ``shape``: that of the ``X`` given to fit (for the ``verbose`` line)."""
         name = self._solver_name(risk, obj, weighted)
+        if self.verbose:
+            print(f"[{type(self).__name__}] fit: risk={risk}, solver {name!r}, "
+                  f"n x p = {shape[0]} x {shape[1]}", flush=True)
         prev_lr = getattr(self, "lr_", None) if getattr(self, "solver_", None) == name else None
         self.solver_ = name
         params = self._solver_params()
@@ -369,7 +390,7 @@ class _RiskEstimatorBase(BaseEstimator):
         # RiskClassifier(risk="esrm:1") on scikit-learn's sample-weight check data, 30 rows,
         # against 0.03 s without it): kept only when tol < _TIE_POLISH_TOL.
         solver = _solvers.LBFGS(polish_ties=tol < _TIE_POLISH_TOL, tol=tol,
-                                max_iter=self.max_epochs, **params)
+                                max_iter=self._max_iter(), **params)
         self.solver_params_ = params
         W0 = obj.zeros() if coef0 is None else coef0
         f0 = float(obj.value(W0))
@@ -389,7 +410,7 @@ class _RiskEstimatorBase(BaseEstimator):
 
     def _fit_stochastic(self, obj, risk, name, params, coef0, prev_lr):
         res = autotune(name, obj, params=params, lr=self.lr,
-                       base_lr=getattr(risk, "auto_lr", None), max_epochs=self.max_epochs,
+                       base_lr=getattr(risk, "auto_lr", None), max_epochs=self._max_iter(),
                        tol=self.tol, random_state=self.random_state, coef0=coef0,
                        prev_lr=prev_lr)
         self.solver_params_ = res.solver_params
@@ -400,6 +421,8 @@ class _RiskEstimatorBase(BaseEstimator):
 
     def _fit_common(self, X, y_enc, loss, sample_weight, coef_shape_msg, groups=None):
         """Build the objective, warm start, solve; returns the ``(p, K)`` solution."""
+        self._max_iter(warn=True)
+        shape = X.shape
         risk = _as_risk(self.risk)
         self.risk_ = risk
         sw = None
@@ -446,12 +469,18 @@ class _RiskEstimatorBase(BaseEstimator):
                     f"(incl. intercept row) but this data needs {(obj.p, obj.K)}"
                     f"{coef_shape_msg}; set warm_start=False")
             coef0 = obj.as_coef(_to_scaled(W_prev, scaling, bool(self.fit_intercept)))
-        W, converged = self._fit_objective(obj, risk, weighted, coef0)
+        start = time.perf_counter()
+        W, converged = self._fit_objective(obj, risk, weighted, coef0, shape)
+        if self.verbose:
+            status = "converged" if converged else "did not converge"
+            print(f"[{type(self).__name__}] done: solver {self.solver_!r}, n_iter_="
+                  f"{self.n_iter_}, objective {float(self.objective_trace_[-1]):.6g}, "
+                  f"{time.perf_counter() - start:.3f} s, {status}", flush=True)
         if not converged and self.tol is not None:
             warnings.warn(
                 f"{type(self).__name__} did not converge: solver {self.solver_!r} stopped after "
-                f"{self.n_iter_} updates (max_epochs={self.max_epochs}, tol={self.tol}). "
-                f"Increase max_epochs, loosen tol, or scale the data.",
+                f"{self.n_iter_} updates (max_iter={self._max_iter()}, tol={self.tol}). "
+                f"Increase max_iter, loosen tol, or scale the data.",
                 ConvergenceWarning, stacklevel=3)
         if groups is not None:
             self.group_labels_ = obj.group_labels
@@ -530,13 +559,14 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
         ``mu`` in ``mu/2 |w|^2`` (the intercept is not penalised); ``Ridge(alpha)`` is
         ``l2_reg = alpha / n`` with ``risk="mean"``.
     fit_intercept : bool, default=True
-    max_epochs : int >= 1, default=1000
+    max_iter : int >= 1, default=1000
         Maximum number of solver updates (one pass over the data for Prospect, one outer
-        iteration = two passes for SOREL), or of L-BFGS iterations.
+        iteration = two passes for SOREL), or of L-BFGS iterations (a hard cap: the total
+        over L-BFGS's continuation solves).
     tol : float >= 0 or None, default=1e-4
         Stop when ``|grad F(w)| <= tol |grad F(0)|`` (stochastic solvers; plus an
         objective-change test for non-smooth problems), or L-BFGS's gradient tolerance.
-        ``None``: run ``max_epochs`` updates, no warning.
+        ``None``: run ``max_iter`` updates, no warning.
     random_state : int, RandomState instance or None, default=None
         Seeds the stochastic solvers' index stream.
     warm_start : bool, default=False
@@ -544,6 +574,13 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
     solver_params : dict or None, default=None
         Extra hyper-parameters of the solver (e.g. ``{"dual_lr": 0.4}`` for SOREL); not
         ``lr`` / ``random_state`` / ``tol`` / ``max_iter``.
+    verbose : int >= 0, default=0
+        ``> 0``: print one line to stdout when the fit starts (estimator, risk, solver,
+        ``n x p``) and one when it ends (solver, ``n_iter_``, final objective, seconds,
+        converged or not).
+    max_epochs : int >= 1 or "deprecated", default="deprecated"
+        Deprecated alias of ``max_iter``, to be removed in riskopt 0.3: an int set here is
+        used instead of ``max_iter``, with a ``FutureWarning`` at ``fit``.
 
     Attributes
     ----------
@@ -581,8 +618,9 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
     }
 
     def __init__(self, risk="cvar:0.1", *, loss="squared", solver="auto", lr="auto",
-                 l2_reg=1e-4, fit_intercept=True, max_epochs=1000, tol=1e-4,
-                 random_state=None, warm_start=False, solver_params=None):
+                 l2_reg=1e-4, fit_intercept=True, max_iter=1000, tol=1e-4,
+                 random_state=None, warm_start=False, solver_params=None, verbose=0,
+                 max_epochs="deprecated"):
         store_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -649,8 +687,10 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
         worst ``a`` fraction of the signed margins ``(2 y - 1) x.w`` averages below zero near
         ``w = 0`` (overlapping classes); e.g. ``cvar:0.3`` returns the zero model on a problem
         where the mean risk reaches 88% accuracy (tested).
-    solver, lr, l2_reg, fit_intercept, max_epochs, tol, random_state, warm_start, solver_params
+    solver, lr, l2_reg, fit_intercept, max_iter, tol, random_state, warm_start, solver_params
         As for :class:`RiskRegressor`.
+    verbose, max_epochs
+        As for :class:`RiskRegressor` (``max_epochs``: deprecated alias of ``max_iter``).
 
     Attributes
     ----------
@@ -674,8 +714,8 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
     """
 
     def __init__(self, risk="esrm:1", *, solver="auto", lr="auto", l2_reg=1e-4,
-                 fit_intercept=True, max_epochs=1000, tol=1e-4, random_state=None,
-                 warm_start=False, solver_params=None):
+                 fit_intercept=True, max_iter=1000, tol=1e-4, random_state=None,
+                 warm_start=False, solver_params=None, verbose=0, max_epochs="deprecated"):
         store_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
