@@ -383,11 +383,13 @@ def test_sparse_input_matches_dense():
     X[np.abs(X) < 0.8] = 0.0
     Xs = sp.csr_matrix(X)
     dense = RiskRegressor(risk="cvar:0.5").fit(X, y)
-    sparse = RiskRegressor(risk="cvar:0.5").fit(Xs, y)
+    with pytest.warns(ro.SparseDensifyWarning, match=r"densifies the sparse X \(80 x 6"):
+        sparse = RiskRegressor(risk="cvar:0.5").fit(Xs, y)
     np.testing.assert_allclose(sparse.coef_, dense.coef_, atol=1e-12)
     np.testing.assert_allclose(sparse.predict(Xs), dense.predict(X), atol=1e-12)
     yc = (y > 0).astype(int)
-    clf = RiskClassifier(risk="cvar:0.5").fit(Xs, yc)
+    with pytest.warns(ro.SparseDensifyWarning, match="MiB dense against"):
+        clf = RiskClassifier(risk="cvar:0.5").fit(Xs, yc)
     np.testing.assert_allclose(clf.predict_proba(Xs), clf.predict_proba(X), atol=1e-12)
 
 

@@ -3,7 +3,8 @@
 ``import riskopt`` stays light: no torch, pandas or matplotlib.
 """
 from . import datasets, metrics, objectives, samplers, solvers
-from .callbacks import DegenerateFitWarning, DivergenceWarning, Timeout, Trace
+from .callbacks import (DegenerateFitWarning, DivergenceWarning, SparseDensifyWarning, Timeout,
+                        Trace)
 from .losses import AbsoluteLoss, LogisticLoss, Loss, MultinomialLoss, SquaredLoss, get_loss
 from .objectives import (ConstrainedObjective, GroupRiskObjective, Objective, ObjectiveBase,
                          RUCVaRObjective, StreamingRUCVaRObjective, erm_objective,
@@ -23,7 +24,7 @@ def __getattr__(name):  # lazy: keeps ``import riskopt`` free of scikit-learn's 
 
 __all__ = [
     "Objective", "ObjectiveBase", "objectives", "RiskRegressor", "RiskClassifier", "Trace", "Timeout", "DivergenceWarning",
-    "DegenerateFitWarning",
+    "DegenerateFitWarning", "SparseDensifyWarning",
     "Loss", "SquaredLoss", "AbsoluteLoss", "LogisticLoss", "MultinomialLoss", "get_loss",
     "CVaR", "ESRM", "Extremile", "Mean", "MaxLoss", "SpectralRisk", "KLDRO", "parse_risk",
     "RUCVaRObjective", "StreamingRUCVaRObjective", "erm_objective", "max_loss_objective",

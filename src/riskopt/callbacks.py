@@ -24,6 +24,10 @@ class DegenerateFitWarning(UserWarning):
     and what to try."""
 
 
+class SparseDensifyWarning(UserWarning):
+    """A sparse input was converted to a dense array (the message gives both sizes)."""
+
+
 class Callback:
     stop_reason = None
 

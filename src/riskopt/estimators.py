@@ -87,7 +87,8 @@ Sparse input
 ``X`` may be any scipy sparse matrix or array (formats other than CSR / CSC / COO are
 converted to CSR first). :class:`riskopt.Objective` and the numba kernels hold a dense
 C-contiguous design, so ``fit`` densifies it (``8 n d`` bytes, plus one copy for the intercept
-column): no cheap way around that without sparse kernels in the core. ``predict`` and
+column) and says so with a :class:`riskopt.SparseDensifyWarning` giving the dense and sparse
+sizes: no cheap way around that without sparse kernels in the core. ``predict`` and
 ``decision_function`` work on the sparse matrix directly.
 
 Examples
@@ -120,7 +121,7 @@ from ._validation import store_params
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
-from .callbacks import DegenerateFitWarning
+from .callbacks import DegenerateFitWarning, SparseDensifyWarning
 from .risks import KLDRO, MaxLoss, _RiskBase, parse_risk
 
 __all__ = ["RiskRegressor", "RiskClassifier", "AUTO_LBFGS_MAX_SIZE"]
@@ -323,7 +324,15 @@ class _RiskEstimatorBase(BaseEstimator):
         X, y = validate_data(self, X, y, accept_sparse=_SPARSE, dtype=np.float64,
                              y_numeric=y_numeric, multi_output=False)
         if hasattr(X, "toarray"):
-            # the core Objective and kernels need a dense design: 8 n d bytes
+            # the core Objective and kernels need a dense design: 8 n d bytes, said aloud
+            n, d = X.shape
+            stored = sum(getattr(X, a).nbytes for a in ("data", "indices", "indptr", "row",
+                                                         "col") if hasattr(X, a))
+            warnings.warn(
+                f"{type(self).__name__}.fit densifies the sparse X ({n} x {d}, "
+                f"{X.nnz / max(n * d, 1):.2%} non-zero): {8 * n * d / 2**20:.1f} MiB dense "
+                f"against {stored / 2**20:.1f} MiB sparse (riskopt's kernels are dense)",
+                SparseDensifyWarning, stacklevel=3)
             X = X.toarray()
         return np.ascontiguousarray(X, dtype=np.float64), y
 

@@ -1,0 +1,101 @@
+"""Peak memory of a default estimator fit, as a multiple of the bytes of X (issue 16, part 2).
+
+    python benchmarks/memory.py [--n 1000000] [--d 100] [--max-iter 10] [--out benchmarks/results/memory]
+
+Each case runs in a fresh subprocess: build X (and y), record the resident set size, fit
+``RiskRegressor(risk="cvar:0.1", max_iter=...)`` (L-BFGS, the default solver; a few
+iterations bound the time, the allocations are those of a full fit), and report
+``(peak RSS - RSS before the fit) / X bytes``: the extra memory the fit needs beyond the data
+the user already holds. Cases: dense float64 with standardised columns, dense float64 with
+columns in other units (the scale-aware fit makes a standardised copy), dense float32, and
+CSR (density 1 %, float64). Writes ``results.md`` and ``metadata.json``.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+CHILD = r"""
+import resource, sys, time, json, warnings
+import numpy as np, scipy.sparse as sp
+import riskopt as ro
+n, d, case, max_iter = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+rng = np.random.default_rng(0)
+def rss():
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+if case == "csr":
+    X = sp.random(n, d, density=0.01, format="csr", random_state=0, dtype=np.float64)
+    xbytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+    w = rng.standard_normal(d)
+    y = X @ w + rng.standard_normal(n)
+else:
+    X = rng.standard_normal((n, d), dtype=np.float32 if case == "float32" else np.float64)
+    if case == "float64_units":
+        X *= np.logspace(-3, 3, d)
+    y = np.asarray(X @ rng.standard_normal(d).astype(X.dtype), dtype=np.float64)
+    y += rng.standard_normal(n)
+    xbytes = X.nbytes
+# warm the numba caches on a small copy so compilation does not count
+ro.RiskRegressor(risk="cvar:0.1", max_iter=2).fit(X[:1000], y[:1000])
+base = rss()
+t0 = time.perf_counter()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    ro.RiskRegressor(risk="cvar:0.1", max_iter=max_iter).fit(X, y)
+el = time.perf_counter() - t0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"x_bytes": int(xbytes), "rss_before_fit": base, "peak_rss": peak,
+                  "extra_over_x": (peak - base) / xbytes, "fit_seconds": el}))
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--d", type=int, default=100)
+    ap.add_argument("--max-iter", type=int, default=10)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "memory"))
+    args = ap.parse_args()
+    t_start = time.time()
+    lines = [f"# Peak memory of RiskRegressor(risk='cvar:0.1').fit at {args.n:,} x {args.d}", "",
+             "Extra = (peak RSS during the fit - RSS before it) / bytes of X; one fresh process "
+             f"per case; L-BFGS capped at {args.max_iter} iterations.", "",
+             "| X | X MiB | extra / X | peak RSS MiB | fit s |", "|---|---:|---:|---:|---:|"]
+    labels = {"float64": "dense float64, standardised columns",
+              "float64_units": "dense float64, columns in units 1e-3 .. 1e3",
+              "float32": "dense float32", "csr": "CSR float64, density 1 %"}
+    for case, label in labels.items():
+        res = subprocess.run([sys.executable, "-c", CHILD, str(args.n), str(args.d), case,
+                              str(args.max_iter)], capture_output=True, text=True)
+        if res.returncode != 0:
+            lines.append(f"| {label} | - | failed: {res.stderr.strip().splitlines()[-1]} | - | - |")
+        else:
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+            lines.append(f"| {label} | {r['x_bytes'] / 2**20:.0f} | {r['extra_over_x']:.2f} | "
+                         f"{r['peak_rss'] / 2**20:.0f} | {r['fit_seconds']:.1f} |")
+        print(lines[-1], flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    meta = {"script": "benchmarks/memory.py", "n": args.n, "d": args.d,
+            "max_iter": args.max_iter,
+            "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                         text=True).stdout.strip(),
+            "machine": platform.platform(), "cpus": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "wall_seconds": round(time.time() - t_start, 1)}
+    for name, text in (("results.md", "\n".join(lines) + "\n"),
+                       ("metadata.json", json.dumps(meta, indent=1) + "\n")):
+        tmp = os.path.join(args.out, name + ".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, os.path.join(args.out, name))
+    print(f"wrote {args.out}/results.md")
+
+
+if __name__ == "__main__":
+    main()
