@@ -517,3 +517,23 @@ def test_divergence_is_judged_against_the_starting_value():
         warnings.simplefilter("error", DivergenceWarning)
         res = ro.solvers.get("prospect", lr=0.03).run(obj, 5)
     assert not res.diverged and res.message == "max_epochs reached"
+
+
+@pytest.mark.parametrize("name", ["saddlesaga", "prospect_moreau"])
+def test_quadratic_solvers_warn_before_an_hours_long_run(name, monkeypatch):
+    """An O(n)-per-step solver estimates its run (c n^2 per pass) and warns before starting
+    when it would take hours; the check costs nothing (no pass is run here: timeout)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 3))
+    obj = Objective("squared", ro.CVaR(0.5, shift_cost=0.5), X, X @ [1.0, 2.0, 3.0],
+                    l2_reg=1e-2)
+    solver = ro.solvers.get(name, lr=1e-3, random_state=0)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        solver.run(obj, 2)  # 300^2 * 2e-8 s: no warning
+    monkeypatch.setattr(type(solver), "LONG_RUN_SECONDS", 1e-4)
+    with pytest.warns(RuntimeWarning, match=r"O\(n\^2\) per pass: about .* h for \d+ passes"):
+        solver.run(obj, 2)
+    assert ro.solvers.get("prospect").quadratic_pass_cost is None

@@ -201,11 +201,31 @@ class Solver:
         else:
             self.check_objective(objective)
         ppu = float(self.passes_per_update(objective))
+        self._warn_if_hours(objective, max_epochs * ppu)
 
         def step(st, k):
             return self.update(objective, st), ppu
 
         return self._loop(objective, state, step, max_epochs, callback, timeout, "passes")
+
+    #: seconds per pass / n^2 for a solver whose step costs O(n) (None: a pass is O(n));
+    #: set by such solvers from a measurement, for the warning of :meth:`_warn_if_hours`
+    quadratic_pass_cost = None
+    #: a run estimated longer than this (seconds) warns before it starts
+    LONG_RUN_SECONDS = 3600.0
+
+    def _warn_if_hours(self, objective, passes):
+        c = self.quadratic_pass_cost
+        n = getattr(objective, "n", None)
+        if not c or not n or passes <= 0:
+            return
+        per_pass = c * float(n) ** 2
+        if per_pass * passes > self.LONG_RUN_SECONDS:
+            warnings.warn(
+                f"{self.name} costs O(n) per step, O(n^2) per pass: about {per_pass:.0f} s per "
+                f"pass at n = {n}, {per_pass * passes / 3600:.2g} h for {passes:g} passes (on a "
+                f"2-core machine); prospect (incremental exact oracle) and lsvrg cost a few full "
+                f"gradients per pass", RuntimeWarning, stacklevel=3)
 
     def run_stream(self, objective, n_steps, sampler=None, chunk_size=8192, callback=None,
                    coef0=None, state=None, timeout=None, **init):

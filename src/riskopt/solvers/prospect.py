@@ -246,6 +246,9 @@ class ProspectMoreau(Solver):
     """
 
     name = "prospect_moreau"
+    #: the re-solve and the gbar update touch every weight: O(n) per step; 1.5e-8 .. 2.6e-8 s x
+    #: n^2 per pass measured at n = 4e3 .. 1.6e4 (2-core Xeon)
+    quadratic_pass_cost = 2e-8
 
     def _check_objective(self, objective):
         _check_loss(objective, "ProspectMoreau")

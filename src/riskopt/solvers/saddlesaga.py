@@ -150,6 +150,9 @@ class SaddleSAGA(Solver):
     """
 
     name = "saddlesaga"
+    #: the dual step re-solves the whole weight vector: O(n) per step; 1.2e-8 .. 1.8e-8 s x n^2
+    #: per pass measured at n = 4e3 .. 1.6e4 (2-core Xeon), so about 6 h per pass at n = 1e6
+    quadratic_pass_cost = 2e-8
 
     def __init__(self, lr=0.01, dual_lr=None, scheme="heuristic", random_state=None):
         self._store(locals())
