@@ -22,7 +22,8 @@ Rules
 
   ====  ==============================================================================
   0     ``_validation``, ``_kernels`` (numba loops; they see only arrays), ``_plugins``
-        (the entry-point loader; standard library only), ``_kl`` (the KL-DRO maths, NumPy)
+        (the entry-point loader; standard library only), ``_kl`` (the KL-DRO maths, NumPy),
+        ``_scaling`` (the estimators' standardised coordinates, NumPy)
   1     ``losses``, ``risks``, ``samplers``, ``datasets`` (data and the problem pieces)
   2     ``objectives`` (the problem families; L-BFGS for their reference optimum lives
         in ``objectives/_lbfgs.py``)
@@ -50,7 +51,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PKG = SRC / "riskopt"
 
 LAYERS = [
-    ("_validation", "_kernels", "_plugins", "_kl"),
+    ("_validation", "_kernels", "_plugins", "_kl", "_scaling"),
     ("losses", "risks", "samplers", "datasets"),
     ("objectives",),
     ("callbacks", "metrics"),

@@ -121,6 +121,7 @@ from ._validation import store_params
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
+from ._scaling import _feature_scaling, _from_scaled, _to_scaled
 from .callbacks import DegenerateFitWarning, SparseDensifyWarning
 from .risks import KLDRO, MaxLoss, _RiskBase, parse_risk
 
@@ -193,66 +194,9 @@ def _as_risk(risk):
     return risk
 
 
-#: Column statistics within these bounds (scale in [1/2, 2], |mean| <= scale) count as already
-#: standardised: the fit runs on X as given (see ``_feature_scaling``).
-_SCALE_BAND = (0.5, 2.0)
-
 #: fewer effective samples (1 / sum q^2) than this at the optimum, out of at least ten times
 #: as many, gives a DegenerateFitWarning (a MaxLoss risk asks for it, and is exempt)
 _DEGENERATE_MIN_SAMPLES = 5
-
-
-def _feature_scaling(X, fit_intercept):
-    """``(shift, scale)`` of the columns of ``X`` for a scale-aware fit, or None.
-
-    The estimators minimise the same problem in standardised coordinates: ``X' = (X - m) / s``
-    with the l2 term ``mu/2 sum_j s_j^-2 w'_j^2`` (``w = w' / s``, ``b = b' - m . w``), which
-    has the same minimiser and value; only the conditioning changes, so step sizes, L-BFGS and
-    the stopping tests no longer depend on the units of the features. ``m`` is the column
-    mean with an intercept (the intercept absorbs the shift), else 0 (``s`` is then the root
-    mean square); constant (``s = 0``) columns keep ``s = 1``. None (fit on ``X`` as given)
-    when every column is already standardised within ``_SCALE_BAND`` (nothing to gain)."""
-    if X.shape[0] == 0 or X.shape[1] == 0:
-        return None
-    if fit_intercept:
-        m = X.mean(axis=0)
-        s = X.std(axis=0)
-    else:
-        m = np.zeros(X.shape[1])
-        s = np.sqrt(np.mean(X * X, axis=0))
-    ok = np.isfinite(s) & (s > 0) & np.isfinite(m)
-    s = np.where(ok, s, 1.0)
-    m = np.where(ok, m, 0.0)
-    lo, hi = _SCALE_BAND
-    if np.all((s >= lo) & (s <= hi) & (np.abs(m) <= s)):
-        return None
-    return m, s
-
-
-def _to_scaled(W, scaling, fit_intercept):
-    """``(p, K)`` coefficients in the units of X -> the standardised coordinates."""
-    if scaling is None:
-        return W
-    m, s = scaling
-    d = s.shape[0]
-    Ws = np.array(W, dtype=np.float64)
-    Ws[:d] = W[:d] * s[:, None]
-    if fit_intercept:
-        Ws[d] = W[d] + m @ W[:d]
-    return Ws
-
-
-def _from_scaled(Ws, scaling, fit_intercept):
-    """Inverse of :func:`_to_scaled`."""
-    if scaling is None:
-        return Ws
-    m, s = scaling
-    d = s.shape[0]
-    W = np.array(Ws, dtype=np.float64)
-    W[:d] = Ws[:d] / s[:, None]
-    if fit_intercept:
-        W[d] = Ws[d] - m @ W[:d]
-    return W
 
 
 def _build_objective(risk, loss, X, y, l2_reg, fit_intercept, sample_weight, groups=None):
