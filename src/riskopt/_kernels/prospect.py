@@ -45,7 +45,7 @@ from numba import njit
 
 from .losses import ABSOLUTE, LOGISTIC, SQUARED, _add_outer, _loss_deriv, _predict_row
 from .incremental_pav import BUCKET, _ipav_alloc, _ipav_build, _ipav_update, _ipav_weight
-from .oracles import (CHI2, _bubble, _bubble_sorted, _chi2_weight_at,
+from .oracles import (CHI2, _bubble, _chi2_weight_at,
                       _chi2_weights_from_blocks, _nu0_weight_at, _pav_chi2_resume,
                       _weights_sorted_ws)
 
@@ -74,6 +74,48 @@ def _resort(order, rank, losses, ls, i):
     for r in range(lo, hi + 1):
         ls[r] = losses[order[r]]
     return lo
+
+
+@njit(cache=True)
+def _find_rank(ls, order, v, i):
+    """The rank of sample ``i`` whose table value is ``v``: the first ``r`` with ``ls[r] >= v``
+    by binary search, then along the tie (``ls[r] == v``) to ``order[r] == i``."""
+    lo = 0
+    hi = ls.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if ls[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    while order[lo] != i:
+        lo += 1
+    return lo
+
+
+@njit(cache=True)
+def _move_sorted(order, ls, r0, v):
+    """``oracles._bubble_sorted`` without the rank array: the entry at rank ``r0`` takes the
+    value ``v`` and moves to its place by the same rule (so the same permutation); returns
+    its new rank. The shifts run over contiguous memory."""
+    n = order.shape[0]
+    i = order[r0]
+    r = r0
+    while r > 0 and ls[r - 1] > v:
+        r -= 1
+    if r < r0:
+        for a in range(r0, r, -1):
+            ls[a] = ls[a - 1]
+            order[a] = order[a - 1]
+    else:
+        while r < n - 1 and ls[r + 1] < v:
+            r += 1
+        for a in range(r0, r):
+            ls[a] = ls[a + 1]
+            order[a] = order[a + 1]
+    ls[r] = v
+    order[r] = i
+    return r
 
 
 @njit(cache=True)
@@ -140,18 +182,22 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     for m in range(n):
         if rho[m] != 0.0:
             _add_outer(X, m, rho[m], D[m], gbar)
+    inc = oracle == ORACLE_INCREMENTAL
     for t in range(indices.shape[0]):
         i = indices[t]
         _predict_row(X, i, W, z)
         li = _loss_deriv(code, y[i], z, dz)
+        # the incremental path keeps no rank array during the pass (its updates are random
+        # writes, the cost of the bubbling at large n): i's rank is found in the sorted table
+        ri0 = _find_rank(ls, order, losses[i], i) if inc else rank[i]
         if mode == 3:
-            qi = _ipav_weight(rank[i], ls, nu, div, L0, S)
+            qi = _ipav_weight(ri0, ls, nu, div, L0, S)
         elif mode == 1:
-            qi = _chi2_weight_at(ls, nu, rank[i], work, iwork, ends, nb)
+            qi = _chi2_weight_at(ls, nu, ri0, work, iwork, ends, nb)
         elif mode == 0:
-            qi = _nu0_weight_at(ls, sigma, rank[i])
+            qi = _nu0_weight_at(ls, sigma, ri0)
         else:
-            qi = qs[rank[i]]
+            qi = qs[ri0]
         ri = rho[i]
         for k in range(K):
             c[k] = qi * dz[k] - ri * D[i, k]
@@ -167,12 +213,13 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         rho[i] = qi
         # bias-reducing update: loss table, incremental sort, exact weights
         losses[i] = li
-        if oracle == ORACLE_INCREMENTAL:
-            r0 = _bubble_sorted(order, rank, ls, i, li)
+        if inc:
+            r0 = ri0
+            r1 = _move_sorted(order, ls, r0, li)
         else:  # the pre-tree code path, unchanged
             r0 = rank[i]
             _resort(order, rank, losses, ls, i)
-        r1 = rank[i]
+            r1 = rank[i]
         lo = r0 if r0 < r1 else r1
         hi = r1 if r0 < r1 else r0
         if collect:
@@ -197,6 +244,8 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
     for r in range(n):
         q[order[r]] = qs[r]
+        if inc:
+            rank[order[r]] = r
 
 
 # --------------------------------------------------------------------------- proximal oracles
