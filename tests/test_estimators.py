@@ -660,3 +660,26 @@ def test_healthy_fits_do_not_warn(make):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ro.DegenerateFitWarning)
         make().fit(X, y)
+
+
+@pytest.mark.parametrize("f", [1e200, 1e-200, 1e100, 1e-100])
+@pytest.mark.parametrize("risk", ["cvar:0.3", "esrm:1", "cvar:0.3,chi2=0.5", "esrm:1,kl=0.2"])
+def test_target_far_from_unit_scale(f, risk):
+    """y x 1e200 overflowed the squared loss (F = NaN, coef = 0). The fit runs on y / s
+    (``riskopt._scaling._target_scaling``): with the squared loss F(w; f y, nu f^2) =
+    f^2 F(w / f; y, nu), so the coefficients scale by f (the shift cost by f^2, when it fits
+    a double) and nothing warns."""
+    import dataclasses
+
+    Z, y = _unit_problem(seed=5)
+    base = ro.parse_risk(risk)
+    nu = base.shift_cost * f * f
+    if not np.isfinite(nu) or (base.shift_cost and nu == 0.0):
+        pytest.skip("the scaled shift cost does not fit a double")
+    ref = RiskRegressor(risk=base, tol=1e-10).fit(Z, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = RiskRegressor(risk=dataclasses.replace(base, shift_cost=nu), tol=1e-10).fit(
+            Z, y * f)
+    np.testing.assert_allclose(est.coef_ / f, ref.coef_, rtol=1e-5, atol=1e-6)
+    assert est.intercept_ / f == pytest.approx(ref.intercept_, rel=1e-4, abs=1e-6)

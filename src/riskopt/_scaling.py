@@ -58,3 +58,43 @@ def _from_scaled(Ws, scaling, fit_intercept):
     if fit_intercept:
         W[d] = Ws[d] - m @ W[:d]
     return W
+
+
+#: a regression target whose scale (std with an intercept, else root mean square) lies
+#: outside this band is fitted as y / s (``_target_scaling``)
+_TARGET_BAND = (1e-3, 1e3)
+
+
+def _target_scaling(y, loss, risk, fit_intercept, l2_reg):
+    """``(s, c, risk', l2')`` to fit a regression target far from unit scale as ``y / s``, or
+    None.
+
+    For the squared loss (``c = s^2``) and the absolute loss (``c = s``) the losses scale by
+    ``c`` when ``y`` and the coefficients scale by ``s``, and a spectral risk with shift cost
+    ``nu`` satisfies ``R_nu(c l) = c R_{nu / c}(l)`` (chi-square and KL), so
+    ``F(w) = c F'(w / s)`` with ``F'`` the problem on ``y / s`` with shift cost ``nu / c``
+    and l2 ``mu s^2 / c`` (``mu`` for the squared loss, ``mu s`` for the absolute loss: the
+    absolute loss is not scale-free against an l2 term). Only for the built-in spectral risks (the KL-constrained family is
+    left as given) and targets whose scale is outside ``_TARGET_BAND``."""
+    import dataclasses
+
+    from .risks import _RiskBase
+
+    name = getattr(loss, "name", None)
+    if name not in ("squared", "absolute") or not isinstance(risk, _RiskBase) \
+            or not dataclasses.is_dataclass(risk) or y.size == 0:
+        return None
+    top = float(np.max(np.abs(y)))
+    if not np.isfinite(top) or top == 0.0:
+        return None
+    u = y / top  # no overflow of y^2 for |y| ~ 1e200
+    s = top * (float(np.std(u)) if fit_intercept else float(np.sqrt(np.mean(u * u))))
+    lo, hi = _TARGET_BAND
+    if not np.isfinite(s) or s <= 0 or lo <= s <= hi:
+        return None
+    with np.errstate(over="ignore", under="ignore"):
+        c = s * s if name == "squared" else s  # may overflow: only the reported values use it
+    nu = float(risk.shift_cost)
+    nu2 = (nu / s) / s if name == "squared" else nu / s
+    risk2 = dataclasses.replace(risk, shift_cost=nu2)
+    return s, c, risk2, float(l2_reg) * (1.0 if name == "squared" else s)

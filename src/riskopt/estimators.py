@@ -121,7 +121,7 @@ from ._validation import store_params
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
-from ._scaling import _feature_scaling, _from_scaled, _to_scaled
+from ._scaling import _feature_scaling, _from_scaled, _target_scaling, _to_scaled
 from .callbacks import DegenerateFitWarning, SparseDensifyWarning
 from .risks import KLDRO, MaxLoss, _RiskBase, parse_risk
 
@@ -390,8 +390,16 @@ class _RiskEstimatorBase(BaseEstimator):
         scaling = _feature_scaling(X, bool(self.fit_intercept)) if self._scale_features \
             else None
         X_fit = X if scaling is None else (X - scaling[0]) / scaling[1]
+        # a target far from unit scale (y x 1e200 overflows the squared loss): the same
+        # problem for y / s (_target_scaling); values are mapped back by the factor c
+        y_fit, risk_fit, l2_fit, s_y, c_y = y_enc, risk, float(self.l2_reg), 1.0, 1.0
+        ts = _target_scaling(y_enc, loss, risk, bool(self.fit_intercept), self.l2_reg) \
+            if self._scale_features and not isinstance(self, ClassifierMixin) else None
+        if ts is not None:
+            s_y, c_y, risk_fit, l2_fit = ts
+            y_fit = y_enc / s_y
         try:
-            obj = _build_objective(risk, loss, X_fit, y_enc, float(self.l2_reg),
+            obj = _build_objective(risk_fit, loss, X_fit, y_fit, l2_fit,
                                    bool(self.fit_intercept), sw, groups)
         except ValueError as exc:
             if sw is None or "sample_weight" not in str(exc):
@@ -407,7 +415,7 @@ class _RiskEstimatorBase(BaseEstimator):
                 reg[:d] = reg[:d] / scaling[1] ** 2  # mu / s_j^2: the same problem in w'
             else:  # a plug-in family without the per-row l2 vector: fit on X as given
                 scaling = None
-                obj = _build_objective(risk, loss, X, y_enc, float(self.l2_reg),
+                obj = _build_objective(risk_fit, loss, X, y_fit, l2_fit,
                                        bool(self.fit_intercept), sw, groups)
         weighted = getattr(obj, "sample_weight", None) is not None
         coef0 = None
@@ -421,9 +429,13 @@ class _RiskEstimatorBase(BaseEstimator):
                     f"warm_start: the previous fit has coefficients of shape {W_prev.shape} "
                     f"(incl. intercept row) but this data needs {(obj.p, obj.K)}"
                     f"{coef_shape_msg}; set warm_start=False")
-            coef0 = obj.as_coef(_to_scaled(W_prev, scaling, bool(self.fit_intercept)))
+            coef0 = obj.as_coef(_to_scaled(W_prev, scaling, bool(self.fit_intercept)) / s_y)
         start = time.perf_counter()
-        W, converged = self._fit_objective(obj, risk, weighted, coef0, shape)
+        W, converged = self._fit_objective(obj, risk_fit, weighted, coef0, shape)
+        if ts is not None:  # back to the units of y: coefficients x s, objective values x c
+            W = W * s_y
+            with np.errstate(over="ignore", under="ignore"):  # F itself may not fit a double
+                self.objective_trace_ = np.asarray(self.objective_trace_) * c_y
         if self.verbose:
             status = "converged" if converged else "did not converge"
             print(f"[{type(self).__name__}] done: solver {self.solver_!r}, n_iter_="
@@ -437,9 +449,10 @@ class _RiskEstimatorBase(BaseEstimator):
                 ConvergenceWarning, stacklevel=3)
         if groups is not None:
             self.group_labels_ = obj.group_labels
-            self.group_losses_ = obj.group_losses(obj.as_coef(W))
+            with np.errstate(over="ignore", under="ignore"):
+                self.group_losses_ = obj.group_losses(obj.as_coef(W / s_y)) * c_y
         W_out = _from_scaled(W, scaling, bool(self.fit_intercept))
-        self._warn_if_degenerate(X, y_enc, W_out, obj, W)
+        self._warn_if_degenerate(X, y_enc, W_out, obj, W / s_y)
         return W_out
 
     def _warn_if_degenerate(self, X, y_enc, W, obj, W_fit):
@@ -465,7 +478,8 @@ class _RiskEstimatorBase(BaseEstimator):
                 why = ("its decision values are constant to 1e-6 on the training rows (the "
                        "coefficients are ~0; the predicted class is decided by rounding)")
         elif not isinstance(self, ClassifierMixin):
-            if float(np.std(Z[:, 0])) <= 1e-6 * max(float(np.std(y_enc)), 1e-300):
+            top = max(float(np.max(np.abs(y_enc))), 1e-300)  # std of y / top: no over/underflow
+            if float(np.std(Z[:, 0] / top)) <= 1e-6 * float(np.std(y_enc / top)):
                 why = (f"its predictions are constant ({float(Z[0, 0]):.6g}) on the training "
                        "rows, to 1e-6 of the spread of y")
         if why is not None:
