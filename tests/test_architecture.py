@@ -22,9 +22,9 @@ Rules
 
   ====  ==============================================================================
   0     ``_validation``, ``_kernels`` (numba loops; they see only arrays), ``_plugins``
-        (the entry-point loader; standard library only), ``_kl`` (the KL-DRO maths, NumPy),
-        ``_scaling`` (the estimators' standardised coordinates, NumPy)
-  1     ``losses``, ``risks``, ``samplers``, ``datasets`` (data and the problem pieces)
+        (the entry-point loader; standard library only), ``_kl`` (the KL-DRO maths, NumPy)
+  1     ``losses``, ``risks``, ``samplers``, ``datasets`` (data and the problem pieces),
+        ``_scaling`` (the estimators' standardised coordinates; reads the risk classes)
   2     ``objectives`` (the problem families; L-BFGS for their reference optimum lives
         in ``objectives/_lbfgs.py``)
   3     ``callbacks``, ``metrics`` (traces, timeouts, per-group metrics; they see
@@ -51,8 +51,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PKG = SRC / "riskopt"
 
 LAYERS = [
-    ("_validation", "_kernels", "_plugins", "_kl", "_scaling"),
-    ("losses", "risks", "samplers", "datasets"),
+    ("_validation", "_kernels", "_plugins", "_kl"),
+    ("losses", "risks", "samplers", "datasets", "_scaling"),
     ("objectives",),
     ("callbacks", "metrics"),
     ("solvers",),
