@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import riskopt as ro
 from riskopt import metrics
 from riskopt.cli import main
 
@@ -111,3 +112,26 @@ def test_unknown_labels_and_missing_target(tables, tmp_path, capsys):
     bad.drop(columns="label").to_csv(p, index=False)
     assert main(["evaluate", str(model), str(p)]) == 2
     assert "target column 'label' not in" in capsys.readouterr().err
+
+
+def test_group_dro_model_is_evaluated_by_the_risk_of_its_group_losses(tmp_path, capsys):
+    rng = np.random.default_rng(7)
+    n = 400
+    df = pd.DataFrame(rng.normal(size=(n, 2)), columns=["a", "b"])
+    df["g"] = rng.choice(["u", "v", "w"], n, p=[0.6, 0.3, 0.1])
+    df["y"] = df.a - df.b + (df.g == "w") * 2 + rng.normal(size=n)
+    path = tmp_path / "d.csv"
+    df.to_csv(path, index=False)
+    model = tmp_path / "m.joblib"
+    assert main(["fit", str(path), "--target", "y", "--group", "g", "--group-dro", "--risk",
+                 "cvar:0.5", "--quiet", "--out", str(model)]) == 0
+    out = tmp_path / "r.json"
+    assert main(["evaluate", str(model), str(path), "--out", str(out)]) == 0
+    r = json.loads(out.read_text())["overall"]
+    assert r["risk"].endswith("over the groups of 'g'")
+    import joblib
+
+    est = joblib.load(model)["estimator"]
+    loss = 0.5 * (est.predict(df[["a", "b"]]) - df.y.to_numpy()) ** 2
+    gl = pd.Series(loss).groupby(df.g).mean().to_numpy()
+    assert r["risk_of_losses"] == pytest.approx(ro.CVaR(0.5).value(gl), rel=1e-12)

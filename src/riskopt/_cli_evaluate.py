@@ -75,10 +75,17 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
     losses = _per_sample_losses(est, task, X, y)
     try:
         risk = parse_risk(final_estimator(model).risk)
-        risk_value = float(risk.value(losses))
+        over = losses
+        gcol = model.get("group") if model.get("group_dro") else None
+        if gcol is not None:  # a group-DRO model: the risk of the group-mean losses
+            g = _column(df, gcol, "group", where).astype(str).to_numpy()
+            _, inv = np.unique(g, return_inverse=True)
+            over = np.bincount(inv, losses) / np.bincount(inv)
+        risk_value = float(risk.value(over))
     except (ValueError, TypeError):
-        risk, risk_value = model.get("risk"), float("nan")
-    overall = {"rows": int(len(y)), "risk": str(risk), "risk_of_losses": risk_value,
+        risk, risk_value, gcol = model.get("risk"), float("nan"), None
+    label = f"{risk} over the groups of {gcol!r}" if gcol is not None else str(risk)
+    overall = {"rows": int(len(y)), "risk": label, "risk_of_losses": risk_value,
                "mean_loss": float(np.mean(losses)), "max_loss": float(np.max(losses))}
     if task == "regression":
         r = pred - y
