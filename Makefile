@@ -18,6 +18,7 @@ install: $(VENV)/.installed
 
 demo: install
 	$(VENV)/bin/riskopt bench run quick --jobs 2
+	$(PY) benchmarks/demo_tail.py --out results/quick
 
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider
