@@ -272,7 +272,8 @@ def test_numeric_lr_is_used_and_divergence_is_reported():
 
 def test_convergence_warning_and_trace():
     X, y = _regression()
-    with pytest.warns(ConvergenceWarning, match="did not converge.*max_iter=2"):
+    with pytest.warns(ConvergenceWarning, match=r"did not converge.*max_iter=2.*relative "
+                      r"\(sub\)gradient norm is [0-9.e-]+ and the objective"):
         est = RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect",
                             max_iter=2, random_state=0).fit(X, y)
     assert est.n_iter_ == 2 and est.objective_trace_.shape == (3,)

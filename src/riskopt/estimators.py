@@ -199,6 +199,20 @@ def _as_risk(risk):
 _DEGENERATE_MIN_SAMPLES = 5
 
 
+def _progress_reached(obj, W, scale=1.0):
+    """``"; relative (sub)gradient norm ... and objective ... at the end"`` for the
+    ConvergenceWarning: how far the run got (two gradient evaluations; objective values x
+    ``scale``, the target scaling's factor; empty on failure)."""
+    try:
+        f0, g0 = obj.value_grad(obj.zeros())
+        f1, g1 = obj.value_grad(obj.as_coef(W))
+        rel = float(np.linalg.norm(g1)) / max(float(np.linalg.norm(g0)), 1e-300)
+        return (f"; at the end the relative (sub)gradient norm is {rel:.2g} and the objective "
+                f"{float(f1) * scale:.6g} (from {float(f0) * scale:.6g} at zero)")
+    except Exception:  # a plug-in family without value_grad: say nothing more
+        return ""
+
+
 def _build_objective(risk, loss, X, y, l2_reg, fit_intercept, sample_weight, groups=None):
     if groups is not None:
         if not isinstance(risk, _RiskBase):
@@ -444,9 +458,9 @@ class _RiskEstimatorBase(BaseEstimator):
         if not converged and self.tol is not None:
             warnings.warn(
                 f"{type(self).__name__} did not converge: solver {self.solver_!r} stopped after "
-                f"{self.n_iter_} updates (max_iter={self._max_iter()}, tol={self.tol}). "
-                f"Increase max_iter, loosen tol, or scale the data.",
-                ConvergenceWarning, stacklevel=3)
+                f"{self.n_iter_} updates (max_iter={self._max_iter()}, tol={self.tol})"
+                f"{_progress_reached(obj, W / s_y, c_y)}. Increase max_iter, loosen tol, or "
+                f"scale the data.", ConvergenceWarning, stacklevel=3)
         if groups is not None:
             self.group_labels_ = obj.group_labels
             with np.errstate(over="ignore", under="ignore"):
