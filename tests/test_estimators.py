@@ -684,3 +684,25 @@ def test_target_far_from_unit_scale(f, risk):
             Z, y * f)
     np.testing.assert_allclose(est.coef_ / f, ref.coef_, rtol=1e-5, atol=1e-6)
     assert est.intercept_ / f == pytest.approx(ref.intercept_, rel=1e-4, abs=1e-6)
+
+
+def test_float32_input_and_in_place_scaling_leave_the_caller_s_array_alone():
+    """float32 X is converted once, inside the objective's design (no float64 copy before);
+    the standardisation runs in place on that design, never on the caller's array; the fit
+    equals the float64 fit of the same (rounded) values."""
+    rng = np.random.default_rng(9)
+    X64 = rng.normal(size=(400, 3)) * [1.0, 50.0, 0.01] + [0.0, 100.0, 0.0]
+    y = X64 @ [1.0, 0.02, 30.0] + rng.normal(size=400)
+    X32 = X64.astype(np.float32)
+    before32, before64 = X32.copy(), np.asarray(X32, dtype=np.float64)
+    a = RiskRegressor(risk="cvar:0.3", tol=1e-10).fit(X32, y)
+    b = RiskRegressor(risk="cvar:0.3", tol=1e-10).fit(before64, y)
+    np.testing.assert_array_equal(X32, before32)
+    np.testing.assert_array_equal(before64, X32.astype(np.float64))
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-6, atol=1e-9)
+    # without an intercept the design may be the caller's float64 array itself: copied
+    # before the in-place scaling
+    X = np.ascontiguousarray(X64)
+    keep = X.copy()
+    RiskRegressor(risk="cvar:0.3", fit_intercept=False).fit(X, y)
+    np.testing.assert_array_equal(X, keep)

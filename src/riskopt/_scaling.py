@@ -19,12 +19,12 @@ def _feature_scaling(X, fit_intercept):
     when every column is already standardised within ``_SCALE_BAND`` (nothing to gain)."""
     if X.shape[0] == 0 or X.shape[1] == 0:
         return None
-    if fit_intercept:
-        m = X.mean(axis=0)
-        s = X.std(axis=0)
+    if fit_intercept:  # float64 accumulators (X may be float32)
+        m = X.mean(axis=0, dtype=np.float64)
+        s = X.std(axis=0, dtype=np.float64)
     else:
         m = np.zeros(X.shape[1])
-        s = np.sqrt(np.mean(X * X, axis=0))
+        s = np.sqrt(np.einsum("ij,ij->j", X, X, dtype=np.float64) / X.shape[0])
     ok = np.isfinite(s) & (s > 0) & np.isfinite(m)
     s = np.where(ok, s, 1.0)
     m = np.where(ok, m, 0.0)

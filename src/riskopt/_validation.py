@@ -47,6 +47,32 @@ def store_params(obj, params):
             setattr(obj, key, value)
 
 
+def design_matrix(X, intercept):
+    """The float64 C-contiguous design ``[X, 1]`` (or ``X``) built in one allocation: any real
+    dtype (float32 included) is converted while it is copied, and X is validated (2-D,
+    non-empty, finite) without a converted copy first. Without an intercept an X that is
+    already float64 and C-contiguous is returned as is (no copy)."""
+    if hasattr(X, "toarray") and not isinstance(X, np.ndarray):
+        X = X.toarray()
+    A = np.asarray(X)
+    if A.dtype.kind not in "fiub":
+        A = check_array("X", A, ndim=2)  # objects / strings: converted (and checked) here
+    if A.ndim != 2:
+        raise ValueError(f"X must have 2 dimension(s), got shape {A.shape}")
+    if A.size == 0:
+        raise ValueError(f"X is empty (shape {A.shape})")
+    if A.dtype.kind == "f" and not np.all(np.isfinite(A)):
+        bad = int(A.size - np.count_nonzero(np.isfinite(A)))
+        raise ValueError(f"X contains {bad} NaN or infinite value(s)")
+    if not intercept:
+        return np.ascontiguousarray(A, dtype=np.float64)
+    n, d = A.shape
+    D = np.empty((n, d + 1))
+    D[:, :d] = A
+    D[:, d] = 1.0
+    return D
+
+
 def check_X_y(X, y):
     if hasattr(X, "toarray") and not isinstance(X, np.ndarray):
         X = X.toarray()

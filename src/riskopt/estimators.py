@@ -279,7 +279,9 @@ class _RiskEstimatorBase(BaseEstimator):
 
     # -- data ----------------------------------------------------------------------------
     def _validate_X_y(self, X, y, y_numeric):
-        X, y = validate_data(self, X, y, accept_sparse=_SPARSE, dtype=np.float64,
+        # float32 stays float32 here: the objective converts it once, while building its
+        # float64 design (riskopt.objectives.base; no float64 copy of X before that)
+        X, y = validate_data(self, X, y, accept_sparse=_SPARSE, dtype=[np.float64, np.float32],
                              y_numeric=y_numeric, multi_output=False)
         if hasattr(X, "toarray"):
             # the core Objective and kernels need a dense design: 8 n d bytes, said aloud
@@ -292,7 +294,7 @@ class _RiskEstimatorBase(BaseEstimator):
                 f"against {stored / 2**20:.1f} MiB sparse (riskopt's kernels are dense)",
                 SparseDensifyWarning, stacklevel=3)
             X = X.toarray()
-        return np.ascontiguousarray(X, dtype=np.float64), y
+        return np.ascontiguousarray(X), y
 
     def _linear_output(self, X):
         check_is_fitted(self)
@@ -403,7 +405,6 @@ class _RiskEstimatorBase(BaseEstimator):
             X, y_enc, sw = _expand_frequency_weights(X, y_enc, sw)
         scaling = _feature_scaling(X, bool(self.fit_intercept)) if self._scale_features \
             else None
-        X_fit = X if scaling is None else (X - scaling[0]) / scaling[1]
         # a target far from unit scale (y x 1e200 overflows the squared loss): the same
         # problem for y / s (_target_scaling); values are mapped back by the factor c
         y_fit, risk_fit, l2_fit, s_y, c_y = y_enc, risk, float(self.l2_reg), 1.0, 1.0
@@ -413,7 +414,7 @@ class _RiskEstimatorBase(BaseEstimator):
             s_y, c_y, risk_fit, l2_fit = ts
             y_fit = y_enc / s_y
         try:
-            obj = _build_objective(risk_fit, loss, X_fit, y_fit, l2_fit,
+            obj = _build_objective(risk_fit, loss, X, y_fit, l2_fit,
                                    bool(self.fit_intercept), sw, groups)
         except ValueError as exc:
             if sw is None or "sample_weight" not in str(exc):
@@ -422,15 +423,18 @@ class _RiskEstimatorBase(BaseEstimator):
                 f"{exc}. Integer sample weights summing to at most {_MAX_EXPANSION} n are "
                 f"accepted for every risk (the rows are repeated).") from None
         if scaling is not None:
-            reg = getattr(obj, "reg", None)
+            reg, D = getattr(obj, "reg", None), getattr(obj, "X", None)
             d = X.shape[1]
             if isinstance(reg, np.ndarray) and reg.shape == (obj.p,) and \
-                    obj.p == d + bool(self.fit_intercept):
+                    obj.p == d + bool(self.fit_intercept) and isinstance(D, np.ndarray) \
+                    and D.shape == (X.shape[0], obj.p) and D.dtype == np.float64:
+                if np.shares_memory(D, X):  # never scale the caller's array
+                    D = obj.X = D.copy()
+                D[:, :d] -= scaling[0]  # in place: the objective's design becomes X'
+                D[:, :d] /= scaling[1]
                 reg[:d] = reg[:d] / scaling[1] ** 2  # mu / s_j^2: the same problem in w'
-            else:  # a plug-in family without the per-row l2 vector: fit on X as given
+            else:  # a plug-in family without the design / per-row l2: fit on X as given
                 scaling = None
-                obj = _build_objective(risk_fit, loss, X, y_fit, l2_fit,
-                                       bool(self.fit_intercept), sw, groups)
         weighted = getattr(obj, "sample_weight", None) is not None
         coef0 = None
         if self.warm_start and hasattr(self, "coef_"):

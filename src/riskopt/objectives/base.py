@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_positive, check_X_y
+from .._validation import check_array, check_positive, design_matrix
 from ..losses import get_loss
 
 
@@ -156,16 +156,20 @@ class LinearModelObjective(ObjectiveBase):
 
         self._kl = _kl
         self.loss = get_loss(loss)
-        X, y = check_X_y(X, y)
-        self.l2_reg = check_positive("l2_reg", l2_reg, allow_zero=True)
         if not isinstance(fit_intercept, (bool, np.bool_)):
             raise ValueError(f"fit_intercept must be True or False, got {fit_intercept!r}")
         self.fit_intercept = bool(fit_intercept)
+        # one allocation for the design (float32 converted while copied, the intercept column
+        # filled in place): the peak memory of a fit is about one float64 design beyond X
+        X = design_matrix(X, self.fit_intercept)
+        y = check_array("y", y, ndim=1)
+        if X.shape[0] != y.shape[0]:
+            raise ValueError(f"X and y have mismatched numbers of rows: {X.shape[0]} != "
+                             f"{y.shape[0]}")
+        self.l2_reg = check_positive("l2_reg", l2_reg, allow_zero=True)
         self.y = np.ascontiguousarray(self.loss.prepare_targets(y), dtype=np.float64)
-        self.n_features = X.shape[1]
-        if self.fit_intercept:
-            X = np.hstack([X, np.ones((X.shape[0], 1))])
-        self.X = np.ascontiguousarray(X)
+        self.n_features = X.shape[1] - self.fit_intercept
+        self.X = X
         self.n, self.p = self.X.shape
         self.K = self.loss.n_outputs(self.y)
         self.reg = np.full(self.p, self.l2_reg)
