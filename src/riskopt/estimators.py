@@ -481,9 +481,11 @@ class _RiskEstimatorBase(BaseEstimator):
         n, d = X.shape
         if n < 2:
             return
-        Z = X @ W[:d]
+        Z = np.empty((n, W.shape[1]))
+        for a in range(0, n, 65536):  # in blocks: a float32 X is not upcast whole
+            Z[a:a + 65536] = X[a:a + 65536] @ W[:d]
         if self.fit_intercept:
-            Z = Z + W[d]
+            Z += W[d]
         risk = self.risk_
         why = None
         if isinstance(self, ClassifierMixin) and len(np.unique(y_enc)) > 1:
