@@ -60,9 +60,13 @@ def _replay(losses, sigma, nu, div, idx, vals, B, check_every):
     checked = 0
     for t in range(idx.shape[0]):
         i = idx[t]
-        r0 = ko._bubble_sorted(order, rank, ls, i, vals[t])
+        r0 = kp._find_rank(ls, order, losses[i], i)  # Prospect's own path (no rank array)
+        if r0 != rank[i]:
+            return worst, checked, 2, stats
+        r1 = kp._move_sorted(order, ls, r0, vals[t])
         losses[i] = vals[t]
-        r1 = rank[i]
+        for r in range(min(r0, r1), max(r0, r1) + 1):  # the test's own inverse permutation
+            rank[order[r]] = r
         lo = min(r0, r1)
         hi = max(r0, r1)
         stats[0] += hi - lo
@@ -82,7 +86,7 @@ def _replay(losses, sigma, nu, div, idx, vals, B, check_every):
                 if e > worst:
                     worst = e
             # the single-rank query used by Prospect gives the same numbers
-            r = rank[i]
+            r = r1
             e = abs(ip._ipav_weight(r, ls, nu, div, L0, S) - qf[r])
             if e > worst:
                 worst = e

@@ -370,30 +370,3 @@ def _nu0_weight_at(ls, sigma, r):
     for j in range(lo, hi + 1):
         s += sigma[j]
     return s / (hi - lo + 1)
-
-
-@njit(cache=True)
-def _bubble_sorted(order, rank, ls, i, v):
-    """``oracles._bubble`` on the sorted copy: ``ls[r] == losses[order[r]]`` for every rank
-    but ``rank[i]``, ``v`` the new loss of ``i``; moves ``i`` to its rank (same rule, hence the
-    same permutation, as ``_bubble``) keeping ``ls``, ``order`` and ``rank`` in step. Returns
-    the old rank of ``i``."""
-    n = order.shape[0]
-    r0 = rank[i]
-    r = r0
-    while r > 0 and ls[r - 1] > v:
-        o = order[r - 1]
-        order[r] = o
-        rank[o] = r
-        ls[r] = ls[r - 1]
-        r -= 1
-    while r < n - 1 and ls[r + 1] < v:
-        o = order[r + 1]
-        order[r] = o
-        rank[o] = r
-        ls[r] = ls[r + 1]
-        r += 1
-    order[r] = i
-    rank[i] = r
-    ls[r] = v
-    return r0

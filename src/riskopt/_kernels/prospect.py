@@ -95,9 +95,9 @@ def _find_rank(ls, order, v, i):
 
 @njit(cache=True)
 def _move_sorted(order, ls, r0, v):
-    """``oracles._bubble_sorted`` without the rank array: the entry at rank ``r0`` takes the
-    value ``v`` and moves to its place by the same rule (so the same permutation); returns
-    its new rank. The shifts run over contiguous memory."""
+    """``oracles._bubble`` on the sorted copy ``ls``, without the rank array: the entry at
+    rank ``r0`` takes the value ``v`` and moves to its place by the same rule (so the same
+    permutation); returns its new rank. The shifts run over contiguous memory."""
     n = order.shape[0]
     i = order[r0]
     r = r0
