@@ -33,6 +33,7 @@ Examples
 >>> float(risk.value(np.array([1.0, 2.0, 3.0, 4.0])))
 3.5
 """
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,26 +74,20 @@ def check_spectrum(sigma, n=None):
     return np.ascontiguousarray(sigma / sigma.sum())
 
 
-_SPECTRA = {}       # (risk, n) -> read-only spectrum, for repeated oracle calls on one n
-_SPECTRA_MAX = 16
+@functools.lru_cache(maxsize=16)
+def _spectrum_of(risk, n):
+    sigma = np.ascontiguousarray(risk.spectrum(n), dtype=np.float64)
+    sigma.setflags(write=False)
+    return sigma
 
 
 def _cached_spectrum(risk, n):
     """``risk.spectrum(n)``, cached for hashable (built-in, frozen) risks: at n = 1e6 the
     spectrum costs 8-10 ms, more than the sort of the losses."""
     try:
-        key = (risk, int(n))
-        hash(key)
-    except TypeError:  # e.g. a user SpectralRisk holding an array
+        return _spectrum_of(risk, int(n))
+    except TypeError:  # an unhashable risk
         return risk.spectrum(n)
-    sigma = _SPECTRA.get(key)
-    if sigma is None:
-        sigma = np.ascontiguousarray(risk.spectrum(n), dtype=np.float64)
-        sigma.setflags(write=False)
-        if len(_SPECTRA) >= _SPECTRA_MAX:
-            _SPECTRA.pop(next(iter(_SPECTRA)))
-        _SPECTRA[key] = sigma
-    return sigma
 
 
 class _RiskBase:
