@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 import riskopt as ro
+from riskopt.bench._io import atomic_savefig, atomic_write_text
 
 DATASETS = ["yacht", "energy", "concrete", "kin8nm", "power"]
 RISKS = {"ERM (risk='mean')": "mean", "CVaR(0.1) (risk='cvar:0.1')": "cvar:0.1"}
@@ -28,7 +29,6 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    os.makedirs(args.out, exist_ok=True)
     levels = np.linspace(0.5, 1.0, 201)
     fig, axes = plt.subplots(1, len(DATASETS), figsize=(4 * len(DATASETS), 3.8))
     rows = ["| data | model | test mean loss | test CVaR(0.1) | test max loss |",
@@ -53,14 +53,10 @@ def main():
                  "CVaR(0.1)'s tail starts)", fontsize=10)
     fig.tight_layout()
     png = os.path.join(args.out, "tail.png")
-    fig.savefig(png + ".tmp.png", dpi=110)
-    os.replace(png + ".tmp.png", png)
+    atomic_savefig(fig, png, dpi=110)
     text = ("# Why a tail risk: test losses of ERM vs CVaR(0.1)\n\nProduced by "
             "`python benchmarks/demo_tail.py`.\n\n" + "\n".join(rows) + "\n")
-    md = os.path.join(args.out, "tail.md")
-    with open(md + ".tmp", "w") as fh:
-        fh.write(text)
-    os.replace(md + ".tmp", md)
+    atomic_write_text(os.path.join(args.out, "tail.md"), text)
     print(text)
     print(f"figure: {png}")
 

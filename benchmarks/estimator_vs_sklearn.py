@@ -13,10 +13,8 @@ iterations and whether it warned (ConvergenceWarning). Writes ``results.md`` and
 ``metadata.json``. Run it with ``PYTHONPATH=<an older checkout>/src`` for a before/after.
 """
 import argparse
-import json
 import os
 import platform
-import subprocess
 import time
 import warnings
 
@@ -25,6 +23,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression, Ridge
 
 import riskopt as ro
+from riskopt.bench._io import atomic_write_json, atomic_write_text
+from riskopt.bench._meta import _git_commit
 
 
 def timed(make, X, y, repeats):
@@ -70,20 +70,13 @@ def main():
                          f"{t / t_sk:.1f}x | {est.solver_} | {est.n_iter_} | "
                          f"{'yes' if warned else 'no'} |")
             print(lines[-1], flush=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=os.path.dirname(ro.__file__)).stdout.strip()
-    os.makedirs(args.out, exist_ok=True)
-    for fname, content in (("results.md", "\n".join(lines) + "\n"),
-                           ("metadata.json", json.dumps({
-                               "script": "benchmarks/estimator_vs_sklearn.py",
-                               "riskopt_path": ro.__file__, "git_commit_of_riskopt": commit,
-                               "repeats": args.repeats, "machine": platform.platform(),
-                               "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                               "wall_seconds": round(time.time() - t_start, 1)}, indent=1) + "\n")):
-        tmp = os.path.join(args.out, fname + ".tmp")
-        with open(tmp, "w") as fh:
-            fh.write(content)
-        os.replace(tmp, os.path.join(args.out, fname))
+    atomic_write_text(os.path.join(args.out, "results.md"), "\n".join(lines) + "\n")
+    atomic_write_json(os.path.join(args.out, "metadata.json"), {
+        "script": "benchmarks/estimator_vs_sklearn.py", "riskopt_path": ro.__file__,
+        "git_commit_of_riskopt": _git_commit(), "repeats": args.repeats,
+        "machine": platform.platform(), "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "wall_seconds": round(time.time() - t_start, 1)})
     print(f"wrote {args.out}/results.md")
 
 

@@ -59,12 +59,15 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pandas as pd
+
+from riskopt.bench._io import (atomic_savefig, atomic_write_parquet,
+                              atomic_write_text)
+from riskopt.bench._meta import _git_commit
 
 OUT = "benchmarks/results/fcco_group_dro_mlp"
 DATASETS = {"adult": "race*sex", "compas": "caucasian*sex"}
@@ -328,7 +331,7 @@ def figure(df, best, path):
                  "training objective of seed 0 (ERM: on its mean loss); accuracy axes zoomed "
                  "on epochs >= 1", fontsize=10)
     fig.tight_layout()
-    _atomic(path, lambda p: fig.savefig(p, dpi=110, format="png"))
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -366,19 +369,6 @@ def table(df, tun, best):
                 lines.append(f"| {name} | {LABEL[meth]}{star} | {cfg} | "
                              + " | ".join(f"{r[c]:.4f}" for c in COLS) + " |")
     return "\n".join(lines)
-
-
-def _atomic(path, write):
-    tmp = path + ".tmp"
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def _write_text(path, text):
-    def w(p):
-        with open(p, "w") as fh:
-            fh.write(text)
-    _atomic(path, w)
 
 
 def results_md(df, epochs, seeds, note):
@@ -457,18 +447,17 @@ def main(argv=None):
         args.t0 = t0
         df = run_all(args)
         os.makedirs(args.out, exist_ok=True)
-        _atomic(path, lambda p: df.to_parquet(p))
+        atomic_write_parquet(path, df)
         epochs = {k: v for k, v in args.epochs.items() if k in args.datasets}
         seeds, note = args.seeds, args.note
     _, best = select(df)
     figure(df, best, os.path.join(args.out, "figure.png"))
     tab, md = results_md(df, epochs, seeds, note)
-    _write_text(os.path.join(args.out, "results.md"), md)
+    atomic_write_text(os.path.join(args.out, "results.md"), md)
     print(tab)
     if args.replot:
         return
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = _git_commit()
     meta = {"commit": commit, "machine": platform.platform(), "cpus": os.cpu_count(),
             "processor": platform.processor(), "torch_threads": 1, "workers": args.workers,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_seconds": time.time() - t0,
@@ -482,7 +471,7 @@ def main(argv=None):
             "selected": {f"{k[0]}/{k[1]}": v for k, v in best.items()},
             "selection": "lowest final train objective (ERM: lowest final train mean loss), "
                          "tuning seed", "note": note}
-    _write_text(meta_path, json.dumps(meta, indent=1) + "\n")
+    atomic_write_text(meta_path, json.dumps(meta, indent=1) + "\n")
 
 
 if __name__ == "__main__":

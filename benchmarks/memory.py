@@ -18,6 +18,9 @@ import subprocess
 import sys
 import time
 
+from riskopt.bench._io import atomic_write_json, atomic_write_text
+from riskopt.bench._meta import _git_commit
+
 CHILD = r"""
 import resource, sys, time, json, warnings
 import numpy as np, scipy.sparse as sp
@@ -80,20 +83,12 @@ def main():
             lines.append(f"| {label} | {r['x_bytes'] / 2**20:.0f} | {r['extra_over_x']:.2f} | "
                          f"{r['peak_rss'] / 2**20:.0f} | {r['fit_seconds']:.1f} |")
         print(lines[-1], flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    meta = {"script": "benchmarks/memory.py", "n": args.n, "d": args.d,
-            "max_iter": args.max_iter,
-            "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                         text=True).stdout.strip(),
-            "machine": platform.platform(), "cpus": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "wall_seconds": round(time.time() - t_start, 1)}
-    for name, text in (("results.md", "\n".join(lines) + "\n"),
-                       ("metadata.json", json.dumps(meta, indent=1) + "\n")):
-        tmp = os.path.join(args.out, name + ".tmp")
-        with open(tmp, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, os.path.join(args.out, name))
+    atomic_write_text(os.path.join(args.out, "results.md"), "\n".join(lines) + "\n")
+    atomic_write_json(os.path.join(args.out, "metadata.json"), {
+        "script": "benchmarks/memory.py", "n": args.n, "d": args.d, "max_iter": args.max_iter,
+        "git_commit": _git_commit(), "machine": platform.platform(), "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "wall_seconds": round(time.time() - t_start, 1)})
     print(f"wrote {args.out}/results.md")
 
 

@@ -11,16 +11,16 @@ every ``risk.weights`` call). Losses: squared Gaussian residuals (continuous) an
 rounded to 2 decimals (many ties). Writes ``results.md`` and ``metadata.json``.
 """
 import argparse
-import json
 import os
 import platform
-import subprocess
 import time
 
 import numpy as np
 
 import riskopt as ro
 from riskopt._kernels import oracles as ko
+from riskopt.bench._io import atomic_write_json, atomic_write_text
+from riskopt.bench._meta import _git_commit
 
 
 def median_time(f, repeats):
@@ -74,19 +74,12 @@ def main():
                          f"({t_old / t_sort:.1f}x) | {t_new * 1e3:.1f} ({t_new / t_sort:.1f}x) "
                          f"| {t_obj * 1e3:.1f} ({t_obj / t_sort:.1f}x) | {diff:.1e} |")
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    os.makedirs(args.out, exist_ok=True)
-    for name, content in (("results.md", text), ("metadata.json", json.dumps({
-            "script": "benchmarks/oracle_speed.py", "n": n, "repeats": args.repeats,
-            "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                         text=True).stdout.strip(),
-            "machine": platform.platform(), "cpus": os.cpu_count(),
-            "numpy": np.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "wall_seconds": round(time.time() - t_start, 1)}, indent=1) + "\n")):
-        tmp = os.path.join(args.out, name + ".tmp")
-        with open(tmp, "w") as fh:
-            fh.write(content)
-        os.replace(tmp, os.path.join(args.out, name))
+    atomic_write_text(os.path.join(args.out, "results.md"), "\n".join(lines) + "\n")
+    atomic_write_json(os.path.join(args.out, "metadata.json"), {
+        "script": "benchmarks/oracle_speed.py", "n": n, "repeats": args.repeats,
+        "git_commit": _git_commit(), "machine": platform.platform(), "cpus": os.cpu_count(),
+        "numpy": np.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "wall_seconds": round(time.time() - t_start, 1)})
     print(f"wrote {args.out}/results.md")
 
 
