@@ -380,17 +380,21 @@ def test_bad_risk_string_is_a_value_error():
 
 
 def test_sparse_input_matches_dense():
+    # the default path keeps X sparse (tests/test_sparse.py); a stochastic solver densifies it
+    # and says so
     X, y = _regression(n=80, d=6)
     X[np.abs(X) < 0.8] = 0.0
     Xs = sp.csr_matrix(X)
-    dense = RiskRegressor(risk="cvar:0.5").fit(X, y)
+    kw = dict(risk="cvar:0.5", solver="lsvrg", random_state=0, max_iter=30, tol=None)
+    dense = RiskRegressor(**kw).fit(X, y)
     with pytest.warns(ro.SparseDensifyWarning, match=r"densifies the sparse X \(80 x 6"):
-        sparse = RiskRegressor(risk="cvar:0.5").fit(Xs, y)
+        sparse = RiskRegressor(**kw).fit(Xs, y)
     np.testing.assert_allclose(sparse.coef_, dense.coef_, atol=1e-12)
     np.testing.assert_allclose(sparse.predict(Xs), dense.predict(X), atol=1e-12)
     yc = (y > 0).astype(int)
     with pytest.warns(ro.SparseDensifyWarning, match="MiB dense against"):
-        clf = RiskClassifier(risk="cvar:0.5").fit(Xs, yc)
+        clf = RiskClassifier(risk="cvar:0.5", solver="sgd", random_state=0, max_iter=30,
+                             tol=None).fit(Xs, yc)
     np.testing.assert_allclose(clf.predict_proba(Xs), clf.predict_proba(X), atol=1e-12)
 
 

@@ -16,10 +16,19 @@ def _feature_scaling(X, fit_intercept):
     the stopping tests no longer depend on the units of the features. ``m`` is the column
     mean with an intercept (the intercept absorbs the shift), else 0 (``s`` is then the root
     mean square); constant (``s = 0``) columns keep ``s = 1``. None (fit on ``X`` as given)
-    when every column is already standardised within ``_SCALE_BAND`` (nothing to gain)."""
+    when every column is already standardised within ``_SCALE_BAND`` (nothing to gain). A
+    scipy.sparse ``X`` is only scaled (``m = 0``; ``s`` the std with an intercept): centring
+    would make it dense."""
     if X.shape[0] == 0 or X.shape[1] == 0:
         return None
-    if fit_intercept:  # float64 accumulators (X may be float32)
+    if not isinstance(X, np.ndarray):  # scipy.sparse: scale only (a shift would fill it in)
+        m = np.zeros(X.shape[1])
+        sq = np.asarray(X.multiply(X).mean(axis=0, dtype=np.float64)).ravel()
+        if fit_intercept:
+            mean = np.asarray(X.mean(axis=0, dtype=np.float64)).ravel()
+            sq = np.maximum(sq - mean * mean, 0.0)
+        s = np.sqrt(sq)
+    elif fit_intercept:  # float64 accumulators (X may be float32)
         m = X.mean(axis=0, dtype=np.float64)
         s = X.std(axis=0, dtype=np.float64)
     else:
@@ -32,6 +41,35 @@ def _feature_scaling(X, fit_intercept):
     if np.all((s >= lo) & (s <= hi) & (np.abs(m) <= s)):
         return None
     return m, s
+
+
+def _standardise_design(obj, X, scaling, fit_intercept):
+    """Make the objective's design ``[X, 1]`` the standardised ``[X', 1]`` in place, with the
+    per-row l2 ``mu / s_j^2`` (the same problem in ``w'``); returns ``scaling``, or None when
+    ``obj`` is not laid out so (a plug-in family: then it is fitted on ``X`` as given). The
+    caller's array is never changed (copied if the design shares its memory)."""
+    if scaling is None:
+        return None
+    reg, D = getattr(obj, "reg", None), getattr(obj, "X", None)
+    d = X.shape[1]
+    if not (isinstance(reg, np.ndarray) and reg.shape == (obj.p,)
+            and obj.p == d + bool(fit_intercept) and D is not None
+            and D.shape == (X.shape[0], obj.p) and D.dtype == np.float64):
+        return None
+    m, s = scaling
+    if isinstance(D, np.ndarray):
+        if np.shares_memory(D, X):
+            D = obj.X = D.copy()
+        D[:, :d] -= m  # in place: the objective's design becomes X'
+        D[:, :d] /= s
+    elif hasattr(D, "indices") and D.format == "csr" and not np.any(m):
+        if np.shares_memory(D.data, getattr(X, "data", np.empty(0))):
+            D = obj.X = D.copy()
+        D.data /= np.append(s, 1.0)[D.indices]  # the ones column keeps 1
+    else:
+        return None
+    reg[:d] = reg[:d] / s ** 2
+    return scaling
 
 
 def _to_scaled(W, scaling, fit_intercept):

@@ -47,13 +47,73 @@ def store_params(obj, params):
             setattr(obj, key, value)
 
 
-def design_matrix(X, intercept):
+class SparseDensifyWarning(UserWarning):
+    """A sparse input was converted to a dense array (the message gives both sizes).
+
+    Re-exported as ``riskopt.SparseDensifyWarning``."""
+
+
+def sparse_nbytes(X):
+    """Bytes held by a scipy sparse matrix (data and index arrays)."""
+    return int(sum(getattr(X, a).nbytes for a in ("data", "indices", "indptr", "row", "col",
+                                                  "offsets") if hasattr(X, a)))
+
+
+def densify(X, who, stacklevel=3):
+    """``X.toarray()`` with a :class:`SparseDensifyWarning` naming ``who`` and both sizes."""
+    import warnings
+
+    n, d = X.shape
+    warnings.warn(
+        f"{who} densifies the sparse X ({n} x {d}, {X.nnz / max(n * d, 1):.2%} non-zero): "
+        f"{8 * n * d / 2**20:.1f} MiB dense against {sparse_nbytes(X) / 2**20:.1f} MiB sparse "
+        "(only the full-batch L-BFGS path of the spectral family keeps X sparse)",
+        SparseDensifyWarning, stacklevel=stacklevel)
+    return X.toarray()
+
+
+def is_sparse(X):
+    """True for a scipy.sparse matrix or array."""
+    return hasattr(X, "tocsr") and not isinstance(X, np.ndarray)
+
+
+def _sparse_design(X, intercept):
+    """A float64 CSR design ``[X, 1]`` (or ``X``), canonical (sorted indices, no duplicates),
+    always a copy: O(nnz) memory, never dense."""
+    from scipy import sparse
+
+    A = X.tocsr()
+    if A.dtype.kind not in "fiub":
+        raise ValueError(f"X must be numeric, got a sparse matrix of dtype {A.dtype}")
+    if A.ndim != 2 or A.shape[0] == 0 or A.shape[1] == 0:
+        raise ValueError(f"X is empty (shape {A.shape})")
+    A = sparse.csr_matrix(A, dtype=np.float64, copy=True)
+    A.sum_duplicates()
+    A.sort_indices()
+    if not np.all(np.isfinite(A.data)):
+        bad = int(A.data.size - np.count_nonzero(np.isfinite(A.data)))
+        raise ValueError(f"X contains {bad} NaN or infinite value(s)")
+    if intercept:
+        n = A.shape[0]
+        ones = sparse.csr_matrix((np.ones(n), np.zeros(n, dtype=A.indices.dtype),
+                                  np.arange(n + 1, dtype=A.indptr.dtype)), shape=(n, 1))
+        A = sparse.hstack([A, ones], format="csr", dtype=np.float64)
+        A.sort_indices()
+    return A
+
+
+def design_matrix(X, intercept, keep_sparse=False, who="this objective"):
     """The float64 C-contiguous design ``[X, 1]`` (or ``X``) built in one allocation: any real
     dtype (float32 included) is converted while it is copied, and X is validated (2-D,
     non-empty, finite) without a converted copy first. Without an intercept an X that is
-    already float64 and C-contiguous is returned as is (no copy)."""
-    if hasattr(X, "toarray") and not isinstance(X, np.ndarray):
-        X = X.toarray()
+    already float64 and C-contiguous is returned as is (no copy).
+
+    A scipy.sparse ``X`` gives a float64 CSR design (O(nnz) memory) with ``keep_sparse``, else
+    it is densified with a :class:`SparseDensifyWarning`."""
+    if is_sparse(X):
+        if keep_sparse:
+            return _sparse_design(X, intercept)
+        X = densify(X, who, stacklevel=5)
     A = np.asarray(X)
     if A.dtype.kind not in "fiub":
         A = check_array("X", A, ndim=2)  # objects / strings: converted (and checked) here
@@ -74,8 +134,8 @@ def design_matrix(X, intercept):
 
 
 def check_X_y(X, y):
-    if hasattr(X, "toarray") and not isinstance(X, np.ndarray):
-        X = X.toarray()
+    if is_sparse(X):
+        X = densify(X, "this objective")
     X = check_array("X", X, ndim=2)
     y = check_array("y", y, ndim=1)
     if X.shape[0] != y.shape[0]:

@@ -13,6 +13,8 @@ import warnings
 
 import numpy as np
 
+from ._validation import SparseDensifyWarning  # noqa: F401  (defined low, for the objectives)
+
 
 class DivergenceWarning(RuntimeWarning):
     """The objective blew up (non-finite, or far above its starting value)."""
@@ -22,10 +24,6 @@ class DegenerateFitWarning(UserWarning):
     """A fit returned a model that is probably useless: constant predictions (a single class
     for a classifier), or an objective driven by a handful of samples. The message says why
     and what to try."""
-
-
-class SparseDensifyWarning(UserWarning):
-    """A sparse input was converted to a dense array (the message gives both sizes)."""
 
 
 class Callback:

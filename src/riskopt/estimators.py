@@ -84,11 +84,13 @@ L-BFGS only (``solver="auto"`` picks it; the stochastic solvers raise ``ValueErr
 
 Sparse input
 ------------
-``X`` may be any scipy sparse matrix or array (formats other than CSR / CSC / COO are
-converted to CSR first). :class:`riskopt.Objective` and the numba kernels hold a dense
-C-contiguous design, so ``fit`` densifies it (``8 n d`` bytes, plus one copy for the intercept
-column) and says so with a :class:`riskopt.SparseDensifyWarning` giving the dense and sparse
-sizes: no cheap way around that without sparse kernels in the core. ``predict`` and
+``X`` may be any scipy sparse matrix or array (converted to a float64 CSR copy). With a
+spectral risk (shift cost or not), no ``groups`` and ``solver="auto"`` / ``"lbfgs"`` it stays
+sparse: the objective holds a CSR design ``[X, 1]`` (O(nnz) memory), the full-batch L-BFGS
+works with ``X @ W`` and ``X.T @ G``, and the columns are scaled without centring (centring
+would fill the matrix in). The stochastic solvers, group DRO and the KL-constrained family
+read dense rows: there ``fit`` densifies ``X`` and says so with a
+:class:`riskopt.SparseDensifyWarning` giving the dense and sparse sizes. ``predict`` and
 ``decision_function`` work on the sparse matrix directly.
 
 Examples
@@ -117,12 +119,13 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from threadpoolctl import threadpool_limits
 
 from . import solvers as _solvers
-from ._validation import store_params
+from ._validation import densify, is_sparse, store_params
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
-from ._scaling import _feature_scaling, _from_scaled, _target_scaling, _to_scaled
-from .callbacks import DegenerateFitWarning, SparseDensifyWarning
+from ._scaling import (_feature_scaling, _from_scaled, _standardise_design, _target_scaling,
+                       _to_scaled)
+from .callbacks import DegenerateFitWarning
 from .risks import KLDRO, MaxLoss, _RiskBase, parse_risk
 
 __all__ = ["RiskRegressor", "RiskClassifier", "AUTO_LBFGS_MAX_SIZE"]
@@ -240,6 +243,8 @@ def _expand_frequency_weights(X, y, sw):
         return X, y, None  # uniform: the unweighted problem
     if np.all(sw == np.round(sw)) and sw.sum() <= _MAX_EXPANSION * sw.shape[0]:
         reps = sw.astype(np.int64)
+        if is_sparse(X):
+            return X[np.repeat(np.arange(X.shape[0]), reps)], np.repeat(y, reps), None
         return np.ascontiguousarray(np.repeat(X, reps, axis=0)), np.repeat(y, reps), None
     return X, y, sw
 
@@ -283,18 +288,7 @@ class _RiskEstimatorBase(BaseEstimator):
         # float64 design (riskopt.objectives.base; no float64 copy of X before that)
         X, y = validate_data(self, X, y, accept_sparse=_SPARSE, dtype=[np.float64, np.float32],
                              y_numeric=y_numeric, multi_output=False)
-        if hasattr(X, "toarray"):
-            # the core Objective and kernels need a dense design: 8 n d bytes, said aloud
-            n, d = X.shape
-            stored = sum(getattr(X, a).nbytes for a in ("data", "indices", "indptr", "row",
-                                                         "col") if hasattr(X, a))
-            warnings.warn(
-                f"{type(self).__name__}.fit densifies the sparse X ({n} x {d}, "
-                f"{X.nnz / max(n * d, 1):.2%} non-zero): {8 * n * d / 2**20:.1f} MiB dense "
-                f"against {stored / 2**20:.1f} MiB sparse (riskopt's kernels are dense)",
-                SparseDensifyWarning, stacklevel=3)
-            X = X.toarray()
-        return np.ascontiguousarray(X), y
+        return (X.tocsr() if is_sparse(X) else np.ascontiguousarray(X)), y
 
     def _linear_output(self, X):
         check_is_fitted(self)
@@ -320,7 +314,7 @@ class _RiskEstimatorBase(BaseEstimator):
             return self.solver.lower()
         if not _is_spectral(obj):
             return str(getattr(risk, "default_solver", "lbfgs"))
-        if weighted:
+        if weighted or getattr(obj, "sparse", False):
             return "lbfgs"
         if (AUTO_LBFGS_MAX_SIZE is not None and obj.n * obj.p * obj.K > AUTO_LBFGS_MAX_SIZE
                 and obj.nu == 0 and obj.loss.smooth and np.ptp(obj.sigma) > 0):
@@ -400,6 +394,9 @@ class _RiskEstimatorBase(BaseEstimator):
             if groups.ndim != 1 or groups.shape[0] != X.shape[0]:
                 raise ValueError(f"groups must have shape ({X.shape[0]},) like y, got "
                                  f"{groups.shape}")
+        if is_sparse(X) and not (isinstance(risk, _RiskBase) and groups is None
+                                 and self.solver in ("auto", "lbfgs")):
+            X = densify(X, f"{type(self).__name__}.fit (risk {risk}, solver {self.solver!r})", 4)
         if sample_weight is not None:
             sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
             X, y_enc, sw = _expand_frequency_weights(X, y_enc, sw)
@@ -422,19 +419,7 @@ class _RiskEstimatorBase(BaseEstimator):
             raise ValueError(
                 f"{exc}. Integer sample weights summing to at most {_MAX_EXPANSION} n are "
                 f"accepted for every risk (the rows are repeated).") from None
-        if scaling is not None:
-            reg, D = getattr(obj, "reg", None), getattr(obj, "X", None)
-            d = X.shape[1]
-            if isinstance(reg, np.ndarray) and reg.shape == (obj.p,) and \
-                    obj.p == d + bool(self.fit_intercept) and isinstance(D, np.ndarray) \
-                    and D.shape == (X.shape[0], obj.p) and D.dtype == np.float64:
-                if np.shares_memory(D, X):  # never scale the caller's array
-                    D = obj.X = D.copy()
-                D[:, :d] -= scaling[0]  # in place: the objective's design becomes X'
-                D[:, :d] /= scaling[1]
-                reg[:d] = reg[:d] / scaling[1] ** 2  # mu / s_j^2: the same problem in w'
-            else:  # a plug-in family without the design / per-row l2: fit on X as given
-                scaling = None
+        scaling = _standardise_design(obj, X, scaling, bool(self.fit_intercept))
         weighted = getattr(obj, "sample_weight", None) is not None
         coef0 = None
         if self.warm_start and hasattr(self, "coef_"):
@@ -617,7 +602,7 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Sparse input is densified (module docstring).
+            Sparse input: see "Sparse input" in the module docstring.
         y : array-like of shape (n_samples,)
             Real targets.
         sample_weight : array-like of shape (n_samples,), optional

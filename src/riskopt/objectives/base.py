@@ -151,6 +151,11 @@ class LinearModelObjective(ObjectiveBase):
     sets ``n, p, K, reg, coef_shape``; provides the shape helpers and the per-sample losses.
     """
 
+    #: a scipy.sparse ``X`` is kept as a CSR design (O(nnz)) when True (the families whose
+    #: full-batch code is written with ``X @ W`` / ``X.T @ G`` only); else densified with a
+    #: :class:`riskopt.SparseDensifyWarning`
+    _keeps_sparse = False
+
     def _init_data(self, loss, X, y, l2_reg, fit_intercept):
         from .._kernels import losses as _kl
 
@@ -161,7 +166,8 @@ class LinearModelObjective(ObjectiveBase):
         self.fit_intercept = bool(fit_intercept)
         # one allocation for the design (float32 converted while copied, the intercept column
         # filled in place): the peak memory of a fit is about one float64 design beyond X
-        X = design_matrix(X, self.fit_intercept)
+        X = design_matrix(X, self.fit_intercept, keep_sparse=self._keeps_sparse,
+                          who=type(self).__name__)
         y = check_array("y", y, ndim=1)
         if X.shape[0] != y.shape[0]:
             raise ValueError(f"X and y have mismatched numbers of rows: {X.shape[0]} != "
@@ -208,6 +214,14 @@ class LinearModelObjective(ObjectiveBase):
     def _reg_value(self, W):
         return 0.5 * float(np.sum(self.reg[:, None] * W * W))
 
+    @property
+    def sparse(self):
+        """True when the design is a scipy.sparse CSR matrix (full-batch solvers only)."""
+        return not isinstance(self.X, np.ndarray)
+
     def smoothness(self):
         """Per-sample smoothness bounds ``L_i`` of the losses (None for non-smooth losses)."""
+        if self.sparse:  # the row norms are all the bounds use: O(nnz)
+            sq = np.asarray(self.X.multiply(self.X).sum(axis=1)).ravel()
+            return self.loss.smoothness(np.sqrt(sq)[:, None])
         return self.loss.smoothness(self.X)

@@ -39,7 +39,10 @@ class Objective(LinearModelObjective):
     loss : Loss or str
     risk : risk object (``CVaR``, ``ESRM``, ``Extremile``, ``Mean``, ``MaxLoss``, ``SpectralRisk``)
         or a string such as ``"cvar:0.5"``.
-    X : array of shape (n, d)
+    X : array or scipy.sparse matrix of shape (n, d)
+        A sparse ``X`` is kept as a float64 CSR design (O(nnz) memory): the full-batch
+        :class:`~riskopt.solvers.LBFGS` solves it; the stochastic solvers need a dense ``X``
+        and say so.
     y : array of shape (n,)
     l2_reg : float, default 0
         ``mu`` in ``(mu/2) ||w||^2``.
@@ -56,7 +59,8 @@ class Objective(LinearModelObjective):
 
     Attributes
     ----------
-    X : (n, p) float64 design used by the kernels (with the ones column if ``fit_intercept``)
+    X : (n, p) float64 design used by the kernels (with the ones column if ``fit_intercept``;
+        a CSR matrix for a sparse input)
     y : (n,) float64 targets in the kernels' encoding
     sigma : (n,) spectrum; ``nu``, ``div`` the shift cost and divergence code
     reg : (p,) per-row l2 strength (``mu`` except 0 for the intercept)
@@ -72,6 +76,7 @@ class Objective(LinearModelObjective):
 
     family = "spectral"
     reference_methods = ("lbfgs",)
+    _keeps_sparse = True  # value / grad are X @ W and X.T @ G: a CSR design works as is
 
     def __new__(cls, loss=None, risk=None, X=None, y=None, l2_reg=0.0, fit_intercept=False,
                 sample_weight=None, groups=None, **kwargs):

@@ -72,6 +72,8 @@ class Solver:
     convergent = True
     #: Stochastic solvers sample uniformly: they need uniform sample weights.
     supports_sample_weight = False
+    #: solves an objective whose design is scipy.sparse (full-batch ``X @ W`` code only)
+    accepts_sparse = False
     #: True when :meth:`run_stream` is available (updates on fresh samples of a stream).
     streaming = False
     #: True for deterministic full-batch methods (no sample indices).
@@ -142,6 +144,10 @@ class Solver:
             return (f"solver {self.name!r} solves the {' / '.join(self.families)} "
                     f"famil{'ies' if len(self.families) > 1 else 'y'}, not {family!r} "
                     f"({type(objective).__name__})")
+        if getattr(objective, "sparse", False) and not self.accepts_sparse:
+            return (f"solver {self.name!r} needs a dense X (its kernels read rows of the "
+                    "design) and this objective's X is scipy.sparse: use 'lbfgs', or pass "
+                    "X.toarray() if it fits in memory")
         try:
             self._check_objective(objective)
         except (ValueError, TypeError) as exc:

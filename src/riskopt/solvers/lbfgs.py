@@ -43,6 +43,7 @@ class LBFGS(Solver):
     families = ("spectral", "ru_cvar", "kl_dro", "group_risk", "constrained")
     convergent = True
     supports_sample_weight = True
+    accepts_sparse = True
     deterministic = True
 
     def __init__(self, tol=1e-12, max_iter=20000, nu_min=1e-9, polish_ties=True):
