@@ -161,3 +161,54 @@ def test_sparse_fit_memory_is_order_nnz():
         tracemalloc.stop()
     assert est.coef_.shape == (d,)
     assert peak < 40 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+
+
+def _data_available():
+    import riskopt.datasets as ds
+
+    try:
+        ds.load("mushrooms", test_size=0)
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _data_available(), reason="RISKOPT_DATA has no LIBSVM files")
+def test_libsvm_loaders_give_csr_and_the_sparse_fit_matches_dense():
+    import riskopt.datasets as ds
+
+    sparse = ds.load("mushrooms", sparse=True)
+    dense = ds.load("mushrooms")
+    assert sp.issparse(sparse.X_train) and sparse.X_train.format == "csr"
+    np.testing.assert_array_equal(sparse.X_train.toarray(), dense.X_train)
+    np.testing.assert_array_equal(sparse.X_test.toarray(), dense.X_test)
+    with pytest.raises(ValueError, match="standardize=True would make them dense"):
+        ds.load("a9a", sparse=True, standardize=True)
+    a9a = ds.load("a9a", sparse=True)
+    assert a9a.X_train.shape == (32561, 123) and 0.1 < a9a.X_train.nnz / (32561 * 123) < 0.12
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ro.SparseDensifyWarning)
+        s = RiskClassifier(risk="esrm:1").fit(sparse.X_train, sparse.y_train)
+    d = RiskClassifier(risk="esrm:1").fit(dense.X_train, dense.y_train)
+    assert s.score(sparse.X_test, sparse.y_test) == pytest.approx(
+        d.score(dense.X_test, dense.y_test), abs=0.01)
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_sparse_column_scales_equal_the_dense_ones(intercept):
+    # constant columns (all ones, all zeros) must get exactly s = 0 -> 1, not rounding noise
+    from riskopt._scaling import _feature_scaling
+
+    X, _ = _sparse_regression(n=500, d=6, density=0.3, scale=np.array([1, 1e-4, 1e4, 1, 1, 1]))
+    X = X.tolil()
+    X[:, 3] = 1.0
+    X[:, 4] = 0.0
+    X[:, 5] = 0.0
+    X[7, 5] = 3.0
+    X = X.tocsr()
+    dense = X.toarray()
+    m, s = _feature_scaling(X, intercept)
+    _, s_dense = _feature_scaling(dense, intercept)
+    assert not np.any(m)
+    np.testing.assert_allclose(s, s_dense, rtol=1e-12)
+    assert s[3] == (1.0 if intercept else s_dense[3]) and s[4] == 1.0

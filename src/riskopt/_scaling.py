@@ -22,12 +22,17 @@ def _feature_scaling(X, fit_intercept):
     if X.shape[0] == 0 or X.shape[1] == 0:
         return None
     if not isinstance(X, np.ndarray):  # scipy.sparse: scale only (a shift would fill it in)
-        m = np.zeros(X.shape[1])
-        sq = np.asarray(X.multiply(X).mean(axis=0, dtype=np.float64)).ravel()
-        if fit_intercept:
-            mean = np.asarray(X.mean(axis=0, dtype=np.float64)).ravel()
-            sq = np.maximum(sq - mean * mean, 0.0)
-        s = np.sqrt(sq)
+        n, d = X.shape
+        A = X.tocsr()
+        m = np.zeros(d)
+        mean = np.bincount(A.indices, weights=A.data, minlength=d) / n if fit_intercept \
+            else m
+        # sum of squared deviations over the stored values plus the implicit zeros (exact 0
+        # for a constant column, where E[x^2] - E[x]^2 would leave rounding noise)
+        dev = A.data - mean[A.indices]
+        cnt = np.bincount(A.indices, minlength=d)
+        s = np.sqrt((np.bincount(A.indices, weights=dev * dev, minlength=d)
+                     + (n - cnt) * mean * mean) / n)
     elif fit_intercept:  # float64 accumulators (X may be float32)
         m = X.mean(axis=0, dtype=np.float64)
         s = X.std(axis=0, dtype=np.float64)

@@ -565,45 +565,60 @@ def load_compas(filtered=True, drop_sensitive=False, test_size=0.2, random_state
 
 
 # ------------------------------------------------------------------------------------ LIBSVM
-def _svmlight(path, n_features):
+def _svmlight(path, n_features, sparse=False):
+    """``(X, y)`` of a LIBSVM file: X dense float64, or a float64 CSR matrix with ``sparse``."""
     from sklearn.datasets import load_svmlight_file
 
     X, y = load_svmlight_file(str(path), n_features=n_features, zero_based=False)
+    if sparse:
+        return X.tocsr().astype(np.float64), y
     return np.ascontiguousarray(X.toarray(), dtype=np.float64), y
 
 
-def load_mushrooms(test_size=0.2, random_state=42, standardize=False, **io):
+def _sparse_or_dense(X, sparse, standardize):
+    if sparse and standardize:
+        raise ValueError("sparse=True keeps the LIBSVM 0/1 features as they are: "
+                         "standardize=True would make them dense (the estimators scale "
+                         "sparse columns themselves)")
+    return X if sparse else _c(X)
+
+
+def load_mushrooms(test_size=0.2, random_state=42, standardize=False, sparse=False, **io):
     """LIBSVM ``mushrooms`` (UCI Mushroom one-hot): 8,124 rows x 112 binary features.
 
     The SPL+ paper (Sec. 6.2) runs CVaR logistic regression on it. The file has no split: the
     default is ``train_test_split(test_size=0.2, random_state=42)``; ``test_size=0`` keeps all rows
     for training (empty test set). Labels: LIBSVM ``1`` (poisonous, 3,916) -> 1, ``2`` (edible,
     4,208) -> 0. Features are the 0/1 indicators as distributed (``standardize=True`` to scale).
+    ``sparse=True`` returns them as scipy CSR matrices (not with ``standardize``).
     """
-    X, lab = _svmlight(_file("mushrooms/mushrooms", io), 112)
+    X, lab = _svmlight(_file("mushrooms/mushrooms", io), 112, sparse)
     y = (lab == 1).astype(np.float64)
     tr, te = _split_idx(X.shape[0], test_size, random_state)
     X_tr, X_te = X[tr], X[te]
+    X_tr, X_te = _sparse_or_dense(X_tr, sparse, standardize), _sparse_or_dense(X_te, sparse, False)
     if standardize:
         (X_tr, X_te), _ = _standardize(X_tr, X_te)
-    return Dataset("mushrooms", "binary", _c(X_tr), _c(y[tr]), _c(X_te), _c(y[te]),
+    return Dataset("mushrooms", "binary", X_tr, _c(y[tr]), X_te, _c(y[te]),
                    [f"f{j + 1}" for j in range(112)], None, None,
                    {"label_map": {1: 1.0, 2: 0.0}, "n_classes": 2, "standardized": standardize,
                     "reference": "LIBSVM binary datasets; SPL+ Sec. 6.2"})
 
 
-def load_a9a(standardize=False, **io):
+def load_a9a(standardize=False, sparse=False, **io):
     """LIBSVM ``a9a`` (UCI Adult, Platt's binarisation): 32,561 train / 16,281 test x 123.
 
     The files' own split; labels ``+1`` (income > 50K) -> 1, ``-1`` -> 0; 0/1 features as
     distributed (``standardize=True`` to scale with training statistics). No group attributes
-    (the binarised columns are not documented in the file).
+    (the binarised columns are not documented in the file). ``sparse=True`` returns the
+    features as scipy CSR matrices (11 % non-zero; not with ``standardize``).
     """
-    X_tr, a = _svmlight(_file("a9a/a9a", io), 123)
-    X_te, b = _svmlight(_file("a9a/a9a.t", io), 123)
+    X_tr, a = _svmlight(_file("a9a/a9a", io), 123, sparse)
+    X_te, b = _svmlight(_file("a9a/a9a.t", io), 123, sparse)
+    X_tr, X_te = _sparse_or_dense(X_tr, sparse, standardize), _sparse_or_dense(X_te, sparse, False)
     if standardize:
         (X_tr, X_te), _ = _standardize(X_tr, X_te)
-    return Dataset("a9a", "binary", _c(X_tr), _c(a > 0), _c(X_te), _c(b > 0),
+    return Dataset("a9a", "binary", X_tr, _c(a > 0), X_te, _c(b > 0),
                    [f"f{j + 1}" for j in range(123)], None, None,
                    {"label_map": {1: 1.0, -1: 0.0}, "n_classes": 2, "standardized": standardize,
                     "reference": "LIBSVM binary datasets (Platt 1998)"})
