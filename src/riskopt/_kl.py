@@ -110,7 +110,7 @@ def log_mean_exp(losses, lam):
     l, lam = _as_losses(losses), _check_lam(lam)
     c = float(l.max())
     _, _, q, lme = _kl_stats(l - c, 1.0 / lam, math.log(l.shape[0]))
-    return c + lam * lme, q
+    return c + _lam_lme(l - c, lam, lme), q
 
 
 def kl_dual(losses, lam, radius, shift_cost=0.0):
@@ -154,7 +154,7 @@ def kl_dual(losses, lam, radius, shift_cost=0.0):
     c = float(l.max())
     kl, _, _, lme = _kl_stats(l - c, 1.0 / lam, math.log(l.shape[0]))
     rho = float(radius)
-    return c + lam * lme + (lam - float(shift_cost)) * rho, rho - kl
+    return c + _lam_lme(l - c, lam, lme) + (lam - float(shift_cost)) * rho, rho - kl
 
 
 def kl_multiplier_bounds(losses, radius, shift_cost=0.0):
@@ -176,16 +176,51 @@ def kl_multiplier_bounds(losses, radius, shift_cost=0.0):
     return lam0, lam0 + float(l.max() - l.min()) / float(radius)
 
 
+#: Losses whose range is outside ``[1 / _RESCALE, _RESCALE]`` are divided by it in the root
+#: solve (``Var(d)`` of losses ~1e300 overflowed, ~1e-300 underflowed).
+_RESCALE = 1e100
+
+
 def _kl_stats(d, a, logn):
     r"""For ``d = l - max(l) <= 0`` and ``a = 1/lambda > 0``: ``(KL(q||1/n), Var_q(l), q,
-    log mean exp(a d))`` with ``q = softmax(a d)`` (no overflow: ``a d <= 0``)."""
-    e = np.exp(a * d)
+    log mean exp(a d))`` with ``q = softmax(a d)`` (no overflow: ``a d <= 0``).
+
+    Log space at both ends: ``a d`` below the double range is ``-inf`` (weight 0, its true
+    value) without a warning; when ``lambda`` is far above the range of the losses
+    (``a d > -1/2``) the log-mean-exp is ``log1p(mean(expm1(a d)))``, which keeps the digits
+    that ``log(sum) - log(n)`` cancels (``lambda = 1e20`` gave the largest loss, not the mean).
+    ``Var`` is computed on ``d`` divided by its range (inf only when it overflows itself).
+    """
+    with np.errstate(over="ignore"):  # a d < -1.8e308: exp -> 0, the weight it has
+        x = a * d
+    e = np.exp(x)
     s = e.sum()
     q = e / s
     mu = float(q @ d)
-    var = float(q @ (d - mu) ** 2)
-    lme = math.log(s) - logn
+    span = -float(d.min()) if d.size else 0.0
+    if _RESCALE >= span >= 1.0 / _RESCALE or span == 0.0:
+        var = float(q @ (d - mu) ** 2)
+    else:  # |d| ~1e300: (d - mu)^2 overflows; ~1e-300: underflows
+        with np.errstate(over="ignore"):
+            var = float(q @ ((d - mu) / span) ** 2) * span * span
+    if float(x.min()) > -0.5:  # lambda >> range: no cancellation in log(s) - log(n)
+        lme = math.log1p(float(np.mean(np.expm1(x))))
+    else:
+        lme = math.log(s) - logn
     return a * mu - lme, var, q, lme
+
+
+def _lam_lme(d, lam, lme):
+    r"""``lam * lme`` = :math:`\lambda \log \frac1n \sum_i e^{d_i/\lambda}` for ``d = l -
+    max(l)`` and ``lme`` from :func:`_kl_stats`; when ``lam`` exceeds the range of the losses
+    1e8-fold (``d / lam`` may be subnormal or 0: losses ~1e-300 with ``lam = 1e300`` gave the
+    largest loss) by its expansion ``mean(d) + Var(d) / (2 lam)`` (relative error
+    ``(range / lam)^2 / 6``)."""
+    span = -float(d.min())
+    if span == 0.0 or not span / lam < 1e-8:
+        return lam * lme
+    mu = float(d.mean())
+    return mu + 0.5 * (span / lam) * span * float(np.mean(((d - mu) / span) ** 2))
 
 
 def _solve_kl_root(d, rho, hi, logn):
@@ -196,6 +231,11 @@ def _solve_kl_root(d, rho, hi, logn):
     safeguarded by bisection on the bracket, started from the small-``a`` expansion
     ``KL ~ a^2 Var(d) / 2``; about 5-10 O(n) evaluations to ``|KL - rho| <= 1e-13``.
     """
+    span = -float(d.min())
+    if not _RESCALE >= span >= 1.0 / _RESCALE:  # solve for a * span on d / span (range 1)
+        with np.errstate(over="ignore"):
+            a, q, lme = _solve_kl_root(d / span, rho, hi * span, logn)
+        return a / span, q, lme
     lo = 0.0
     a = math.sqrt(2.0 * rho / float(np.var(d)))
     if not a < hi:
@@ -284,7 +324,7 @@ def kl_dro_weights(losses, shift_cost=None, radius=None):
     if lam0 > 0.0:
         kl0, _, q, lme = _kl_stats(d, 1.0 / lam0, logn)
         if kl0 <= rho:  # the dual's derivative is >= 0 at lam0: lam* = lam0
-            return c + lam0 * lme, q, lam0
+            return c + _lam_lme(d, lam0, lme), q, lam0
     elif rho >= math.log(n / k):
         return c, (d == 0.0) / k, 0.0
     a, q, lme = _solve_kl_root(d, rho, math.inf if lam0 == 0.0 else 1.0 / lam0, logn)

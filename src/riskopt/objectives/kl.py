@@ -54,8 +54,9 @@ import math
 
 import numpy as np
 
-from .._kl import _kl_stats, kl_dual
+from .._kl import _kl_stats, _lam_lme, kl_dual
 from ..risks import KLDRO, parse_risk
+from ._lbfgs import abnormal_extra, stop_report
 from .base import LinearModelObjective, Reference
 
 
@@ -155,7 +156,7 @@ class KLDROObjective(LinearModelObjective):
             lam = self.shift_cost
             c = float(losses.max())
             _, _, q, lme = _kl_stats(losses - c, 1.0 / lam, math.log(losses.shape[0]))
-            return c + lam * lme, q, 0.0
+            return c + _lam_lme(losses - c, lam, lme), q, 0.0
         f, df = kl_dual(losses, lam, self.radius, self.shift_cost)
         c = float(losses.max())
         q = _kl_stats(losses - c, 1.0 / lam, math.log(losses.shape[0]))[2]
@@ -227,11 +228,19 @@ class KLDROObjective(LinearModelObjective):
                                 "maxcor": 30})
         coef = self.as_coef(res.x.reshape(shape))
         value, _, lam = self.solve(coef)
+        value = float(value) + self._reg_value(self.as_matrix(coef))
         grad_norm = float(np.linalg.norm(self.grad(coef)))
-        ref = Reference(coef=coef, value=float(value) + self._reg_value(self.as_matrix(coef)),
+        # a stop without progress far from the optimum is reported (see objectives._lbfgs)
+        abnormal, rel, text = stop_report(res, max(1.0, g0) if math.isfinite(g0) else 1.0,
+                                          float(tol) * max(1.0, g0), tol)
+        if abnormal and not self.loss.smooth and value < self.value(W0):
+            abnormal, text = False, ""  # a kink of the loss: the gradient proves nothing
+        ref = Reference(coef=coef, value=value,
                         method="lbfgs", aux=(float(lam),), n_iter=int(res.nit),
-                        message=str(res.message), hit_limit=getattr(res, "status", 0) == 1,
-                        extra={"grad_norm": grad_norm})
+                        message=text or str(res.message),
+                        hit_limit=getattr(res, "status", 0) == 1,
+                        extra={"grad_norm": grad_norm,
+                               **abnormal_extra(abnormal, rel, res, tol)})
         if default:
             self._ref = ref
         return ref

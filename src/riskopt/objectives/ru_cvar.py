@@ -232,10 +232,11 @@ class RUCVaRObjective(LinearModelObjective):
             ``value`` is ``self.value(coef, alpha)`` evaluated here, not the solver's report.
         """
         method = self._check_method(method)
-        n_iter, message, hit = 0, "", False
+        n_iter, message, hit, extra = 0, "", False, {}
         if method == "lbfgs":
             ref = self.cvar_objective().reference_solution(**options)
             coef, n_iter, message, hit = ref.coef, ref.n_iter, ref.message, ref.hit_limit
+            extra = dict(ref.extra)  # the stop report (``abnormal``, see objectives._lbfgs)
             alpha = self.value_at_risk(coef)
         elif method == "cvxpy":
             coef, alpha = self._solve_cvxpy(**options)
@@ -243,7 +244,8 @@ class RUCVaRObjective(LinearModelObjective):
             coef, alpha = self._solve_linprog()
         coef = self.as_coef(coef)
         return RUSolution(coef=coef, aux=(float(alpha),), value=self.value(coef, alpha),
-                          method=method, n_iter=n_iter, message=message, hit_limit=hit)
+                          method=method, n_iter=n_iter, message=message, hit_limit=hit,
+                          extra=extra)
 
     exact_solution = reference_solution
 

@@ -36,7 +36,13 @@ class LBFGS(Solver):
     reference can stop ~1e-5 (relative) above the optimum; with non-uniform, non-integer
     sample weights there is no smoothing either, and L-BFGS runs on the non-smooth objective
     (a warning says so). ``Result.extra["hit_limit"]`` is True when an inner solve stopped at
-    its iteration limit.
+    its iteration limit. ``Result.extra["abnormal"]`` is True when L-BFGS-B stopped without
+    progress (failed line search, no decrease of ``F``) at a point its gradient does not
+    certify, ``|grad F| > max(tol, 1e-5) max(1, |grad F(w0)|)`` (e.g. badly scaled features:
+    the start is returned); ``Result.message`` then says so, and ``extra`` holds scipy's
+    ``abnormal_message``, the ``rel_grad_norm`` and the ``certificate_tol`` (see
+    :mod:`riskopt.objectives._lbfgs`). Stops without progress at machine precision near the
+    optimum, routine at ``tol = 1e-12`` and in the ``nu = 0`` continuation, are not reported.
     """
 
     name = "lbfgs"
@@ -88,10 +94,27 @@ class LBFGS(Solver):
         return Result(coef=ref.coef, value=float(ref.value), n_epochs=int(ref.n_iter),
                       time=elapsed, state=state, trace=trace, diverged=diverged,
                       message=message,
-                      extra={"hit_limit": bool(ref.hit_limit), "aux": ref.aux, **ref.extra})
+                      extra={"hit_limit": bool(ref.hit_limit), "aux": ref.aux,
+                             **ref.extra, "abnormal": bool(ref.extra.get("abnormal", False))})
 
     def update(self, objective, state, indices=None):
         raise NotImplementedError("LBFGS is a full-batch method: call run()")
+
+    @staticmethod
+    def abnormal_text(result):
+        """The cause and the fix of an uncertified stop of ``result`` (``extra["abnormal"]``,
+        see the class docstring), for a ConvergenceWarning; ``None`` when there is none."""
+        extra = result.extra
+        if not extra.get("abnormal"):
+            return None
+        return (f"L-BFGS stopped without progress: its line search found no decrease (scipy: "
+                f"{extra.get('abnormal_message', '')!r}) at a relative gradient norm "
+                f"{extra.get('rel_grad_norm', float('nan')):.3g}, above the certificate "
+                f"{extra.get('certificate_tol', float('nan')):.3g} = max(tol, 1e-5), so the "
+                f"model may be far from optimal (e.g. the starting point, zero coefficients). "
+                f"Rescale the features or the target (badly scaled columns are the usual "
+                f"cause), raise tol, or pass another solver (e.g. solver='sorel' for "
+                f"shift_cost=0, 'prospect' or 'lsvrg' for shift_cost > 0).")
 
 
 class _LBFGSState:

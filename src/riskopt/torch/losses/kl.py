@@ -69,8 +69,25 @@ class KLDROLoss(_GatherMixin, nn.Module):
                 raise ValueError("losses contain NaN or infinite value(s)")
             lam = self.shift_cost
             self.last_lam = lam
-            x = losses.to(_work_dtype(losses))  # float16: l / lam overflows 65504
-            return lam * (torch.logsumexp(x / lam, dim=0) - math.log(losses.shape[0]))
+            dt = _work_dtype(losses)  # float16: l / lam overflows 65504
+            fi = torch.finfo(dt)
+            wide = dt if fi.tiny <= lam <= fi.max else torch.float64  # lam = 1e-300 in float32
+            x = losses.to(wide)
+            c = x.detach().max()
+            z = (x - c) / lam  # <= 0: l / lam = 1e5 / 1e-300 overflowed even in float64
+            lme = torch.logsumexp(z, dim=0) - math.log(losses.shape[0])
+            # lam far above the range of the losses: log1p(mean(expm1(z))) keeps the digits
+            # that logsumexp - log(b) cancels (lam = 1e20 gave the max loss, not the mean);
+            # chosen on the device (no host round trip)
+            near = torch.log1p(torch.expm1(z).mean())
+            zmin = z.detach().min()
+            val = c + lam * torch.where(zmin > -0.5, near, lme)
+            # lam > 1e8 x the range: z may underflow (losses ~1e-300, lam = 1e300 gave the max
+            # loss): mean(d) + Var(d) / (2 lam), on d zeroed unless chosen (no NaN gradient)
+            d = torch.where(zmin > -1e-8, x - c, torch.zeros_like(x))
+            dm = d.mean()
+            quad = c + dm + ((d - dm) * ((d - dm) / lam)).mean() / 2
+            return torch.where(zmin > -1e-8, quad, val).to(dt)
         l_np, _, local = self._gather_losses(losses)
         val, q, lam = kl_dro_weights(l_np, self.shift_cost, self.radius)
         self.last_lam = lam
