@@ -51,13 +51,13 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PKG = SRC / "riskopt"
 
 LAYERS = [
-    ("_validation", "_kernels", "_plugins", "_kl"),
+    ("_validation", "_kernels", "_plugins", "_kl", "_design"),
     ("losses", "risks", "samplers", "datasets", "_scaling"),
     ("objectives",),
     ("callbacks", "metrics"),
     ("solvers",),
     ("estimators", "torch", "bench"),
-    ("_cli_fit", "_cli_evaluate", "cli", "riskopt"),
+    ("_cli_fit", "_cli_evaluate", "_cli_progress", "cli", "riskopt"),
 ]
 MAX_LINES = 800
 GENERIC_MODULES = ["bench/runner.py", "bench/spec.py", "bench/plotting.py", "bench/figures.py",

@@ -208,7 +208,109 @@ def test_sparse_column_scales_equal_the_dense_ones(intercept):
     X = X.tocsr()
     dense = X.toarray()
     m, s = _feature_scaling(X, intercept)
-    _, s_dense = _feature_scaling(dense, intercept)
-    assert not np.any(m)
+    m_dense, s_dense = _feature_scaling(dense, intercept)
+    np.testing.assert_allclose(m, m_dense, rtol=1e-12, atol=1e-300)
     np.testing.assert_allclose(s, s_dense, rtol=1e-12)
     assert s[3] == (1.0 if intercept else s_dense[3]) and s[4] == 1.0
+    if intercept:  # the constant column is shifted to exactly 0
+        assert m[3] == 1.0 and m[4] == 0.0
+
+
+# ------------------------------------------------------------------ operator designs
+def _designs(seed=0):
+    from riskopt._design import LinearDesign
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(300, 7)) * np.logspace(-2, 2, 7) + np.linspace(-5, 5, 7)
+    m, s = X.mean(axis=0), X.std(axis=0)
+    Xs = sp.random(300, 7, density=0.3, random_state=seed, format="csr")
+    out = []
+    for intercept in (True, False):
+        out.append((LinearDesign(X, intercept, m, s), (X - m) / s, intercept))
+        out.append((LinearDesign(X.astype(np.float32), intercept, m, s),
+                    (X.astype(np.float32).astype(np.float64) - m) / s, intercept))
+        out.append((LinearDesign(Xs, intercept, np.full(7, 0.1), np.full(7, 2.0)),
+                    (Xs.toarray() - 0.1) / 2.0, intercept))
+        out.append((LinearDesign(X, intercept), X, intercept))
+    return [(D, np.hstack([A, np.ones((300, 1))]) if b else A) for D, A, b in out]
+
+
+@pytest.mark.parametrize("k", range(8))
+def test_linear_design_equals_its_materialised_twin(k, monkeypatch):
+    import riskopt._design as _d
+
+    monkeypatch.setattr(_d, "BLOCK_ROWS", 64)  # several blocks for the float32 path
+    D, A = _designs()[k]
+    rng = np.random.default_rng(k)
+    W = rng.normal(size=(A.shape[1], 3))
+    G = rng.normal(size=(300, 3))
+    assert D.shape == A.shape
+    np.testing.assert_allclose(D @ W, A @ W, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(D @ W[:, 0], A @ W[:, 0], rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(D.T @ G, A.T @ G, rtol=1e-11, atol=1e-10)
+    np.testing.assert_allclose(D.T @ G[:, 0], A.T @ G[:, 0], rtol=1e-11, atol=1e-10)
+    np.testing.assert_allclose(D[[3, 17, 250]], A[[3, 17, 250]], rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(D[5], A[5], rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(D.row_sq_norms(), np.einsum("ij,ij->i", A, A), rtol=1e-10)
+    np.testing.assert_allclose(D.materialize(), A, rtol=1e-13, atol=1e-13)
+
+
+def test_estimator_full_batch_fit_does_not_copy_x():
+    # the default L-BFGS path takes X through a LinearDesign: no float64 design is built
+    rng = np.random.default_rng(0)
+    n, d = 100_000, 40
+    X = rng.normal(size=(n, d)) * np.logspace(-3, 3, d) + 0.1  # not standardised: scaled
+    y = X @ (rng.normal(size=d) / np.logspace(-3, 3, d)) + rng.normal(size=n)
+    RiskRegressor(risk="esrm:1", max_iter=3, tol=None).fit(X[:500], y[:500])  # warm-up
+    for data in (X, X.astype(np.float32)):
+        tracemalloc.start()
+        try:
+            est = RiskRegressor(risk="esrm:1", max_iter=30, tol=None).fit(data, y)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 0.5 * X.nbytes, f"{data.dtype}: peak {peak / X.nbytes:.2f} x X"
+        assert est.score(data, y) > 0.8
+
+
+def test_operator_design_falls_back_to_the_exact_copy_for_large_offsets():
+    from riskopt._scaling import _feature_scaling, _operator_design
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    X[:, 1] = 1.7e18 + 1e9 * X[:, 1]  # nanosecond timestamps: |m| / s ~ 1e9
+    design, scaling = _operator_design(X, _feature_scaling(X, True), True)
+    assert design is None and scaling is not None
+    design, scaling = _operator_design(sp.csr_matrix(X), _feature_scaling(X, True), True)
+    assert design is not None and not np.any(scaling[0])  # sparse: scaled only
+
+
+def test_stochastic_solver_materialises_an_operator_design(monkeypatch):
+    # solver="auto" may switch to SOREL (AUTO_LBFGS_MAX_SIZE): the rows are built once then
+    import riskopt.estimators as est_mod
+
+    monkeypatch.setattr(est_mod, "AUTO_LBFGS_MAX_SIZE", 10)
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 5)) * 10 + 3
+    y = X @ rng.normal(size=5) + rng.normal(size=400)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = RiskRegressor(risk="esrm:1", random_state=0, max_iter=50).fit(X, y)
+    assert est.solver_ == "sorel" and est.score(X, y) > 0.9
+
+
+def test_constant_columns_with_rounding_noise_do_not_pin_the_fit():
+    # a column made constant by a loader's standardisation holds values like 1.7e-15 whose
+    # computed std is 1e-16 (not 0): it used to get l2 ~ 1e28 and the classifier the zero model
+    from riskopt._scaling import _feature_scaling
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 4)) * np.array([100.0, 1.0, 1.0, 1.0])
+    X[:, 1] = -1.7320508075688772e-15  # constant, with a mean that does not round back
+    X[:, 2] = 0.1
+    y = (X[:, 0] + 0.3 * X[:, 3] > 0).astype(int)
+    m, s = _feature_scaling(X, True)
+    assert s[1] == 1.0 and s[2] == 1.0 and m[1] == X[0, 1] and m[2] == 0.1
+    for data in (X, sp.csr_matrix(X)):
+        clf = RiskClassifier().fit(data, y)
+        assert clf.score(data, y) > 0.95

@@ -5,6 +5,8 @@ import numpy as np
 #: Column statistics within these bounds (scale in [1/2, 2], |mean| <= scale) count as already
 #: standardised: the fit runs on X as given (see ``_feature_scaling``).
 _SCALE_BAND = (0.5, 2.0)
+#: rows per block of the column statistics (no temporary the size of X)
+_BLOCK = 4096
 
 
 def _feature_scaling(X, fit_intercept):
@@ -16,32 +18,48 @@ def _feature_scaling(X, fit_intercept):
     the stopping tests no longer depend on the units of the features. ``m`` is the column
     mean with an intercept (the intercept absorbs the shift), else 0 (``s`` is then the root
     mean square); constant (``s = 0``) columns keep ``s = 1``. None (fit on ``X`` as given)
-    when every column is already standardised within ``_SCALE_BAND`` (nothing to gain). A
-    scipy.sparse ``X`` is only scaled (``m = 0``; ``s`` the std with an intercept): centring
-    would make it dense."""
+    when every column is already standardised within ``_SCALE_BAND`` (nothing to gain). For a
+    scipy.sparse ``X`` the statistics are computed in O(nnz) (the centring is then implicit,
+    :func:`_operator_design`)."""
     if X.shape[0] == 0 or X.shape[1] == 0:
         return None
-    if not isinstance(X, np.ndarray):  # scipy.sparse: scale only (a shift would fill it in)
+    if not isinstance(X, np.ndarray):  # scipy.sparse: O(nnz), never centred in place
         n, d = X.shape
         A = X.tocsr()
-        m = np.zeros(d)
-        mean = np.bincount(A.indices, weights=A.data, minlength=d) / n if fit_intercept \
-            else m
+        m = np.bincount(A.indices, weights=A.data, minlength=d) / n if fit_intercept \
+            else np.zeros(d)
         # sum of squared deviations over the stored values plus the implicit zeros (exact 0
         # for a constant column, where E[x^2] - E[x]^2 would leave rounding noise)
-        dev = A.data - mean[A.indices]
+        dev = A.data - m[A.indices]
         cnt = np.bincount(A.indices, minlength=d)
         s = np.sqrt((np.bincount(A.indices, weights=dev * dev, minlength=d)
-                     + (n - cnt) * mean * mean) / n)
-    elif fit_intercept:  # float64 accumulators (X may be float32)
-        m = X.mean(axis=0, dtype=np.float64)
-        s = X.std(axis=0, dtype=np.float64)
-    else:
-        m = np.zeros(X.shape[1])
-        s = np.sqrt(np.einsum("ij,ij->j", X, X, dtype=np.float64) / X.shape[0])
-    ok = np.isfinite(s) & (s > 0) & np.isfinite(m)
+                     + (n - cnt) * m * m) / n)
+        mx = A.max(axis=0).toarray().ravel()
+        mn = A.min(axis=0).toarray().ravel()
+    else:  # float64 accumulators (X may be float32), by blocks: no temporary of X's size
+        n, d = X.shape
+        m = np.zeros(d)
+        if fit_intercept:
+            for a in range(0, n, _BLOCK):
+                m += X[a:a + _BLOCK].sum(axis=0, dtype=np.float64)
+            m /= n
+        ss = np.zeros(d)
+        mx = np.full(d, -np.inf)
+        mn = np.full(d, np.inf)
+        for a in range(0, n, _BLOCK):
+            B = X[a:a + _BLOCK]
+            np.maximum(mx, B.max(axis=0), out=mx)
+            np.minimum(mn, B.min(axis=0), out=mn)
+            B = B - m
+            ss += np.einsum("ij,ij->j", B, B)
+        s = np.sqrt(ss / n)
+    # a constant column (max == min) is constant whatever rounding left in s (1e-16 of its
+    # value: mu / s^2 ~ 1e28 then pinned every coefficient at 0): with an intercept it is
+    # shifted to exactly 0 (its coefficient is 0 at the optimum, the intercept absorbs it)
+    const = (mx == mn) & np.isfinite(mx) if fit_intercept else np.zeros(d, dtype=bool)
+    ok = np.isfinite(s) & (s > 0) & np.isfinite(m) & ~const
     s = np.where(ok, s, 1.0)
-    m = np.where(ok, m, 0.0)
+    m = np.where(ok, m, np.where(const, mx, 0.0))
     lo, hi = _SCALE_BAND
     if np.all((s >= lo) & (s <= hi) & (np.abs(m) <= s)):
         return None
@@ -62,19 +80,33 @@ def _standardise_design(obj, X, scaling, fit_intercept):
             and D.shape == (X.shape[0], obj.p) and D.dtype == np.float64):
         return None
     m, s = scaling
-    if isinstance(D, np.ndarray):
-        if np.shares_memory(D, X):
-            D = obj.X = D.copy()
-        D[:, :d] -= m  # in place: the objective's design becomes X'
-        D[:, :d] /= s
-    elif hasattr(D, "indices") and D.format == "csr" and not np.any(m):
-        if np.shares_memory(D.data, getattr(X, "data", np.empty(0))):
-            D = obj.X = D.copy()
-        D.data /= np.append(s, 1.0)[D.indices]  # the ones column keeps 1
-    else:
+    if not isinstance(D, np.ndarray):
         return None
+    if np.shares_memory(D, X):
+        D = obj.X = D.copy()
+    D[:, :d] -= m  # in place: the objective's design becomes X'
+    D[:, :d] /= s
     reg[:d] = reg[:d] / s ** 2
     return scaling
+
+
+def _operator_design(X, scaling, fit_intercept):
+    """``(design, scaling)`` for the full-batch path: a :class:`riskopt._design.LinearDesign`
+    ``[(X - m) / s, 1]`` over the caller's ``X`` (no copy), or ``(None, scaling)`` when a dense
+    ``X`` has a column offset too large to centre implicitly (``|m| / s > MAX_IMPLICIT_SHIFT``:
+    the explicit standardised copy, :func:`_standardise_design`, is exact there). A sparse
+    ``X`` with such offsets is only scaled (``m = 0``: centring it would fill it in)."""
+    from ._design import MAX_IMPLICIT_SHIFT, LinearDesign
+
+    if scaling is None:
+        return LinearDesign(X, fit_intercept), None
+    m, s = scaling
+    if np.all(np.abs(m) <= MAX_IMPLICIT_SHIFT * s):
+        return LinearDesign(X, fit_intercept, m, s), scaling
+    if isinstance(X, np.ndarray):
+        return None, scaling
+    scaling = (np.zeros_like(m), s)
+    return LinearDesign(X, fit_intercept, *scaling), scaling
 
 
 def _to_scaled(W, scaling, fit_intercept):

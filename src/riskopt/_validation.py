@@ -110,6 +110,11 @@ def design_matrix(X, intercept, keep_sparse=False, who="this objective"):
 
     A scipy.sparse ``X`` gives a float64 CSR design (O(nnz) memory) with ``keep_sparse``, else
     it is densified with a :class:`SparseDensifyWarning`."""
+    if getattr(X, "_is_linear_design", False):  # riskopt.objectives._design: kept as is
+        if not keep_sparse or X.intercept != bool(intercept):
+            raise ValueError("a LinearDesign needs a family that keeps operator designs and "
+                             "the same fit_intercept")
+        return X
     if is_sparse(X):
         if keep_sparse:
             return _sparse_design(X, intercept)

@@ -123,8 +123,8 @@ from ._validation import densify, is_sparse, store_params
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
-from ._scaling import (_feature_scaling, _from_scaled, _standardise_design, _target_scaling,
-                       _to_scaled)
+from ._scaling import (_feature_scaling, _from_scaled, _operator_design, _standardise_design,
+                       _target_scaling, _to_scaled)
 from .callbacks import DegenerateFitWarning
 from .risks import KLDRO, MaxLoss, _RiskBase, parse_risk
 
@@ -369,6 +369,9 @@ class _RiskEstimatorBase(BaseEstimator):
         self.n_iter_ = max(int(res.n_epochs), 1)
         self.objective_trace_ = np.array([f0, float(res.value)])
         converged = not res.extra["hit_limit"] or self.tol is None
+        why = solver.abnormal_text(res)  # a line search failed far from the optimum
+        if why:  # stack: here, _fit_objective, _fit_common, fit, _fit_context, the caller
+            warnings.warn(f"{type(self).__name__}: {why}", ConvergenceWarning, stacklevel=6)
         return obj.as_matrix(res.coef), converged
 
     def _fit_stochastic(self, obj, risk, name, params, coef0, prev_lr):
@@ -394,8 +397,9 @@ class _RiskEstimatorBase(BaseEstimator):
             if groups.ndim != 1 or groups.shape[0] != X.shape[0]:
                 raise ValueError(f"groups must have shape ({X.shape[0]},) like y, got "
                                  f"{groups.shape}")
-        if is_sparse(X) and not (isinstance(risk, _RiskBase) and groups is None
-                                 and self.solver in ("auto", "lbfgs")):
+        # the full-batch path takes X as it is (an operator design: no copy, sparse kept)
+        lazy = isinstance(risk, _RiskBase) and groups is None and self.solver in ("auto", "lbfgs")
+        if is_sparse(X) and not lazy:
             X = densify(X, f"{type(self).__name__}.fit (risk {risk}, solver {self.solver!r})", 4)
         if sample_weight is not None:
             sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
@@ -410,8 +414,10 @@ class _RiskEstimatorBase(BaseEstimator):
         if ts is not None:
             s_y, c_y, risk_fit, l2_fit = ts
             y_fit = y_enc / s_y
+        design, scaling = _operator_design(X, scaling, bool(self.fit_intercept)) if lazy \
+            else (None, scaling)
         try:
-            obj = _build_objective(risk_fit, loss, X, y_fit, l2_fit,
+            obj = _build_objective(risk_fit, loss, X if design is None else design, y_fit, l2_fit,
                                    bool(self.fit_intercept), sw, groups)
         except ValueError as exc:
             if sw is None or "sample_weight" not in str(exc):
@@ -419,7 +425,10 @@ class _RiskEstimatorBase(BaseEstimator):
             raise ValueError(
                 f"{exc}. Integer sample weights summing to at most {_MAX_EXPANSION} n are "
                 f"accepted for every risk (the rows are repeated).") from None
-        scaling = _standardise_design(obj, X, scaling, bool(self.fit_intercept))
+        if design is None:
+            scaling = _standardise_design(obj, X, scaling, bool(self.fit_intercept))
+        elif scaling is not None:
+            obj.reg[:X.shape[1]] /= scaling[1] ** 2  # mu / s_j^2: the same problem in w'
         weighted = getattr(obj, "sample_weight", None) is not None
         coef0 = None
         if self.warm_start and hasattr(self, "coef_"):
@@ -467,8 +476,8 @@ class _RiskEstimatorBase(BaseEstimator):
         if n < 2:
             return
         Z = np.empty((n, W.shape[1]))
-        for a in range(0, n, 65536):  # in blocks: a float32 X is not upcast whole
-            Z[a:a + 65536] = X[a:a + 65536] @ W[:d]
+        for a in range(0, n, 8192):  # in blocks: a float32 X is not upcast whole
+            Z[a:a + 8192] = X[a:a + 8192] @ W[:d]
         if self.fit_intercept:
             Z += W[d]
         risk = self.risk_
@@ -538,7 +547,8 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
     tol : float >= 0 or None, default=1e-4
         Stop when ``|grad F(w)| <= tol |grad F(0)|`` (stochastic solvers; plus an
         objective-change test for non-smooth problems), or L-BFGS's gradient tolerance.
-        ``None``: run ``max_iter`` updates, no warning.
+        ``None``: run ``max_iter`` updates, no ConvergenceWarning for the cap (an L-BFGS
+        stop without progress far from the optimum still warns).
     random_state : int, RandomState instance or None, default=None
         Seeds the stochastic solvers' index stream.
     warm_start : bool, default=False

@@ -216,12 +216,32 @@ class LinearModelObjective(ObjectiveBase):
 
     @property
     def sparse(self):
-        """True when the design is a scipy.sparse CSR matrix (full-batch solvers only)."""
-        return not isinstance(self.X, np.ndarray)
+        """True when the design is scipy.sparse (a CSR matrix, or a ``LinearDesign`` over
+        one): only the full-batch solvers take it."""
+        if isinstance(self.X, np.ndarray):
+            return False
+        return bool(getattr(self.X, "sparse", True))
+
+    def dense_design(self):
+        """Make ``X`` a dense float64 array (the stochastic kernels read its rows): a
+        ``LinearDesign`` over a dense ``X`` is materialised once; a sparse design raises."""
+        if isinstance(self.X, np.ndarray):
+            return self.X
+        if self.sparse:
+            raise ValueError("this objective's X is scipy.sparse: only 'lbfgs' solves it")
+        self.X = self.X.materialize()
+        return self.X
+
+    def row_sq_norms(self):
+        """``||x_i||^2`` of the design's rows (intercept column included)."""
+        if hasattr(self.X, "row_sq_norms"):
+            return self.X.row_sq_norms()
+        if self.sparse:
+            return np.asarray(self.X.multiply(self.X).sum(axis=1)).ravel()
+        return np.einsum("ij,ij->i", self.X, self.X)
 
     def smoothness(self):
         """Per-sample smoothness bounds ``L_i`` of the losses (None for non-smooth losses)."""
-        if self.sparse:  # the row norms are all the bounds use: O(nnz)
-            sq = np.asarray(self.X.multiply(self.X).sum(axis=1)).ravel()
-            return self.loss.smoothness(np.sqrt(sq)[:, None])
+        if not isinstance(self.X, np.ndarray):  # the bounds use the row norms only: O(nnz)
+            return self.loss.smoothness(np.sqrt(self.row_sq_norms())[:, None])
         return self.loss.smoothness(self.X)

@@ -124,7 +124,7 @@ def smoothness_lr(objective):
         return None
     L = objective.smoothness()
     if L is None:  # non-smooth loss: |x_i|^2 as the curvature scale of a step
-        L = np.einsum("ij,ij->i", objective.X, objective.X)
+        L = objective.row_sq_norms()
     scale = float(np.max(L)) * objective.n * float(np.max(objective.sigma))
     scale = max(scale, float(np.max(objective.reg)) if objective.reg.size else 0.0, 1e-12)
     return 1.0 / scale

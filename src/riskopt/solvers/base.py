@@ -178,6 +178,8 @@ class Solver:
             raise ValueError(f"solver {self.name!r} does not support non-uniform sample_weight; "
                              "use the 'lbfgs' solver")
         self.check_objective(objective)
+        if not self.accepts_sparse and hasattr(objective, "dense_design"):
+            objective.dense_design()  # an operator design (estimators): the rows, once
         W = objective.zeros() if coef0 is None else coef0
         W = objective.as_matrix(W).copy()
         if not np.all(np.isfinite(W)):
