@@ -36,6 +36,11 @@ $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 
 docs: install $(VENV)/.docs-installed
 	$(PY) -m sphinx -E -W --keep-going -q -b html docs build/docs/html
+	@# math renders offline: MathJax is in the build and no page loads a script from the network
+	@test -f build/docs/html/_static/mathjax/tex-chtml.js || \
+		{ echo "docs: no MathJax in build/docs/html/_static/mathjax" >&2; exit 1; }
+	@! grep -rlE '<script[^>]+src="(https?:)?//' --include='*.html' build/docs/html || \
+		{ echo "docs: the pages above load a script from the network" >&2; exit 1; }
 	@echo "documentation: build/docs/html/index.html"
 
 clean:

@@ -27,6 +27,9 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    # MathJax shipped with the site (copied to _static/mathjax when the build ends): the math
+    # renders offline, nothing is loaded from a CDN
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "riskopt_docs",
 ]
@@ -45,6 +48,11 @@ napoleon_numpy_docstring = True
 napoleon_use_ivar = False
 napoleon_use_rtype = False
 napoleon_include_init_with_doc = False
+
+# -- math -----------------------------------------------------------------------------------------
+# the local copy of sphinx-mathjax-offline (MathJax 3, TeX input, CommonHTML output); set here
+# as well as by the extension so that a CDN default of sphinx.ext.mathjax can never come back
+mathjax_path = "mathjax/tex-chtml.js"
 
 # -- HTML ---------------------------------------------------------------------------------------
 html_theme = "furo"

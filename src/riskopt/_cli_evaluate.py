@@ -195,11 +195,35 @@ def cmd_evaluate(args):
     return 0
 
 
+EVALUATE_DESCRIPTION = """\
+Evaluate a model saved by 'riskopt fit' on a labelled table: overall, per group and
+fairness gaps.
+
+MODEL is a file written by 'riskopt fit'; DATA a CSV/parquet table with the model's
+feature columns and its target column. Printed (or written to --out; the format follows
+the file's extension .md/.csv/.json unless --format says otherwise):
+
+  overall    rows, the mean of the model's loss on these rows (log-loss for
+             classifiers), the model's risk of those losses (e.g. the CVaR of the
+             per-sample losses), accuracy (classification) or RMSE, MAE and R^2
+             (regression);
+  per group  for each --group / --sensitive column: size, error (classification
+             error, or mean loss for regression), mean loss, and the worst group;
+  fairness   for each --sensitive column: equal opportunity difference, demographic
+             parity difference and the absolute mean difference of the predicted
+             positive probability (classification); the absolute mean difference
+             and the statistical parity (KS distance) of the predictions
+             (regression)."""
+
+
 def add_parser(sub):
+    import argparse
+
     e = sub.add_parser("evaluate", help="evaluate a saved model on a labelled table: "
                        "accuracy/loss/risk, per-group table, fairness gaps",
-                       description=__doc__.split("::")[0].strip())
-    e.add_argument("model", help="model file written by `riskopt fit`")
+                       description=EVALUATE_DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("model", help="model file written by 'riskopt fit'")
     e.add_argument("data", help="CSV or parquet file with the features and the target column")
     e.add_argument("--group", nargs="+", metavar="COL",
                    help="group column(s): per-group error and loss, worst group")

@@ -7,20 +7,15 @@
                 [--solver auto|lbfgs|prospect|...] [--l2-reg MU] [--max-iter N] [--tol T]
                 [--no-intercept] [--features COL ...] [--drop COL ...] [--group COL]
                 [--group-dro] [--categorical COL ...] [--impute median|mean|none]
-                [--no-scale] [--no-preprocess] [--seed S] --out model.joblib
+                [--no-scale] [--no-preprocess] [--seed S] [--progress | --quiet]
+                --out model.joblib
     riskopt predict MODEL DATA [--proba] [--id-column COL ...] [--out predictions.csv]
 
-``DATA`` is a CSV file (``.csv``, ``.csv.gz``, ``.tsv``) or a parquet file. The saved model
-is a scikit-learn ``Pipeline``: a ``ColumnTransformer`` (numeric columns imputed with the
-median and standardised; text, categorical and boolean columns, and those named by
-``--categorical``, imputed with the most frequent value and one-hot encoded) and the riskopt
-estimator, so ``predict`` / ``evaluate`` take the raw table; ``--impute``, ``--no-scale``
-and ``--no-preprocess`` (numeric, complete features only, as a plain matrix) change it. A
-numeric target with two values is a classification task unless ``--task regression``.
-Every input (data, target, group column, output path) is checked before the fit and before
-anything is written; a problem is one line naming the file or column and the fix (exit
-status 2). Output files are written atomically (a temporary file in the target folder,
-renamed at the end), into a folder that must exist.
+``DATA`` is a CSV file or a parquet file; the saved model a scikit-learn ``Pipeline`` (a
+``ColumnTransformer`` for the preprocessing, then the riskopt estimator), so ``predict`` /
+``evaluate`` take the raw table. :data:`FIT_DESCRIPTION` (what ``riskopt fit --help``
+prints) says what the preprocessing does, how inputs are checked and what the progress
+display (:class:`_FitProgress`) shows.
 
 With ``--group COL --group-dro`` the risk is taken over the group-mean losses instead of the
 per-sample losses (group DRO; ``--risk cvar:0.15`` is the CVaR over groups of the SONEX /
@@ -29,6 +24,8 @@ ALEXR2 paper, Eq. 10): the fit is ``RiskRegressor/RiskClassifier.fit(X, y, group
 import sys
 import time
 from pathlib import Path
+
+from ._cli_progress import GAP_HEADER, _FitProgress, _reporting  # noqa: F401
 
 
 class FitError(Exception):
@@ -281,6 +278,9 @@ def cmd_fit(args):
     from .risks import parse_risk
 
     # -- every input and the output path are checked before the fit and before any write
+    if args.quiet and args.progress:
+        raise FitError("--quiet hides the progress display that --progress forces; give one")
+    progress_mode = "off" if args.quiet else "on" if args.progress else "auto"
     df = read_table(args.data)
     y_raw = check_complete(df, args.target, "target", args.data)
     exclude = {args.target, *(args.drop or [])}
@@ -356,13 +356,17 @@ def cmd_fit(args):
     fit_kw = {"groups": groups.to_numpy()} if args.group_dro else {}
     if prep is not None and fit_kw:
         fit_kw = {"model__groups": fit_kw["groups"]}
+    progress = _FitProgress(reg, args.max_iter, f"fitting {type(reg).__name__} (risk "
+                            f"{str(risk) if args.shift_cost else spec}) on {len(y)} rows x "
+                            f"{len(features)} features", mode=progress_mode)
     try:
-        with _spinner(f"fitting {type(reg).__name__} ({risk}) on {len(y)} rows x "
-                      f"{len(features)} features", quiet=args.quiet):
+        with progress, _reporting(progress):
             est.fit(X, y, **fit_kw)
+            elapsed = time.perf_counter() - t0
+            progress.finish(lambda: _final_point(
+                est, reg, task, X, y, groups.to_numpy() if args.group_dro else None))
     except (ValueError, TypeError) as exc:
         raise FitError(f"fit failed: {' '.join(str(exc).split())}") from None
-    elapsed = time.perf_counter() - t0
     model = {"estimator": est, "features": features, "target": args.target, "task": task,
              "risk": str(risk), "group": args.group, "group_dro": bool(args.group_dro),
              "preprocess": prep is not None}
@@ -443,33 +447,82 @@ def cmd_predict(args):
     return 0
 
 
-class _spinner:
-    """A rich progress line with elapsed time while the fit runs (silent when quiet/not a tty)."""
+def _final_point(est, reg, task, X, y, groups):
+    """``(F, |grad F| / |grad F(0)|)`` of the fitted model on its training problem (in the
+    model's input coordinates), or None when it cannot be rebuilt or does not reproduce the
+    fit's own objective value."""
+    import numpy as np
 
-    def __init__(self, text, quiet=False):
-        self.text, self.quiet, self.progress = text, quiet, None
+    try:
+        from .losses import MultinomialLoss
+        from .objectives import Objective
 
-    def __enter__(self):
-        if not self.quiet:
-            try:
-                from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        Xt = est[:-1].transform(X) if hasattr(est, "steps") else X
+        if task == "regression":
+            loss, yv = reg.loss, np.asarray(y, dtype=np.float64)
+        else:
+            K = len(reg.classes_)
+            loss = "logistic" if K == 2 else MultinomialLoss(n_classes=K)
+            yv = np.searchsorted(reg.classes_, y).astype(np.float64)
+        Xt, kw = np.asarray(Xt, dtype=np.float64), dict(l2_reg=float(reg.l2_reg),
+                                                         fit_intercept=bool(reg.fit_intercept))
+        risk = reg.risk_  # a plug-in risk builds its own objective (as the estimators do)
+        if groups is not None:
+            obj = Objective(loss, risk, Xt, yv, groups=groups, **kw)
+        else:
+            obj = (risk.make_objective(loss, Xt, yv, **kw) if hasattr(risk, "make_objective")
+                   else Objective(loss, risk, Xt, yv, **kw))
+        coef = np.asarray(reg.coef_, dtype=np.float64)
+        W = coef.reshape(-1, obj.K) if coef.ndim == 1 else coef.T
+        if reg.fit_intercept:
+            W = np.vstack([W, np.reshape(reg.intercept_, (1, -1))])
+        with np.errstate(all="ignore"):
+            _, g0 = obj.value_grad(obj.zeros())
+            f, g = obj.value_grad(obj.as_coef(W))
+        f, g0, g = float(f), float(np.linalg.norm(g0)), float(np.linalg.norm(g))
+        best = float(np.nanmin(reg.objective_trace_))
+        if not abs(f - best) <= 1e-6 * max(1.0, abs(best)):
+            return None
+        return f, (g / g0 if g0 > 0 else None)
+    except Exception:  # a risk family without value_grad, an estimator that changed: no gap
+        return None
 
-                self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                         TimeElapsedColumn(), transient=True)
-                self.progress.start()
-                self.progress.add_task(self.text, total=None)
-            except ImportError:
-                self.progress = None
-        return self
 
-    def __exit__(self, *exc):
-        if self.progress is not None:
-            self.progress.stop()
+FIT_DESCRIPTION = """\
+Fit a risk-averse linear model (RiskRegressor or RiskClassifier) on a table and
+save it.
+
+DATA is a CSV file (.csv, .csv.gz, .tsv) or a parquet file. The saved model is a
+scikit-learn Pipeline: a ColumnTransformer (numeric columns imputed with the median and
+standardised; text, categorical and boolean columns, and those named by --categorical,
+imputed with the most frequent value and one-hot encoded) and the riskopt estimator, so
+'riskopt predict' and 'riskopt evaluate' take the raw table. --impute, --no-scale and
+--no-preprocess change the preprocessing. A numeric target with two values is a
+classification task unless --task regression.
+
+Every input (data, target, group column, output path) is checked before the fit and
+before anything is written; a problem is one line naming the file or column and the fix
+(exit status 2). The model file is written atomically into a folder that must exist.
+
+On a terminal a progress display on standard error shows the solver, its updates out of
+--max-iter, the objective F and the relative (sub)gradient norm |grad F|/|grad F(0)|
+(a stochastic solver stops when it is at most --tol) while the fit runs; --progress
+shows it anywhere, --quiet never. It does not change the fitted model."""
+
+FIT_EPILOG = """\
+examples:
+  riskopt fit train.csv --target y --risk cvar:0.1 --out model.joblib
+  riskopt fit train.csv --target label --group race --out model.joblib
+  riskopt fit train.csv --target y --group g --group-dro --risk cvar:0.15 --out dro.joblib
+  riskopt fit train.csv --target y --risk cvar:0.1,chi2=0.5 --solver prospect --out m.joblib"""
 
 
 def add_parsers(sub):
+    import argparse
+
     f = sub.add_parser("fit", help="fit a risk-averse linear model on a CSV/parquet table",
-                       description=__doc__.split("::")[0].strip())
+                       description=FIT_DESCRIPTION, epilog=FIT_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     f.add_argument("data", help="CSV (.csv, .csv.gz, .tsv) or parquet file")
     f.add_argument("--target", required=True, metavar="COL", help="target column")
     f.add_argument("--task", choices=["auto", "regression", "classification"], default="auto",
@@ -480,17 +533,26 @@ def add_parsers(sub):
                         "(default: the estimator's, cvar:0.1 for regression, esrm:1 for "
                         "classification)")
     f.add_argument("--shift-cost", type=float, default=0.0, metavar="NU",
-                   help="distribution-shift penalty nu >= 0 (default 0)")
-    f.add_argument("--divergence", choices=["chi2", "kl"], default="chi2")
+                   help="distribution-shift penalty nu >= 0 (default 0; a ',chi2=NU' or "
+                        "',kl=NU' in --risk overrides it)")
+    f.add_argument("--divergence", choices=["chi2", "kl"], default="chi2",
+                   help="the divergence that --shift-cost penalises (default chi2)")
     f.add_argument("--loss", choices=["squared", "absolute"], default="squared",
                    help="regression loss (classification uses the logistic/multinomial loss)")
-    f.add_argument("--solver", default="auto", help="auto (default) or a solver name")
-    f.add_argument("--l2-reg", type=float, default=1e-4, metavar="MU")
+    f.add_argument("--solver", default="auto",
+                   help="auto (default: the estimator's choice, printed after the fit) or a "
+                        "registered solver name, e.g. lbfgs, prospect, sorel, lsvrg, sgd")
+    f.add_argument("--l2-reg", type=float, default=1e-4, metavar="MU",
+                   help="l2 penalty mu/2 |w|^2 on the coefficients, not the intercept "
+                        "(default 1e-4)")
     f.add_argument("--max-iter", "--max-epochs", dest="max_iter", type=int, default=1000,
                    metavar="N", help="maximum solver updates (L-BFGS iterations, passes of a "
                    "stochastic solver; default 1000; --max-epochs is the former name)")
-    f.add_argument("--tol", type=float, default=1e-4)
-    f.add_argument("--no-intercept", action="store_true")
+    f.add_argument("--tol", type=float, default=1e-4,
+                   help="stop when |grad F(w)| <= tol |grad F(0)| (stochastic solvers; plus an "
+                        "objective-change test for non-smooth problems), or L-BFGS's gradient "
+                        "tolerance (default 1e-4)")
+    f.add_argument("--no-intercept", action="store_true", help="fit no intercept")
     f.add_argument("--features", nargs="+", metavar="COL", help="feature columns (default: all "
                    "others)")
     f.add_argument("--drop", nargs="+", metavar="COL", help="columns to leave out")
@@ -511,12 +573,17 @@ def add_parsers(sub):
                    "per-sample losses")
     f.add_argument("--seed", type=int, default=0, help="random seed of stochastic solvers")
     f.add_argument("--out", required=True, metavar="FILE", help="model file (joblib)")
-    f.add_argument("--quiet", "-q", action="store_true", help="no progress line")
+    f.add_argument("--progress", action="store_true",
+                   help="show the progress display on standard error even when it is not a "
+                        "terminal (default: only on a terminal)")
+    f.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     f.set_defaults(func=cmd_fit)
 
-    p = sub.add_parser("predict", help="predict with a model saved by `riskopt fit`",
-                       description="Predict with a model saved by `riskopt fit`.")
-    p.add_argument("model", help="model file written by `riskopt fit`")
+    p = sub.add_parser("predict", help="predict with a model saved by 'riskopt fit'",
+                       description="Predict with a model saved by 'riskopt fit': one row per "
+                                   "row of DATA, as CSV (the preprocessing is inside the "
+                                   "model, so DATA is the raw table).")
+    p.add_argument("model", help="model file written by 'riskopt fit'")
     p.add_argument("data", help="CSV or parquet file with the model's feature columns")
     p.add_argument("--proba", action="store_true", help="also class probabilities")
     p.add_argument("--id-column", nargs="+", metavar="COL", help="columns copied to the output "

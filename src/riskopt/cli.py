@@ -296,8 +296,11 @@ def _action(group, name, func, help, description, positional=None):
 def build_parser():
     from . import __version__
 
-    p = argparse.ArgumentParser(prog="riskopt", description="riskopt: stochastic optimisers "
-                                "for spectral risks -- benchmarks and data sets.")
+    p = argparse.ArgumentParser(
+        prog="riskopt", description="riskopt: optimisers for spectral risks and DRO. Fit, "
+        "apply and evaluate risk-averse linear models on CSV/parquet tables (fit, predict, "
+        "evaluate), run the papers' benchmarks (bench) and list the data sets (datasets). "
+        "'riskopt COMMAND --help' describes each command.")
     p.add_argument("--version", action="version", version=f"riskopt {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -308,7 +311,7 @@ def build_parser():
             "List the bundled experiment specs.")
     _action(bsub, "show", _bench_show, "print a bundled spec",
             "Print a bundled spec (TOML) to copy and edit.",
-            ("name", "bundled spec name (see `riskopt bench list`)"))
+            ("name", "bundled spec name (see 'riskopt bench list')"))
 
     b_run = bsub.add_parser(
         "run", help="run (or resume) a spec", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -365,7 +368,7 @@ def build_parser():
                     "time), f* per problem, the selected configurations with final "
                     "suboptimality and passes to 1e-4 / 1e-8, recorded model metrics and "
                     "the figures. Never reruns solvers.")
-    b_rep.add_argument("results", help="results folder of `riskopt bench run`")
+    b_rep.add_argument("results", help="results folder of 'riskopt bench run'")
     b_rep.add_argument("--out", metavar="FILE", help="file to write (default: standard output)")
     b_rep.add_argument("--format", choices=["markdown", "csv"], default=None,
                        help="default: from --out's extension, else markdown")
@@ -378,13 +381,16 @@ def build_parser():
                     "results under --results; --run runs the specs that have none "
                     "(resumable).")
     b_rp.add_argument("papers", nargs="*", metavar="PAPER",
-                      help="paper names, see riskopt.bench.reproduce.papers() (default: all)")
+                      help="paper names (default: all five; an unknown name is reported "
+                           "with the list of known ones)")
     b_rp.add_argument("--results", default="benchmarks/results", metavar="DIR",
                       help="folder holding one results folder per spec")
     b_rp.add_argument("--run", action="store_true", help="run the specs without results")
-    b_rp.add_argument("--jobs", type=int, default=None, help="parallel runs (with --run)")
+    b_rp.add_argument("--jobs", type=int, default=None, metavar="N",
+                      help="parallel runs (with --run)")
     b_rp.add_argument("--out", metavar="FILE", help="file to write (default: standard output)")
-    b_rp.add_argument("--quiet", "-q", action="store_true")
+    b_rp.add_argument("--quiet", "-q", action="store_true",
+                      help="no progress lines while --run runs the specs")
     b_rp.set_defaults(func=_bench_reproduce)
 
     dsub = _group(sub, "datasets", "list and describe data sets",
@@ -392,7 +398,7 @@ def build_parser():
     _action(dsub, "list", _datasets_list, "list data set names",
             "List the data sets riskopt can load.")
     _action(dsub, "info", _datasets_info, "describe one data set", "Describe one data set.",
-            ("name", "data set name (see `riskopt datasets list`)"))
+            ("name", "data set name (see 'riskopt datasets list')"))
 
     from ._cli_evaluate import add_parser as add_evaluate
     from ._cli_fit import add_parsers
