@@ -122,6 +122,28 @@ def test_kl_dro_and_ru_cvar_references_report_too():
     assert ok.reference_solution().extra["abnormal"] is False
 
 
+def test_group_and_constrained_references_report_too():
+    # (with a chi-square shift cost the group problem is smooth and its L-BFGS solve passes
+    # its gradient test: the huge column dominates the gradient scale, see the module notes)
+    risk = "cvar:0.5"
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 4))
+    y = X @ rng.normal(size=4) + rng.normal(size=300)
+    g = np.arange(300) % 3
+    bad = X * np.array([1e20, 1.0, 1.0, 1.0])
+    ref = ro.Objective("squared", risk, bad, y, groups=g, l2_reg=1e-3).reference_solution()
+    assert ref.extra["abnormal"] is True and "made no progress" in ref.message
+    ok = ro.Objective("squared", risk, X, y, groups=g, l2_reg=1e-3).reference_solution()
+    assert ok.extra["abnormal"] is False
+    for penalty in ("hinge", "squared_hinge"):
+        bad_c = ro.ConstrainedObjective("squared", bad, y, [(g == 0, 0.5)], rho=3.0,
+                                        penalty=penalty)
+        assert bad_c.reference_solution().extra["abnormal"] is True
+        ok_c = ro.ConstrainedObjective("squared", X, y, [(g == 0, 0.5)], rho=3.0,
+                                       penalty=penalty)
+        assert ok_c.reference_solution().extra["abnormal"] is False
+
+
 class _UnscaledRegressor(RiskRegressor):
     _scale_features = False  # the estimators' standardisation would rescue the fit
 

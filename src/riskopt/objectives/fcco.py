@@ -62,6 +62,7 @@ from scipy.optimize import minimize
 from .._kernels import oracles as _ko
 from .._validation import check_positive
 from ..risks import CVaR, MaxLoss, Mean, _RiskBase, parse_risk
+from ._lbfgs import abnormal_extra, stop_report
 from .base import LinearModelObjective, Reference
 
 
@@ -92,19 +93,36 @@ def _continuation(objective, smoothed, start, W0, tol, max_iter, floor=1e-9):
     g0 = np.linalg.norm(smoothed(start)(W)[1])
     gtol = tol * max(1.0, g0)
     best_W, best_f = W, objective.value(W)
-    level, n_it, hit = start, 0, False
+    f_start = best_f
+    level, n_it, hit, first = start, 0, False, None
     while level >= floor:
         W, res = _lbfgs(smoothed(level), W, gtol, max_iter)
         n_it += int(res.nit)
         hit = hit or res.status == 1
+        if first is None:  # the first (smoothest) solve judges the run (see ._lbfgs)
+            first = (stop_report(res, max(1.0, g0), gtol, tol), res)
         f = objective.value(W)
         if f < best_f:
             best_W, best_f = W, f
         level /= 10.0
     coef = objective.as_coef(best_W)
+    (ab, rel, text), res = first if first is not None else ((False, 0.0, ""), None)
+    ab = ab and not best_f < f_start  # reported only when the run never left its start
     return Reference(coef=coef, value=float(objective.value(coef)), method="lbfgs",
-                     n_iter=n_it, message="continuation in the smoothing parameter",
-                     hit_limit=hit)
+                     n_iter=n_it, message=text if ab else
+                     "continuation in the smoothing parameter", hit_limit=hit,
+                     extra=abnormal_extra(ab, rel, res, tol))
+
+
+def _smooth_reference(objective, W0, tol, max_iter):
+    """One L-BFGS solve of a smooth objective, its stop judged by ``stop_report``."""
+    g0 = max(1.0, float(np.linalg.norm(objective.grad(W0))))
+    W, res = _lbfgs(objective.value_grad, objective.as_matrix(W0), tol * g0, max_iter)
+    ab, rel, text = stop_report(res, g0, tol * g0, tol)
+    coef = objective.as_coef(W)
+    return Reference(coef=coef, value=float(objective.value(coef)), method="lbfgs",
+                     n_iter=int(res.nit), message=text or str(res.message),
+                     hit_limit=res.status == 1, extra=abnormal_extra(ab, rel, res, tol))
 
 
 def _cvx_losses(objective, w, rows):
@@ -335,12 +353,7 @@ class GroupRiskObjective(_FCCOBase):
             options.pop("polish_ties", None)
             return self._solve_cvxpy(**options)
         if self.smooth:
-            W, res = _lbfgs(self.value_grad, self.as_matrix(W0),
-                            tol * max(1.0, np.linalg.norm(self.grad(W0))), max_iter)
-            coef = self.as_coef(W)
-            return Reference(coef=coef, value=float(self.value(coef)), method="lbfgs",
-                             n_iter=int(res.nit), message=str(res.message),
-                             hit_limit=res.status == 1)
+            return _smooth_reference(self, W0, tol, max_iter)
         ref = _continuation(self, lambda nu: self.with_shift(nu, _ko.CHI2).value_grad, 1.0,
                             W0, tol, max_iter, floor=float(options.get("nu_min", 1e-9)))
         if self.has_s:
@@ -506,12 +519,7 @@ class ConstrainedObjective(_FCCOBase):
         options.pop("polish_ties", None)
         floor = float(options.pop("nu_min", 1e-10)) / self.rho
         if self.penalty == "squared_hinge" and self.loss.smooth:
-            W, res = _lbfgs(self.value_grad, self.as_matrix(W0),
-                            tol * max(1.0, np.linalg.norm(self.grad(W0))), max_iter)
-            coef = self.as_coef(W)
-            return Reference(coef=coef, value=float(self.value(coef)), method="lbfgs",
-                             n_iter=int(res.nit), message=str(res.message),
-                             hit_limit=res.status == 1)
+            return _smooth_reference(self, W0, tol, max_iter)
         return _continuation(self, lambda lam: (lambda W: self.smoothed_value_grad(W, lam)),
                              1.0 / self.rho, W0, tol, max_iter, floor=floor)
 
