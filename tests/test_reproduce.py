@@ -24,7 +24,7 @@ def test_every_experiment_names_a_bundled_spec():
     from riskopt.bench.spec import bundled_specs
 
     names = set(bundled_specs())
-    missing = [e.spec for e in EXPERIMENTS if e.spec not in names]
+    missing = [s for e in EXPERIMENTS for s in (e.spec, *e.fallbacks) if s not in names]
     assert not missing, missing
     assert set(e.paper for e in EXPERIMENTS) <= set(papers())
 
@@ -49,3 +49,24 @@ def test_cli_writes_the_report_and_rejects_unknown_papers(root, tmp_path, capsys
     assert out.read_text().startswith("# Reproduction report")
     assert main(["bench", "reproduce", "nonsense", "--results", str(root)]) == 2
     assert "unknown paper" in capsys.readouterr().err
+
+
+def test_a_reduced_spec_stands_in_and_the_report_says_so(tmp_path, monkeypatch):
+    # results only in the folder of a fallback spec: used, and named as a stand-in
+    import dataclasses
+    import shutil
+
+    import riskopt.bench.reproduce as rep
+
+    exp = next(e for e in EXPERIMENTS if e.item == "Fig. 2" and e.paper == "sorel")
+    spec = Spec(name="sorel_fig2", datasets=["yacht"], objectives=[ObjectiveSpec("esrm:2")],
+                solvers=[SolverSpec("sorel", lr=[0.03], grid={"dual_lr": [0.1]})],
+                seeds=[1], passes=4, last_passes=2)
+    assert run(spec, out=tmp_path / "src", jobs=1, progress=False).complete
+    shutil.copytree(tmp_path / "src", tmp_path / "root" / "sorel_fig2_short")
+    monkeypatch.setattr(rep, "EXPERIMENTS",
+                        [dataclasses.replace(exp, fallbacks=("sorel_fig2_short",))])
+    text = rep.build(["sorel"], results_root=tmp_path / "root")
+    assert "| sorel | Fig. 2 | `sorel_fig2_short` |" in text
+    assert "Stand-in: the reduced spec `sorel_fig2_short`" in text
+    assert "the full `sorel_fig2` has not been run" in text
