@@ -139,7 +139,8 @@ def test_mean_risk_equals_logistic_regression(n_classes):
     assert est.intercept_.shape == ref.intercept_.shape
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-7)
     np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=0, atol=1e-7)
-    np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=0, atol=1e-8)
+    # |d proba| <= |dz| / 4 and |dz| <= |x| |dW| (coefficients to 1e-7 above)
+    np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=0, atol=5e-8)
     np.testing.assert_array_equal(est.predict(X), ref.predict(X))
     np.testing.assert_allclose(est.decision_function(X), ref.decision_function(X), atol=1e-7)
 

@@ -24,7 +24,9 @@ Mapping to the papers' notation
   :math:`i > n(1-\alpha)`) is ``CVaR(tail_fraction=alpha)``.
 
 The maximiser ``q`` is computed exactly by sort + pool-adjacent-violators (numba) in
-O(n log n); see :mod:`riskopt._kernels.oracles`.
+O(n log n); for ``nu = 0`` and a spectrum constant below and above one rank (CVaR, the mean,
+the maximum) by selection instead (``np.partition`` and one pass, O(n)); see
+:mod:`riskopt._kernels.oracles`.
 
 Examples
 --------
@@ -90,6 +92,20 @@ def _cached_spectrum(risk, n):
         return risk.spectrum(n)
 
 
+@functools.lru_cache(maxsize=16)
+def _plan_of(risk, n):
+    return _ko.selection_plan(_spectrum_of(risk, n))
+
+
+def _cached_plan(risk, n, sigma):
+    """The selection-oracle plan of ``sigma = risk.spectrum(n)`` (``_kernels.oracles.
+    selection_plan``), cached like the spectrum."""
+    try:
+        return _plan_of(risk, int(n))
+    except TypeError:  # an unhashable risk
+        return _ko.selection_plan(sigma)
+
+
 class _RiskBase:
     """Shared methods: the oracle and the value on a loss vector.
 
@@ -109,9 +125,13 @@ class _RiskBase:
 
     def _oracle(self, losses):
         losses = check_array("losses", losses, ndim=1)
-        sigma = _cached_spectrum(self, losses.shape[0])
+        n = losses.shape[0]
+        sigma = _cached_spectrum(self, n)
+        nu = float(self.shift_cost)
+        # nu = 0 and a CVaR / MaxLoss / Mean spectrum: selection, no sort (same weights)
+        plan = _cached_plan(self, n, sigma) if nu == 0 else None
         q = np.empty_like(losses)
-        val = _ko.risk_weights(losses, sigma, float(self.shift_cost), self.div_code, q)
+        val = _ko.spectral_risk_weights(losses, sigma, nu, self.div_code, q, plan)
         return val, q
 
     def weights(self, losses):
@@ -190,7 +210,13 @@ class CVaR(_RiskBase):
         return np.clip(np.asarray(p, dtype=float) - (1.0 - a), 0.0, None) / a
 
     def spectrum(self, n):
-        return _from_density_cdf(self.cdf, n)
+        # the full tail bins are equal (1 / (a n)); the differences of the cdf leave them
+        # unequal in their last bits, which would hide the two-level form from the selection
+        # oracle (riskopt._kernels.oracles.selection_plan): made exactly equal here
+        sigma = _from_density_cdf(self.cdf, n)
+        top = sigma[-1]
+        sigma[np.abs(sigma - top) <= 1e-9 * top] = top
+        return sigma / sigma.sum()
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,8 @@ class Objective(LinearModelObjective):
 
     # ------------------------------------------------------------------ oracles
     def risk_weights(self, losses):
-        """``(R(losses), q)`` by the exact oracle."""
+        """``(R(losses), q)`` by the exact oracle (by selection, no sort, for ``nu = 0`` and
+        a spectrum with few distinct values: ``_kernels.oracles.spectral_risk_weights``)."""
         losses = np.ascontiguousarray(losses, dtype=np.float64)
         if losses.shape != (self.n,):
             raise ValueError(f"losses must have shape ({self.n},), got {losses.shape}")
@@ -143,8 +144,19 @@ class Objective(LinearModelObjective):
             q = self.risk.weighted_weights(losses, self.sample_weight)
             return float(q @ losses), q
         q = np.empty(self.n)
-        val = _ko.risk_weights(losses, self.sigma, self.nu, self.div, q)
+        plan = self._selection_plan() if self.nu == 0 else None
+        val = _ko.spectral_risk_weights(losses, self.sigma, self.nu, self.div, q, plan)
         return val, q
+
+    def _selection_plan(self):
+        """The selection-oracle plan of ``self.sigma`` (``_kernels.oracles.selection_plan``:
+        CVaR, ``MaxLoss``, ``Mean`` take O(n) selection instead of a sort for ``nu = 0``),
+        computed on first use and cached with the spectrum it was computed for."""
+        cached = self.__dict__.get("_plan")
+        if cached is None or cached[0] is not self.sigma:
+            cached = (self.sigma, _ko.selection_plan(self.sigma))
+            self._plan = cached
+        return cached[1]
 
     def weights(self, w):
         """The maximising distribution ``q`` at ``w``."""
