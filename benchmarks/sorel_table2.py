@@ -36,7 +36,14 @@ def table2(results):
                      if obj != "mean" else 0.0,
                      "train_subopt_rel": float(g["suboptimality"].median()),
                      "train_subopt_abs": float(g["gap"].median())})
-    return pd.DataFrame(rows), erm, metric[2:]
+    df = pd.DataFrame(rows)
+    # ERM first, then the risks and solvers in the order the spec lists them
+    order = {o: k for k, o in enumerate(["mean"] + [o for o in t["objective"].unique()
+                                                     if o != "mean"])}
+    solvers = {s: k for k, s in enumerate(t["solver"].unique())}
+    df = df.sort_values(["objective", "solver"], key=lambda c: c.map(
+        order if c.name == "objective" else solvers), kind="stable").reset_index(drop=True)
+    return df, erm, metric[2:]
 
 
 def markdown(name, df, erm, metric):
