@@ -34,13 +34,14 @@ def test_fit_predict_regression_with_group_summary(table, tmp_path, capsys):
     assert main(["predict", str(model), str(path), "--out", str(preds)]) == 0
     p = pd.read_csv(preds)
     assert len(p) == len(df) and np.all(np.isfinite(p["prediction"]))
-    # the saved model is the fitted estimator: predictions equal a direct fit
+    # the saved model is the fitted estimator: predictions equal a direct fit (the CLI's
+    # pipeline standardises first: both are tol = 1e-4 fits of the same problem)
     from riskopt.estimators import RiskRegressor
 
     est = RiskRegressor(risk="cvar:0.2", l2_reg=1e-4, max_iter=1000, tol=1e-4,
                         random_state=0).fit(df[["a", "b", "c"]].to_numpy(), df["y"].to_numpy())
     np.testing.assert_allclose(p["prediction"], est.predict(df[["a", "b", "c"]].to_numpy()),
-                               rtol=1e-8, atol=1e-8)
+                               rtol=1e-6, atol=1e-6)
     # the worst-group line is riskopt.metrics on the per-sample training losses
     from riskopt.metrics import group_errors
 
