@@ -76,12 +76,10 @@ def _standardise_design(obj, X, scaling, fit_intercept):
     reg, D = getattr(obj, "reg", None), getattr(obj, "X", None)
     d = X.shape[1]
     if not (isinstance(reg, np.ndarray) and reg.shape == (obj.p,)
-            and obj.p == d + bool(fit_intercept) and D is not None
+            and obj.p == d + bool(fit_intercept) and isinstance(D, np.ndarray)
             and D.shape == (X.shape[0], obj.p) and D.dtype == np.float64):
         return None
     m, s = scaling
-    if not isinstance(D, np.ndarray):
-        return None
     if np.shares_memory(D, X):
         D = obj.X = D.copy()
     D[:, :d] -= m  # in place: the objective's design becomes X'

@@ -302,12 +302,12 @@ def selection_plan(sigma):
 
     ``k_lo`` is the first rank where ``sigma`` changes, ``k_hi`` the rank before the last
     change (at least ``k_lo``): a CVaR spectrum ``0, ..., 0, b, c, ..., c`` (``b`` the
-    fractional boundary entry, or ``b = c``) has ``k_lo = k_hi = k0``, ``MaxLoss`` and a
-    constant spectrum (``Mean``) ``n - 1``. Floating-point CVaR spectra of some
-    ``(tail_fraction, n)`` vary in the last bits of their tail (``_from_density_cdf``: e.g. 9
-    values at ``CVaR(0.3)``, ``n = 1e6``, ranks 700000 to 775000); the oracle sorts those
-    ranks and stays exact. None when ``[k_lo, k_hi]`` holds more than ``SELECT_MAX_MIDDLE``
-    of the ranks (ESRM, extremile: sorting all losses is the sorting oracle).
+    fractional boundary entry, or ``b = c``; ``CVaR.spectrum`` makes the tail bins exactly
+    equal) has ``k_lo = k_hi = k0``, ``MaxLoss`` and a constant spectrum (``Mean``) ``n - 1``.
+    A spectrum with a few levels in a narrow band of ranks (a user ``SpectralRisk``) gets
+    ``k_lo < k_hi``: the oracle sorts only those ranks and stays exact. None when
+    ``[k_lo, k_hi]`` holds more than ``SELECT_MAX_MIDDLE`` of the ranks (ESRM, extremile:
+    sorting all losses is the sorting oracle).
     """
     sigma = np.asarray(sigma, dtype=np.float64)
     n = sigma.shape[0]
