@@ -30,7 +30,8 @@ Rules
   3     ``callbacks``, ``metrics`` (traces, timeouts, per-group metrics; they see
         objectives only through arguments)
   4     ``solvers`` (the one run loop, the registry, one module per method)
-  5     ``estimators``, ``torch``, ``bench`` (users of solvers)
+  5     ``estimators``, ``_degenerate`` (its useless-model check), ``torch``, ``bench`` (users
+        of solvers)
   6     ``_cli_fit``, ``_cli_evaluate``, ``cli``, ``riskopt/__init__`` (entry points and re-exports)
   ====  ==============================================================================
 
@@ -56,7 +57,7 @@ LAYERS = [
     ("objectives",),
     ("callbacks", "metrics"),
     ("solvers",),
-    ("estimators", "torch", "bench"),
+    ("estimators", "_degenerate", "torch", "bench"),
     ("_cli_fit", "_cli_evaluate", "_cli_progress", "cli", "riskopt"),
 ]
 MAX_LINES = 800

@@ -125,7 +125,8 @@ from .objectives.spectral import Objective
 from .solvers.autotune import autotune
 from ._scaling import (_feature_scaling, _from_scaled, _operator_design, _standardise_design,
                        _target_scaling, _to_scaled)
-from .callbacks import DegenerateFitWarning
+from ._degenerate import warn_if_degenerate
+from .objectives._newton import applicable as _newton_applicable
 from .risks import KLDRO, MaxLoss, _RiskBase, parse_risk
 
 __all__ = ["RiskRegressor", "RiskClassifier", "AUTO_LBFGS_MAX_SIZE"]
@@ -166,6 +167,9 @@ _TIE_POLISH_TOL = 1e-8
 #: F within 2e-7 of the 1e-9 run, which hit the 1000-iteration cap (the smoothing bias is at
 #: most nu (1/alpha - 1) for a CVaR, and the frozen-order polish finishes the job)
 _NU_MIN_PER_TOL = 1e-2
+#: the Newton solver's target relative duality gap per unit of ``tol`` (1e-6 at the default
+#: tol = 1e-4; 1e-8 is beyond the certificate on some cases, e.g. adult CVaR 0.5)
+_NEWTON_GAP_PER_TOL = 1e-2
 #: Integer sample weights summing to at most this many times ``n`` are expanded into rows.
 _MAX_EXPANSION = 10
 
@@ -200,11 +204,6 @@ def _as_risk(risk):
     if isinstance(risk, str):
         return parse_risk(risk)
     return risk
-
-
-#: fewer effective samples (1 / sum q^2) than this at the optimum, out of at least ten times
-#: as many, gives a DegenerateFitWarning (a MaxLoss risk asks for it, and is exempt)
-_DEGENERATE_MIN_SAMPLES = 5
 
 
 def _progress_reached(obj, W, scale=1.0):
@@ -315,16 +314,24 @@ class _RiskEstimatorBase(BaseEstimator):
 
     # -- solver driver -------------------------------------------------------------------
     def _solver_name(self, risk, obj, weighted):
+        """``(name, why)``: the solver ``solver="auto"`` picks (or the one passed) and why."""
         if self.solver != "auto":
-            return self.solver.lower()
+            return self.solver.lower(), "passed as solver"
         if not _is_spectral(obj):
-            return str(getattr(risk, "default_solver", "lbfgs"))
-        if weighted or getattr(obj, "sparse", False):
-            return "lbfgs"
+            return str(getattr(risk, "default_solver", "lbfgs")), f"the default of {risk}"
+        if weighted:
+            return "lbfgs", "non-uniform sample weights"
         if (AUTO_LBFGS_MAX_SIZE is not None and obj.n * obj.p * obj.K > AUTO_LBFGS_MAX_SIZE
-                and obj.nu == 0 and obj.loss.smooth and np.ptp(obj.sigma) > 0):
-            return "sorel"
-        return "lbfgs"
+                and obj.nu == 0 and obj.loss.smooth and np.ptp(obj.sigma) > 0
+                and not getattr(obj, "sparse", False)):
+            return "sorel", f"n p K > AUTO_LBFGS_MAX_SIZE = {AUTO_LBFGS_MAX_SIZE}"
+        if obj.nu == 0 and np.ptp(obj.sigma) > 0:
+            why = _newton_applicable(obj)
+            if not why:
+                return "newton", ("a non-smooth spectral risk (shift_cost = 0): exact Newton "
+                                  "with a duality-gap certificate")
+            return "lbfgs", f"shift_cost = 0 but Newton does not apply ({why})"
+        return "lbfgs", "a smooth objective"
 
     def _solver_params(self):
         params = dict(self.solver_params or {})
@@ -338,7 +345,8 @@ class _RiskEstimatorBase(BaseEstimator):
     def _fit_objective(self, obj, risk, weighted, coef0, shape):
         """Minimise ``obj``; sets the solver attributes and returns ``(W, converged)``.
         ``shape``: that of the ``X`` given to fit (for the ``verbose`` line)."""
-        name = self._solver_name(risk, obj, weighted)
+        name, self.solver_reason_ = self._solver_name(risk, obj, weighted)
+        self.dual_gap_ = float("nan")
         if self.verbose:
             print(f"[{type(self).__name__}] fit: risk={risk}, solver {name!r}, "
                   f"n x p = {shape[0]} x {shape[1]}", flush=True)
@@ -347,6 +355,8 @@ class _RiskEstimatorBase(BaseEstimator):
         params = self._solver_params()
         # an incompatible solver: the registry's error, listing the solvers that fit
         _solvers.get(name, **params).check_objective(obj)
+        if name == "newton":
+            return self._fit_newton(obj, params, coef0)
         if name == "lbfgs":
             return self._fit_lbfgs(obj, params, coef0)
         return self._fit_stochastic(obj, risk, name, params, coef0, prev_lr)
@@ -379,6 +389,28 @@ class _RiskEstimatorBase(BaseEstimator):
         if why:  # stack: here, _fit_objective, _fit_common, fit, _fit_context, the caller
             warnings.warn(f"{type(self).__name__}: {why}", ConvergenceWarning, stacklevel=6)
         return obj.as_matrix(res.coef), converged
+
+    def _fit_newton(self, obj, params, coef0):
+        """Newton to a certified relative gap ``1e-2 tol``; L-BFGS from its point if the gap
+        is not reached (``solver_`` and ``solver_reason_`` then say so)."""
+        tol = max(_NEWTON_GAP_PER_TOL * self.tol, 1e-12) if self.tol else 1e-12
+        solver = _solvers.Newton(**{"tol": tol, "max_iter": self._max_iter(), **params})
+        W0 = obj.zeros() if coef0 is None else coef0
+        f0 = float(obj.value(W0))
+        res = solver.run(obj, coef0=W0)
+        self.solver_params_ = params
+        self.lr_, self.lr_search_ = None, None
+        self.dual_gap_ = float(res.extra["gap"])
+        if not res.extra["certified"]:
+            self.solver_ = "lbfgs"
+            self.solver_reason_ = (f"Newton stopped at a relative gap {res.extra['rel_gap']:.3g}"
+                                   f" > {tol:g} ({res.message}): L-BFGS from its point")
+            W, converged = self._fit_lbfgs(obj, {}, obj.as_coef(res.coef))
+            self.dual_gap_ = float("nan")
+            return W, converged
+        self.n_iter_ = max(int(res.n_epochs), 1)
+        self.objective_trace_ = np.array([f0, float(res.value)])
+        return obj.as_matrix(res.coef), True
 
     def _fit_stochastic(self, obj, risk, name, params, coef0, prev_lr):
         res = autotune(name, obj, params=params, lr=self.lr,
@@ -470,56 +502,8 @@ class _RiskEstimatorBase(BaseEstimator):
             with np.errstate(over="ignore", under="ignore"):
                 self.group_losses_ = obj.group_losses(obj.as_coef(W / s_y)) * c_y
         W_out = _from_scaled(W, scaling, bool(self.fit_intercept))
-        self._warn_if_degenerate(X, y_enc, W_out, obj, W / s_y)
+        warn_if_degenerate(self, X, y_enc, W_out, obj, W / s_y)
         return W_out
-
-    def _warn_if_degenerate(self, X, y_enc, W, obj, W_fit):
-        """:class:`riskopt.DegenerateFitWarning` when the model is probably useless: constant
-        predictions on the training data (one predicted class for a classifier fitted on
-        several), or, for a spectral risk, optimal weights on fewer than
-        ``_DEGENERATE_MIN_SAMPLES`` samples out of many."""
-        n, d = X.shape
-        if n < 2:
-            return
-        Z = np.empty((n, W.shape[1]))
-        for a in range(0, n, 8192):  # in blocks: a float32 X is not upcast whole
-            Z[a:a + 8192] = X[a:a + 8192] @ W[:d]
-        if self.fit_intercept:
-            Z += W[d]
-        risk = self.risk_
-        why = None
-        if isinstance(self, ClassifierMixin) and len(np.unique(y_enc)) > 1:
-            pred = (Z[:, 0] > 0) if Z.shape[1] == 1 else np.argmax(Z, axis=1)
-            if np.unique(pred).size == 1:
-                why = (f"it predicts the single class {self.classes_[int(pred[0])]} on all "
-                       f"{n} training rows")
-            elif float(np.max(np.ptp(Z - Z[:, :1], axis=0) if Z.shape[1] > 1
-                              else np.ptp(Z))) <= 1e-6:
-                why = ("its decision values are constant to 1e-6 on the training rows (the "
-                       "coefficients are ~0; the predicted class is decided by rounding)")
-        elif not isinstance(self, ClassifierMixin):
-            top = max(float(np.max(np.abs(y_enc))), 1e-300)  # std of y / top: no over/underflow
-            if float(np.std(Z[:, 0] / top)) <= 1e-6 * float(np.std(y_enc / top)):
-                why = (f"its predictions are constant ({float(Z[0, 0]):.6g}) on the training "
-                       "rows, to 1e-6 of the spread of y")
-        if why is not None:
-            warnings.warn(
-                f"{type(self).__name__}(risk={risk}) returned a degenerate model: {why}. The "
-                f"risk of the worst losses can be smallest for a constant model (e.g. the "
-                f"logistic CVaR of a small tail); try a larger tail fraction, risk='esrm:1' "
-                f"or 'mean', or check the features.", DegenerateFitWarning, stacklevel=4)
-            return
-        if getattr(obj, "family", None) == "spectral" and n >= 10 * _DEGENERATE_MIN_SAMPLES \
-                and not isinstance(risk, MaxLoss) and getattr(obj, "sample_weight", None) is None:
-            q = obj.weights(obj.as_coef(W_fit))
-            n_eff = 1.0 / float(np.sum(q * q))
-            if n_eff < _DEGENERATE_MIN_SAMPLES:
-                warnings.warn(
-                    f"{type(self).__name__}(risk={risk}): the fitted objective puts its weight "
-                    f"on about {n_eff:.1f} of {n} training samples (1 / sum q^2), so a handful "
-                    f"of points (outliers?) decide the model; try a larger tail fraction or a "
-                    f"shift cost, or check those samples.", DegenerateFitWarning, stacklevel=4)
-
 
 # ---------------------------------------------------------------------------- regressor
 class RiskRegressor(RegressorMixin, _RiskEstimatorBase):

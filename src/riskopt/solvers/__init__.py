@@ -14,6 +14,7 @@ prospect_moreau  Prospect with proximal oracles (App. E)                  yes (n
 sorel            SOREL (Algorithm 1, practical settings)                  yes (nu = 0)
 sorel_minibatch  SOREL with mini-batches (App. D)                         yes (nu = 0)
 lbfgs            full-batch L-BFGS reference                              yes
+newton           Newton on smoothed risks + duality-gap certificate       yes (certified)
 sgm              stochastic subgradient on the RU-CVaR form (SPL+ paper)  averaged iterates
 spl              stochastic prox-linear, one step size (SPL+ paper)       averaged iterates
 splplus          SPL+ (Algorithm 2, Lemma 1 closed form)                  averaged iterates
@@ -45,6 +46,7 @@ from .fcco import ALEXR2, OOA, SONEX, SONX, SOX  # noqa: E402
 from .kl_baselines import PGSMD2, SPD, DualSGM, FastDRO  # noqa: E402
 from .lbfgs import LBFGS  # noqa: E402
 from .lsvrg import LSVRG  # noqa: E402
+from .newton import Newton  # noqa: E402
 from .prospect import Prospect, ProspectMoreau  # noqa: E402
 from .saddlesaga import SaddleSAGA  # noqa: E402
 from .scdro import ASCDRO, RASCDRO, RECOVER, RSCDRO, SCDRO  # noqa: E402
@@ -54,7 +56,7 @@ from .spl import SGM, SPL, SPLPlus  # noqa: E402
 
 __all__ = ["Solver", "Result", "get", "get_class", "register", "available", "solvers_for",
            "reload_entry_points", "IncompatibleObjectiveError", "ENTRY_POINT_GROUP",
-           "LBFGS", "LSVRG", "Prospect", "ProspectMoreau", "SaddleSAGA", "SGD", "SRDA", "Adam",
+           "LBFGS", "Newton", "LSVRG", "Prospect", "ProspectMoreau", "SaddleSAGA", "SGD", "SRDA", "Adam",
            "SGDMomentum", "SOREL", "SORELMiniBatch", "SGM", "SPL", "SPLPlus", "SCDRO", "RSCDRO",
            "ASCDRO", "RASCDRO", "RECOVER", "FastDRO", "DualSGM", "SPD", "PGSMD2", "SONX",
            "SONEX", "SOX", "ALEXR2", "OOA"]

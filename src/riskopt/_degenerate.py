@@ -1,0 +1,60 @@
+"""The estimators' check for a useless model (:class:`riskopt.DegenerateFitWarning`)."""
+import warnings
+
+import numpy as np
+from sklearn.base import ClassifierMixin
+
+from .callbacks import DegenerateFitWarning
+from .risks import MaxLoss
+
+#: fewer effective samples (1 / sum q^2) than this at the optimum, out of at least ten times
+#: as many, gives a DegenerateFitWarning (a MaxLoss risk asks for it, and is exempt)
+_DEGENERATE_MIN_SAMPLES = 5
+
+
+def warn_if_degenerate(est, X, y_enc, W, obj, W_fit):
+    """:class:`riskopt.DegenerateFitWarning` when the model is probably useless: constant
+    predictions on the training data (one predicted class for a classifier fitted on
+    several), or, for a spectral risk, optimal weights on fewer than
+    ``_DEGENERATE_MIN_SAMPLES`` samples out of many."""
+    n, d = X.shape
+    if n < 2:
+        return
+    Z = np.empty((n, W.shape[1]))
+    for a in range(0, n, 8192):  # in blocks: a float32 X is not upcast whole
+        Z[a:a + 8192] = X[a:a + 8192] @ W[:d]
+    if est.fit_intercept:
+        Z += W[d]
+    risk = est.risk_
+    why = None
+    if isinstance(est, ClassifierMixin) and len(np.unique(y_enc)) > 1:
+        pred = (Z[:, 0] > 0) if Z.shape[1] == 1 else np.argmax(Z, axis=1)
+        if np.unique(pred).size == 1:
+            why = (f"it predicts the single class {est.classes_[int(pred[0])]} on all "
+                   f"{n} training rows")
+        elif float(np.max(np.ptp(Z - Z[:, :1], axis=0) if Z.shape[1] > 1
+                          else np.ptp(Z))) <= 1e-4:
+            why = ("its decision values are constant to 1e-4 on the training rows (the "
+                   "coefficients are ~0; the predicted class is decided by rounding)")
+    elif not isinstance(est, ClassifierMixin):
+        top = max(float(np.max(np.abs(y_enc))), 1e-300)  # std of y / top: no over/underflow
+        if float(np.std(Z[:, 0] / top)) <= 1e-6 * float(np.std(y_enc / top)):
+            why = (f"its predictions are constant ({float(Z[0, 0]):.6g}) on the training "
+                   "rows, to 1e-6 of the spread of y")
+    if why is not None:
+        warnings.warn(
+            f"{type(est).__name__}(risk={risk}) returned a degenerate model: {why}. The "
+            f"risk of the worst losses can be smallest for a constant model (e.g. the "
+            f"logistic CVaR of a small tail); try a larger tail fraction, risk='esrm:1' "
+            f"or 'mean', or check the features.", DegenerateFitWarning, stacklevel=5)
+        return
+    if getattr(obj, "family", None) == "spectral" and n >= 10 * _DEGENERATE_MIN_SAMPLES \
+            and not isinstance(risk, MaxLoss) and getattr(obj, "sample_weight", None) is None:
+        q = obj.weights(obj.as_coef(W_fit))
+        n_eff = 1.0 / float(np.sum(q * q))
+        if n_eff < _DEGENERATE_MIN_SAMPLES:
+            warnings.warn(
+                f"{type(est).__name__}(risk={risk}): the fitted objective puts its weight "
+                f"on about {n_eff:.1f} of {n} training samples (1 / sum q^2), so a handful "
+                f"of points (outliers?) decide the model; try a larger tail fraction or a "
+                f"shift cost, or check those samples.", DegenerateFitWarning, stacklevel=5)
