@@ -359,7 +359,7 @@ def test_bad_inputs_raise_clear_errors():
 
 @pytest.mark.parametrize("params, match", [
     ({"lr": -1.0}, "'lr' parameter"),
-    ({"solver": "newton"}, "'solver' parameter of RiskRegressor must be a str among"),
+    ({"solver": "gauss_seidel"}, "'solver' parameter of RiskRegressor must be a str among"),
     ({"l2_reg": -1e-3}, "'l2_reg' parameter"),
     ({"max_iter": 0}, "'max_iter' parameter"),
     ({"max_epochs": 0}, "'max_epochs' parameter"),

@@ -6,7 +6,7 @@
 * The generalised Hessian of the smoothed risk equals finite differences of its gradient (the
   pure-NumPy twin of the Newton model) on pieces where the oracle's pools are fixed.
 * The weighted Gram matrix of the operator / CSR designs equals the dense one.
-* The estimators use it by default for shift_cost = 0 and say which solver ran and why.
+* The estimators fit with it (solver='newton') and say which solver ran and why.
 """
 import warnings
 
@@ -128,26 +128,29 @@ def test_newton_solver_refuses_what_it_cannot_certify():
     assert res.extra["certified"] and res.extra["rel_gap"] <= 1e-10
 
 
-def test_estimators_default_to_certified_newton_for_shift_cost_zero():
+def test_estimators_fit_certified_newton_for_shift_cost_zero():
     X, y = data("logistic", 400, 5, 9)
     X[:, 0] += 2.0 * (y - 0.5)  # a separable direction: the CVaR optimum is not w = 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        clf = ro.RiskClassifier(risk="cvar:0.5").fit(X, y)
-    assert clf.solver_ == "newton"
-    assert "duality-gap certificate" in clf.solver_reason_
+        clf = ro.RiskClassifier(risk="cvar:0.5", solver="newton").fit(X, y)
+    assert clf.solver_ == "newton" and clf.solver_reason_ == "passed as solver"
+    auto = ro.RiskClassifier(risk="cvar:0.5").fit(X, y)
+    assert auto.solver_ == "lbfgs" and "solver='newton' gives a certified" in auto.solver_reason_
     assert 0 <= clf.dual_gap_ <= 1e-6 * abs(clf.objective_trace_[-1])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # L-BFGS's ConvergenceWarning at tol 1e-12, if any
         ref = ro.RiskClassifier(risk="cvar:0.5", solver="lbfgs", tol=1e-12).fit(X, y)
     assert clf.objective_trace_[-1] <= ref.objective_trace_[-1] * (1 + 1e-6)
-    assert np.isnan(ref.dual_gap_) and ref.solver_reason_ == "passed as solver"
+    assert np.isnan(ref.dual_gap_)
     assert np.ptp(clf.decision_function(X)) > 1e-3  # a real model, not w = 0
     # sparse input: the same certified fit without densifying
-    sclf = ro.RiskClassifier(risk="cvar:0.5").fit(sp.csr_matrix(X), y)
+    sclf = ro.RiskClassifier(risk="cvar:0.5", solver="newton").fit(sp.csr_matrix(X), y)
     assert sclf.solver_ == "newton"
     np.testing.assert_allclose(sclf.coef_, clf.coef_, rtol=1e-4, atol=1e-6)
     # three classes (K > 1): L-BFGS, and the reason says why
     y3 = np.digitize(X[:, 1], [-0.5, 0.5])
     mc = ro.RiskClassifier(risk="cvar:0.5").fit(X, y3)
     assert mc.solver_ == "lbfgs" and "K > 1" in mc.solver_reason_
+    with pytest.raises(ro.solvers.IncompatibleObjectiveError, match="K > 1"):
+        ro.RiskClassifier(risk="cvar:0.5", solver="newton").fit(X, y3)

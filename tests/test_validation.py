@@ -16,7 +16,7 @@ from conftest import make_problem
 from riskopt.risks import check_spectrum
 
 RISK_CLASSES = (ro.CVaR, ro.ESRM, ro.Extremile, ro.Mean, ro.MaxLoss)
-SOLVERS = [name for name in ro.solvers.available() if name != "lbfgs"]
+SOLVERS = [name for name in ro.solvers.available() if name not in ("lbfgs", "newton")]
 
 
 def data(n=6, d=2, seed=0):
@@ -292,10 +292,13 @@ def test_bad_max_epochs_and_coef0(name):
                                         ({"tol": -1e-8}, "tol must be > 0"),
                                         ({"max_iter": 0}, "max_iter must be >= 1"),
                                         ({"max_iter": 10.5}, "max_iter must be an integer")])
-def test_bad_lbfgs_parameters(params, msg):
+@pytest.mark.parametrize("cls", [ro.solvers.LBFGS, ro.solvers.Newton])
+def test_bad_lbfgs_parameters(params, msg, cls):
     obj = make_problem("squared", ro.CVaR(0.5, shift_cost=0.5), n=10, d=2)
+    obj.l2_reg = 0.1  # Newton needs l2_reg > 0
+    obj.reg[:] = 0.1
     with pytest.raises(ValueError, match=msg):
-        ro.solvers.LBFGS(**params).run(obj)
+        cls(**params).run(obj)
 
 
 # --------------------------------------------------------------------------- datasets

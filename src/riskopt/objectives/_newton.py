@@ -343,6 +343,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
     eps_ridge = 1e-12
     converged = False
     pen_rows, mu = reg > 0, objective.l2_reg
+    stale, best_rel = 0, np.inf
 
     def smoothed(zv, Wv, nuv, qv):
         ellv, derv = _losses_derivs_z(objective, zv)
@@ -359,10 +360,17 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
             g = np.asarray(X.T @ (q * der)).ravel() + reg * W
             H = _smoothed_hessian(stage, z, q, der, nu)
             H[np.diag_indices_from(H)] += reg + eps_ridge * max(1.0, float(np.trace(H)) / len(reg))
+            if not (np.all(np.isfinite(H)) and np.all(np.isfinite(g))):
+                message = "non-finite gradient or Hessian (badly scaled data?)"
+                break
             try:
                 d = cho_solve(cho_factor(H, lower=False), -g)
             except (LinAlgError, ValueError):
-                d = np.linalg.lstsq(H, -g, rcond=None)[0]
+                try:
+                    d = np.linalg.lstsq(H, -g, rcond=None)[0]
+                except LinAlgError:
+                    message = "the Newton system could not be solved"
+                    break
             slope = float(g @ d)
             if not slope < 0:
                 break
@@ -396,7 +404,14 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
         if lb > bound:
             bound, nu_used = lb, nu
         converged = (F - bound) <= rtol * max(abs(F), 1e-12)
-        if converged or nu <= max(target_nu, nu_min):
+        if converged or nu <= max(target_nu, nu_min) or message:
+            break
+        # the certificate's resolution: stop when two stages in a row did not halve the gap
+        rel_now = (F - bound) / max(abs(F), 1e-12)
+        stale = stale + 1 if rel_now > 0.5 * best_rel else 0
+        best_rel = min(best_rel, rel_now)
+        if stale >= 2:
+            message = f"the certified gap stopped decreasing at {best_rel:.3g}"
             break
         nu = max(nu / 10.0, target_nu)
     z = np.asarray(X @ W, dtype=np.float64).ravel()
@@ -409,9 +424,11 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
     gap = max(F - bound, 0.0)
     rel = gap / max(abs(F), 1e-12)
     converged = rel <= rtol
-    if not message:
-        message = "certified" if converged else \
-            f"not certified: relative gap {rel:.3g} > {rtol:g} after {it} Newton steps"
+    if converged:
+        message = "certified"
+    else:
+        message = (f"not certified: relative gap {rel:.3g} > {rtol:g} after {it} Newton steps"
+                   + (f" ({message})" if message else ""))
     return {"coef": W, "value": float(F), "bound": float(bound), "gap": float(gap),
             "rel_gap": float(rel), "n_iter": it, "converged": bool(converged),
             "message": message, "dual_nu": nu_used}
