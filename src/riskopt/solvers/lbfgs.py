@@ -66,20 +66,8 @@ class LBFGS(Solver):
 
         ``timeout`` is not supported (L-BFGS-B cannot be interrupted): pass ``max_epochs``.
         """
-        self._check_params(objective)
-        self.check_objective(objective)
-        if timeout is not None:
-            raise ValueError("LBFGS has no timeout; bound its work with max_epochs")
-        max_iter = self.max_iter
-        if max_epochs is not None:
-            max_iter = min(max_iter, check_int("max_epochs", max_epochs, minimum=1))
-        if state is not None:
-            coef0 = state.coef
-        W0 = objective.as_matrix(objective.zeros() if coef0 is None else coef0)
-        cb = as_callback(callback)
-        trace = _find_trace(callback)
-        if cb is not None:
-            cb.on_start(objective, objective.as_coef(W0))
+        max_iter, W0, cb, trace = self._full_batch_start(objective, max_epochs, callback, coef0,
+                                                         state, timeout)
         t0 = perf_counter()
         ref = objective.reference_solution("lbfgs", coef0=objective.as_coef(W0), tol=self.tol,
                                            max_iter=max_iter, nu_min=self.nu_min,
@@ -96,6 +84,28 @@ class LBFGS(Solver):
                       message=message,
                       extra={"hit_limit": bool(ref.hit_limit), "aux": ref.aux,
                              **ref.extra, "abnormal": bool(ref.extra.get("abnormal", False))})
+
+    def _full_batch_start(self, objective, max_epochs, callback, coef0, state, timeout):
+        """The common start of a full-batch ``run`` (this class and
+        :class:`riskopt.solvers.Newton`): checks, the iteration cap ``min(max_iter,
+        max_epochs)``, the start ``W0`` (``coef0`` or ``state.coef``), the callback (started)
+        and its trace. Returns ``(max_iter, W0, callback, trace)``."""
+        self._check_params(objective)
+        self.check_objective(objective)
+        if timeout is not None:
+            raise ValueError(f"{type(self).__name__} has no timeout; bound its work with "
+                             "max_epochs")
+        max_iter = self.max_iter
+        if max_epochs is not None:
+            max_iter = min(max_iter, check_int("max_epochs", max_epochs, minimum=1))
+        if state is not None:
+            coef0 = state.coef
+        W0 = objective.as_matrix(objective.zeros() if coef0 is None else coef0)
+        cb = as_callback(callback)
+        trace = _find_trace(callback)
+        if cb is not None:
+            cb.on_start(objective, objective.as_coef(W0))
+        return max_iter, W0, cb, trace
 
     def update(self, objective, state, indices=None):
         raise NotImplementedError("LBFGS is a full-batch method: call run()")

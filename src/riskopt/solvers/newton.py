@@ -13,9 +13,9 @@ sample weights and at most ``riskopt.objectives._newton.MAX_FEATURES`` columns (
 Gram matrix per step); dense, CSR and the estimators' operator designs.
 """
 from .._validation import check_int, check_positive
-from ..callbacks import as_callback, perf_counter
+from ..callbacks import perf_counter
 from ._registry import register
-from .base import Result, Solver, _find_trace
+from .base import Result, Solver
 
 
 @register
@@ -64,20 +64,10 @@ class Newton(Solver):
         Newton steps; no ``timeout`` (bound the work with ``max_epochs``)."""
         from ..objectives._newton import newton
 
-        self._check_params(objective)
-        self.check_objective(objective)
-        if timeout is not None:
-            raise ValueError("Newton has no timeout; bound its work with max_epochs")
-        max_iter = self.max_iter
-        if max_epochs is not None:
-            max_iter = min(max_iter, check_int("max_epochs", max_epochs, minimum=1))
-        if state is not None:
-            coef0 = state.coef
-        W0 = objective.as_matrix(objective.zeros() if coef0 is None else coef0)
-        cb = as_callback(callback)
-        trace = _find_trace(callback)
-        if cb is not None:
-            cb.on_start(objective, objective.as_coef(W0))
+        from .lbfgs import LBFGS, _LBFGSState
+
+        max_iter, W0, cb, trace = LBFGS._full_batch_start(self, objective, max_epochs, callback,
+                                                          coef0, state, timeout)
         t0 = perf_counter()
         out = newton(objective, W0, rtol=self.tol, max_iter=max_iter)
         elapsed = perf_counter() - t0
@@ -87,8 +77,6 @@ class Newton(Solver):
         if cb is not None and cb(float(max(out["n_iter"], 1)), coef, elapsed):
             message = cb.stop_reason or message
             diverged = bool(getattr(trace, "diverged", False))
-        from .lbfgs import _LBFGSState
-
         st = _LBFGSState(coef=objective.as_matrix(coef), epoch=int(out["n_iter"]), rng=None)
         return Result(coef=coef, value=float(out["value"]), n_epochs=int(out["n_iter"]),
                       time=elapsed, state=st, trace=trace, diverged=diverged, message=message,
