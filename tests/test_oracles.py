@@ -742,3 +742,54 @@ def test_weights_are_the_gradient_of_the_value(inp, direction):
     value_err = (1e-14 + n * q_tolerance(l, nu, div)) * scale
     tol = h * (d @ d) / (4 * nu) + value_err / h
     assert abs(fd - q @ d) <= tol, (fd, q @ d, tol)
+
+
+# --------------------------------------------------- the packed-key sort of risk_weights
+def _near_equal_cases(rng):
+    n = 3000
+    yield rng.standard_normal(n) ** 2                           # continuous
+    yield np.round(rng.standard_normal(n), 1)                   # many ties, negatives
+    yield rng.integers(0, 3, n).astype(float)                   # three values
+    yield 1.0 + rng.standard_normal(n) * 1e-13                  # all in one key prefix
+    yield np.concatenate([1.0 + rng.standard_normal(50) * 1e-13,    # short near-equal runs
+                          rng.standard_normal(n)])
+    yield np.concatenate([[-0.0, 0.0, -0.0, 5e-324, -5e-324, -1e-300, 1e300, -np.inf, np.inf],
+                          rng.standard_normal(40)])
+    yield np.array([2.0])
+    yield np.array([1.0, 1.0 + 2 ** -52, 1.0 - 2 ** -53, 1.0])  # last-bit differences
+
+
+def test_sorted_order_is_an_exact_sort():
+    """``sorted_order`` (np.sort of value bits with the index in the low bits, then a
+    fix-up of near-equal runs) is a permutation that sorts the losses exactly, also for
+    losses that differ only in the dropped low bits, signed zeros, subnormals, infinities,
+    and when one near-equal run is long enough to fall back to ``np.argsort``."""
+    rng = np.random.default_rng(11)
+    for x in _near_equal_cases(rng):
+        for y in (x, rng.permutation(x)):
+            order, ls = ko.sorted_order(y)
+            assert order.dtype == np.int64
+            np.testing.assert_array_equal(np.sort(order), np.arange(y.shape[0]))
+            np.testing.assert_array_equal(y[order], ls)
+            np.testing.assert_array_equal(ls, np.sort(y))
+
+
+@pytest.mark.parametrize("risk", [ro.ESRM(1.0), ro.Extremile(2.0), ro.CVaR(0.3),
+                                  ro.CVaR(0.3, shift_cost=0.5),
+                                  ro.CVaR(0.3, shift_cost=0.1, divergence="kl")],
+                         ids=repr)
+def test_risk_weights_equals_the_stable_sort_oracle(risk):
+    """The fast sorting oracle (packed-key sort, fused weights / scatter / value for
+    ``nu = 0``) gives the stable merge-sort oracle's weights and value, ties included."""
+    rng = np.random.default_rng(12)
+    nu, div = float(risk.shift_cost), risk.div_code
+    for x in _near_equal_cases(rng):
+        x = x[np.isfinite(x)]
+        n = x.shape[0]
+        sigma = risk.spectrum(n)
+        q_ref, q = np.empty(n), np.empty(n)
+        v_ref = ko._risk_weights(x, sigma, nu, div, q_ref)
+        v = ko.risk_weights(x, sigma, nu, div, q)
+        scale = max(1.0, float(np.max(np.abs(x))))
+        assert abs(v - v_ref) <= 1e-12 * scale
+        np.testing.assert_allclose(q, q_ref, rtol=0, atol=1e-13)
