@@ -14,6 +14,7 @@ For ``nu == 0`` and a spectrum that is constant below one rank and above another
 (``np.partition`` and one pass); :func:`spectral_risk_weights` picks it.
 """
 import math
+import threading
 from collections import namedtuple
 
 import numpy as np
@@ -275,12 +276,12 @@ def _risk_weights_ordered(losses, order, sigma, nu, div, q):
 
 
 @njit(cache=True)
-def _risk_weights_gathered(order, ls, sigma, nu, div, q):
-    """:func:`_risk_weights_ordered` given the sorted losses ``ls = losses[order]`` too."""
+def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
+    """:func:`_risk_weights_ordered` given the sorted losses ``ls = losses[order]`` too;
+    ``qs`` (length n), ``work`` and ``iwork`` are scratch space (see :func:`_weights_sorted_ws`)."""
     n = ls.shape[0]
     if nu != 0.0:
-        qs = np.empty(n)
-        _weights_sorted(ls, sigma, nu, div, qs)
+        _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
         for r in range(n):
             q[order[r]] = qs[r]
         return _risk_sorted(ls, qs, nu, div)
@@ -369,7 +370,22 @@ def _unpack_keys(keys, order, shift, losses, ls, max_run):
     return True
 
 
-def sorted_order(losses):
+_SCRATCH = threading.local()
+
+
+def _scratch(n):
+    """This thread's scratch arrays for an oracle call on ``n`` losses (kept for the last
+    ``n`` only): reusing them saves the page faults of fresh allocations, which cost about
+    as much as the PAV at n = 2e5. Never returned to a caller."""
+    ws = getattr(_SCRATCH, "ws", None)
+    if ws is None or ws[0] != n:
+        ws = (n, np.empty(n, dtype=np.uint64), np.empty(n), np.empty(n), np.empty(2 * n),
+              np.empty(n, dtype=np.int64))
+        _SCRATCH.ws = ws
+    return ws[1:]
+
+
+def sorted_order(losses, keys=None, ls=None):
     """``(order, losses[order])`` with ``losses[order]`` non-decreasing (for finite losses).
 
     One SIMD sort of 64-bit keys (NumPy's ``np.sort`` of ``uint64``, as fast as ``np.sort``
@@ -379,16 +395,18 @@ def sorted_order(losses):
     order by value afterwards (:func:`_unpack_keys`), so the result is an exact sort (the
     order among exactly equal losses is arbitrary, as with any unstable sort). Falls back to
     ``np.argsort`` for a run of more than n / 16 near-equal losses and for n > 2^40.
+    ``keys`` (uint64) and ``ls`` (float64), of length n, are used in place of fresh arrays
+    when given: ``order`` is then ``keys``' memory.
     """
     x = np.ascontiguousarray(losses, dtype=np.float64)
     n = x.shape[0]
     shift = max(1, (n - 1).bit_length())
     if n > 1 and shift <= 40:
-        keys = np.empty(n, dtype=np.uint64)
+        keys = np.empty(n, dtype=np.uint64) if keys is None else keys
         _packed_keys(x.view(np.uint64), shift, keys)
         keys.sort()
         order = keys.view(np.int64)
-        ls = np.empty(n)
+        ls = np.empty(n) if ls is None else ls
         if _unpack_keys(keys, order, shift, x, ls, max(64, n // 16)):
             return order, ls
     order = np.argsort(x)
@@ -405,8 +423,9 @@ def risk_weights(losses, sigma, nu, div, q):
     rounding (a tie's weights can differ in the last bits by rank, so a tied sample may get
     its tie-mate's weight: 1e-13 at most in the tests).
     ``benchmarks/oracle_speed.py`` measures it against ``np.sort``."""
-    order, ls = sorted_order(losses)
-    return _risk_weights_gathered(order, ls, sigma, nu, div, q)
+    keys, ls, qs, work, iwork = _scratch(losses.shape[0])
+    order, ls = sorted_order(losses, keys, ls)
+    return _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
 
 
 # ----------------------------------------------------------------- selection oracle (nu = 0)
