@@ -761,9 +761,9 @@ def _near_equal_cases(rng):
 
 def test_sorted_order_is_an_exact_sort():
     """``sorted_order`` (np.sort of value bits with the index in the low bits, then a
-    fix-up of near-equal runs) is a permutation that sorts the losses exactly, also for
+    fix-up of near-equal runs) is exactly NumPy's stable argsort, also for
     losses that differ only in the dropped low bits, signed zeros, subnormals, infinities,
-    and when one near-equal run is long enough to fall back to ``np.argsort``."""
+    NaNs, and when one near-equal run is long enough to fall back to ``np.argsort``."""
     rng = np.random.default_rng(11)
     for x in _near_equal_cases(rng):
         for y in (x, rng.permutation(x)):
@@ -772,6 +772,11 @@ def test_sorted_order_is_an_exact_sort():
             np.testing.assert_array_equal(np.sort(order), np.arange(y.shape[0]))
             np.testing.assert_array_equal(y[order], ls)
             np.testing.assert_array_equal(ls, np.sort(y))
+            np.testing.assert_array_equal(order, np.argsort(y, kind="stable"))
+    nan = np.array([np.nan, 1.0, -np.nan, -0.0, np.inf, 0.0, np.nan, -np.inf, 1.0])
+    for y in (nan, np.concatenate([nan, np.random.default_rng(3).standard_normal(100)])):
+        order, ls = ko.sorted_order(y)
+        np.testing.assert_array_equal(order, np.argsort(y, kind="stable"))
 
 
 @pytest.mark.parametrize("risk", [ro.ESRM(1.0), ro.Extremile(2.0), ro.CVaR(0.3),

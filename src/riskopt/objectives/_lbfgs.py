@@ -208,7 +208,7 @@ class ReferenceLBFGS:
 
         sigma = objective.sigma
         losses = objective.losses(W)
-        order = np.argsort(losses, kind="mergesort")
+        order = _ko.sorted_order(losses)[0]
         ls = losses[order]
         scale = max(1.0, float(np.max(np.abs(ls))))
         n = objective.n

@@ -211,4 +211,4 @@ class Objective(LinearModelObjective):
 
     def sorted_order(self, w):
         """Indices sorting the losses at ``w`` (stable)."""
-        return np.argsort(self.losses(w), kind="mergesort")
+        return _ko.sorted_order(self.losses(w))[0]

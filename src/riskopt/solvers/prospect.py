@@ -102,6 +102,7 @@ import numpy as np
 
 from .. import samplers
 from .._kernels import losses as _kl
+from .._kernels import oracles as _ko
 from .._kernels import prospect as _kp
 from ._registry import register
 from .base import Solver, copy_arrays
@@ -118,7 +119,7 @@ def _check_loss(objective, solver):
 
 
 def _sorting(losses):
-    order = np.argsort(losses, kind="mergesort").astype(np.int64)
+    order = _ko.sorted_order(losses)[0]
     rank = np.empty_like(order)
     rank[order] = np.arange(order.shape[0])
     return order, rank

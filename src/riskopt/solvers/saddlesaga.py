@@ -184,7 +184,7 @@ class SaddleSAGA(Solver):
         q = objective.risk_weights(losses)[1]
         rho = q.copy()
         G = np.ascontiguousarray(objective.X.T @ (rho[:, None] * derivs))
-        order = np.argsort(losses, kind="mergesort").astype(np.int64)
+        order = _ko.sorted_order(losses)[0]
         return SaddleSAGAState(coef=W, epoch=0, rng=rng, q=q, rho=rho,
                                losses=np.ascontiguousarray(losses),
                                derivs=np.ascontiguousarray(derivs), grad_avg=G, order=order)
