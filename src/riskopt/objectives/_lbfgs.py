@@ -165,6 +165,11 @@ class ReferenceLBFGS:
             f = objective.value(W)
             if f < best_f:
                 best_W, best_f = W, f
+            if res.nit == 0 and first[1] is not res:
+                # the point already meets gtol on this smoothing level (after a first solve):
+                # the weights have settled, so the smaller levels are left to the polish
+                # (each would cost one more evaluation and no step)
+                break
             nu /= 10.0
         polish = None
         if objective.loss.smooth:
