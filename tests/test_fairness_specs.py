@@ -32,3 +32,32 @@ def test_spec_runs_reduced_and_records_metrics(name, tmp_path):
         assert np.all(np.isfinite(col)), m
         assert np.all(col >= -1.0), m
     assert (tmp_path / name / "metrics_final.csv").exists()
+
+
+def test_sorel_table2_script_adds_the_exact_full_batch_rows(tmp_path):
+    """``benchmarks/sorel_table2.py`` on a reduced law run: one row per (risk, solver) plus
+    the exact full-batch (L-BFGS reference) row of each risk, its test SMD computed as the
+    runner records it, its improvement over ERM by the table's formula."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sorel_table2.py"
+    mod_spec = importlib.util.spec_from_file_location("sorel_table2", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    spec = load_spec("sorel_table2_law_short")
+    sol = dataclasses.replace(spec.solvers[0], lr=[spec.solvers[0].configs()[0]["lr"]], grid={})
+    small = dataclasses.replace(spec, objectives=spec.objectives[:2], solvers=[sol],
+                                seeds=spec.seeds[:1], passes=2, passes_by_dataset={},
+                                selection_rule="final", source=None)
+    res = run(small, out=tmp_path / "t2", jobs=1, progress=False)
+    assert res.complete, res.errors
+    df, erm, metric = mod.table2(tmp_path / "t2")
+    assert metric == "test_smd:race"
+    ex = df[df["solver"] == "lbfgs"]
+    assert list(ex["objective"]) == ["mean", spec.objectives[1].risk]
+    assert np.all(np.isfinite(ex["test_metric"])) and np.all(ex["test_metric"] > 0)
+    risky = ex.iloc[1]
+    assert risky["improvement_vs_erm_%"] == pytest.approx(
+        100 * (abs(erm) - abs(risky["test_metric"])) / abs(erm))
+    assert "| mean | lbfgs |" in mod.markdown("t2", df, erm, metric)

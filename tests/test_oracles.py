@@ -798,3 +798,8 @@ def test_risk_weights_equals_the_stable_sort_oracle(risk):
         scale = max(1.0, float(np.max(np.abs(x))))
         assert abs(v - v_ref) <= 1e-12 * scale
         np.testing.assert_allclose(q, q_ref, rtol=0, atol=1e-13)
+        # a second call on other losses of the same n reuses this thread's scratch arrays
+        y = rng.permutation(x)[::-1].copy()
+        v2_ref = ko._risk_weights(y, sigma, nu, div, q_ref)
+        assert abs(ko.risk_weights(y, sigma, nu, div, q) - v2_ref) <= 1e-12 * scale
+        np.testing.assert_allclose(q, q_ref, rtol=0, atol=1e-13)
