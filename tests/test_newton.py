@@ -136,7 +136,10 @@ def test_estimators_fit_certified_newton_for_shift_cost_zero():
         clf = ro.RiskClassifier(risk="cvar:0.5", solver="newton").fit(X, y)
     assert clf.solver_ == "newton" and clf.solver_reason_ == "passed as solver"
     auto = ro.RiskClassifier(risk="cvar:0.5").fit(X, y)
-    assert auto.solver_ == "lbfgs" and "solver='newton' gives a certified" in auto.solver_reason_
+    assert auto.solver_ == "newton" and "logistic loss" in auto.solver_reason_
+    np.testing.assert_allclose(auto.coef_, clf.coef_, rtol=1e-6, atol=1e-9)
+    reg = ro.RiskRegressor(risk="cvar:0.5").fit(X, y.astype(float))  # squared loss: L-BFGS
+    assert reg.solver_ == "lbfgs" and "solver='newton' gives a certified" in reg.solver_reason_
     assert 0 <= clf.dual_gap_ <= 1e-6 * abs(clf.objective_trace_[-1])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # L-BFGS's ConvergenceWarning at tol 1e-12, if any
