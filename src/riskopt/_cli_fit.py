@@ -21,6 +21,7 @@ With ``--group COL --group-dro`` the risk is taken over the group-mean losses in
 per-sample losses (group DRO; ``--risk cvar:0.15`` is the CVaR over groups of the SONEX /
 ALEXR2 paper, Eq. 10): the fit is ``RiskRegressor/RiskClassifier.fit(X, y, groups=...)``.
 """
+import math
 import sys
 import time
 from pathlib import Path
@@ -384,6 +385,10 @@ def cmd_fit(args):
     over = f" over the groups of {args.group!r} (group DRO)" if args.group_dro else ""
     print(f"task: {task}{auto_note}; risk: {risk}{over}; solver: {reg.solver_}")
     print(f"objective: {objective:.6g}; updates: {reg.n_iter_}; time: {elapsed:.2f} s")
+    gap = float(getattr(reg, "dual_gap_", float("nan")))
+    if math.isfinite(gap):
+        print(f"certified: objective - optimum <= {gap:.3g} ({gap / max(abs(objective), 1e-300):.2g}"
+              " relative; duality gap of the Newton solver)")
     losses = _per_sample_losses(est, task, X, y)
     print(f"training loss: mean {losses.mean():.6g}, max {losses.max():.6g}")
     if groups is not None:
@@ -546,8 +551,8 @@ def add_parsers(sub):
                    help="l2 penalty mu/2 |w|^2 on the coefficients, not the intercept "
                         "(default 1e-4)")
     f.add_argument("--max-iter", "--max-epochs", dest="max_iter", type=int, default=1000,
-                   metavar="N", help="maximum solver updates (L-BFGS iterations, passes of a "
-                   "stochastic solver; default 1000; --max-epochs is the former name)")
+                   metavar="N", help="maximum solver updates (L-BFGS iterations, Newton steps, passes "
+                   "of a stochastic solver; default 1000; --max-epochs is the former name)")
     f.add_argument("--tol", type=float, default=1e-4,
                    help="stop when |grad F(w)| <= tol |grad F(0)| (stochastic solvers; plus an "
                         "objective-change test for non-smooth problems), or L-BFGS's gradient "

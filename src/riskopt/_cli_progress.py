@@ -123,7 +123,7 @@ class _FitProgress:
 
         t = Table(title=self.title, title_justify="left", caption_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False,
-                  caption=f"iter: solver updates (L-BFGS iterations) of --max-iter; "
+                  caption=f"iter: solver updates (L-BFGS iterations, Newton steps) of --max-iter; "
                           f"{GAP_HEADER}: relative (sub)gradient norm (a stochastic solver "
                           "stops when it is at most --tol)")
         for head in ("solver", "", "iter", "objective", GAP_HEADER.replace("/", "/\n"),
