@@ -120,9 +120,9 @@ def markdown(df):
         lines += ["", f"Over the {len(done)} problems solved ({int(done['certified'].sum())} "
                   "certified to the requested relative gap; the bound is valid for all): the "
                   f"runs' f* is at most {done['fstar_minus_bound_rel'].max():.1e} (relative) "
-                  "above the optimum, and at most "
-                  f"{np.sort(done['fstar_minus_bound_rel'].to_numpy())[-2]:.1e} without the "
-                  "worst problem."]
+                  "above the optimum" + (
+                      f", and at most {np.sort(done['fstar_minus_bound_rel'].to_numpy())[-2]:.1e}"
+                      " without the worst problem." if len(done) > 1 else ".")]
     return "\n".join(lines) + "\n"
 
 
