@@ -164,8 +164,8 @@ class _RiskBase:
                 "non-uniform sample_weight is supported for shift_cost=0 with a built-in "
                 "spectrum, or for the mean risk"
             )
-        order = _ko.sorted_order(losses)[0]
-        ls, ws = losses[order], w[order]
+        order, ls = _ko.sorted_order(losses)
+        ws = w[order]
         cum = np.concatenate([[0.0], np.cumsum(ws)])
         cum[-1] = 1.0
         q_sorted = np.empty_like(ls)

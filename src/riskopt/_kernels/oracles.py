@@ -106,6 +106,18 @@ def _pav_kl(ls, sigma, nu, c):
 
 
 @njit(cache=True)
+def _tie_mean(sigma, a, m):
+    """``mean(sigma[a:a + m])``, the weight of a tie of ``m`` losses at ranks ``a, ...`` for
+    ``nu = 0``; every ``nu = 0`` oracle sums a tie through it (the same bits)."""
+    if m == 1:
+        return sigma[a]
+    s = sigma[a]
+    for j in range(a + 1, a + m):
+        s += sigma[j]
+    return s / m
+
+
+@njit(cache=True)
 def _weights_sorted_ws(ls, sigma, nu, div, q, work, iwork):
     """Maximising weights ``q`` (sorted order) for sorted losses ``ls``.
 
@@ -125,16 +137,11 @@ def _weights_sorted_ws(ls, sigma, nu, div, q, work, iwork):
         i = 0
         while i < n:
             j = i + 1
-            s = sigma[i]
             while j < n and ls[j] == ls[i]:
-                s += sigma[j]
                 j += 1
-            if j - i == 1:
-                q[i] = sigma[i]
-            else:
-                avg = s / (j - i)
-                for r in range(i, j):
-                    q[r] = avg
+            w = _tie_mean(sigma, i, j - i)
+            for r in range(i, j):
+                q[r] = w
             i = j
         return
     if work.shape[0] < 2 * n:
@@ -285,19 +292,16 @@ def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
         for r in range(n):
             q[order[r]] = qs[r]
         return _risk_sorted(ls, qs, nu, div)
-    # nu = 0: the weights of _weights_sorted_ws (sigma by rank, averaged over ties, the same
-    # sums) scattered as they are made, and the value of _risk_sorted in the same pass
+    # nu = 0: the weights of _weights_sorted_ws (sigma by rank, averaged over ties) scattered
+    # as they are made, and the value of _risk_sorted in the same pass
     top = ls[n - 1]
     acc = 0.0
     i = 0
     while i < n:
-        x = ls[i]
-        s = sigma[i]
         j = i + 1
-        while j < n and ls[j] == x:
-            s += sigma[j]
+        while j < n and ls[j] == ls[i]:
             j += 1
-        w = sigma[i] if j - i == 1 else s / (j - i)
+        w = _tie_mean(sigma, i, j - i)
         for r in range(i, j):
             q[order[r]] = w
             acc += w * (ls[r] - top)
@@ -526,17 +530,6 @@ def _select_pass(losses, u_lo, u_hi, lo_w, hi_w, mid_w, q):
 
 
 @njit(cache=True)
-def _tie_mean(sigma, a, m):
-    """``mean(sigma[a:a + m])`` summed as ``_weights_sorted_ws`` sums a tie (the same bits)."""
-    if m == 1:
-        return sigma[a]
-    s = sigma[a]
-    for j in range(a + 1, a + m):
-        s += sigma[j]
-    return s / m
-
-
-@njit(cache=True)
 def _count_tie(buf, t):
     """``#{x < t}`` and ``#{x == t}`` (one SIMD pass)."""
     a = 0
@@ -581,12 +574,10 @@ def _select_finish(sigma, a, idx, vals, order, u_lo, q):
     i = 0
     while i < m:
         x = vals[order[i]]
-        s = sigma[a + i]
         j = i + 1
         while j < m and vals[order[j]] == x:
-            s += sigma[a + j]
             j += 1
-        w = sigma[a + i] if j - i == 1 else s / (j - i)
+        w = _tie_mean(sigma, a + i, j - i)
         for r in range(i, j):
             q[idx[order[r]]] = w
         s_mid += (j - i) * (w * (x - u_lo))
@@ -764,9 +755,4 @@ def _nu0_weight_at(ls, sigma, r):
         lo -= 1
     while hi < ls.shape[0] - 1 and ls[hi + 1] == ls[r]:
         hi += 1
-    if lo == hi:
-        return sigma[r]
-    s = 0.0
-    for j in range(lo, hi + 1):
-        s += sigma[j]
-    return s / (hi - lo + 1)
+    return _tie_mean(sigma, lo, hi - lo + 1)

@@ -213,8 +213,7 @@ class ReferenceLBFGS:
 
         sigma = objective.sigma
         losses = objective.losses(W)
-        order = _ko.sorted_order(losses)[0]
-        ls = losses[order]
+        order, ls = _ko.sorted_order(losses)
         scale = max(1.0, float(np.max(np.abs(ls))))
         n = objective.n
         groups = []
