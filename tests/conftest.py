@@ -120,3 +120,14 @@ def broken_plugin(tmp_path_factory):
                           ["broken"], ["riskopt_broken_missing_module"])
     yield next(gen)
     next(gen, None)
+
+
+def require_data(*names):
+    """Skip the calling test when a data set (or the base of a view such as
+    ``law_school/fold1of5``) is not in the data folder (``$RISKOPT_DATA``): a clone without
+    ``../shared/data`` skips these tests instead of failing them."""
+    for name in names:
+        try:
+            ro.datasets.load(name.split("/")[0])
+        except ro.datasets.MissingDataError as exc:
+            pytest.skip(str(exc))

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import riskopt as ro
+from conftest import require_data
 
 
 def test_folds_partition_the_pooled_data():
@@ -17,6 +18,7 @@ def test_folds_partition_the_pooled_data():
 
 
 def test_subpopulations_and_binary_attributes():
+    require_data("law_school", "compas")
     d = ro.datasets.load("law_school/train:sex=female")
     assert set(d.groups_train["sex"]) == {"female"} and set(d.groups_test["sex"]) == {"male"}
     d = ro.datasets.load("compas/only:race=Caucasian,African-American/binary:race=Caucasian")
@@ -34,5 +36,6 @@ def test_subpopulations_and_binary_attributes():
     ("law_school/binary:race", "ATTR=VALUE"),
 ])
 def test_bad_views_are_named(name, match):
+    require_data(name)
     with pytest.raises(ValueError, match=match):
         ro.datasets.load(name)

@@ -9,6 +9,7 @@ import pytest
 
 from riskopt.bench import load_spec, run
 from riskopt.bench import record_metrics as rm
+from conftest import require_data
 
 SPECS = ["sorel_table2_law_short", pytest.param("sorel_table2_adult_short", marks=pytest.mark.slow),
          "prospect_fig4_diabetes",
@@ -19,6 +20,7 @@ SPECS = ["sorel_table2_law_short", pytest.param("sorel_table2_adult_short", mark
 @pytest.mark.parametrize("name", SPECS)
 def test_spec_runs_reduced_and_records_metrics(name, tmp_path):
     spec = load_spec(name)
+    require_data(spec.datasets[0])
     sol = dataclasses.replace(spec.solvers[0], lr=[spec.solvers[0].configs()[0]["lr"]], grid={})
     small = dataclasses.replace(spec, datasets=spec.datasets[:1], objectives=spec.objectives[:2],
                                 solvers=[sol], seeds=spec.seeds[:1], passes=2,
@@ -46,6 +48,7 @@ def test_sorel_table2_script_adds_the_exact_full_batch_rows(tmp_path):
     mod = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(mod)
     spec = load_spec("sorel_table2_law_short")
+    require_data(*spec.datasets)
     sol = dataclasses.replace(spec.solvers[0], lr=[spec.solvers[0].configs()[0]["lr"]], grid={})
     small = dataclasses.replace(spec, objectives=spec.objectives[:2], solvers=[sol],
                                 seeds=spec.seeds[:1], passes=2, passes_by_dataset={},

@@ -8,6 +8,7 @@ import riskopt as ro
 from riskopt.bench import ObjectiveSpec, SolverSpec, Spec, SpecError, run
 from riskopt.bench import record_metrics as rm
 from riskopt.bench.spec import RecordSpec
+from conftest import require_data
 
 
 def test_metrics_match_scikit_learn_binary_and_multiclass():
@@ -145,6 +146,7 @@ def test_iterate_records_of_a_solver_whose_update_is_two_passes(tmp_path):
 
 @pytest.mark.parametrize("name", ["digits_st", "adult_st", "a9a_st"])
 def test_derived_catalogue_shapes_match_the_loads(name):
+    require_data(name)
     d = ro.datasets.load(name)
     i = ro.datasets.info(name)
     assert (i["n_train"], i["n_test"], i["d"]) == (d.n_train, d.n_test, d.X_train.shape[1])
