@@ -281,6 +281,11 @@ def test_offline_error_names_file_folder_and_env_var(tmp_path):
     msg = str(exc.value)
     assert "adult/adult.data.gz" in msg and str(tmp_path / "adult") in msg
     assert "RISKOPT_DATA" in msg
+    # the failed download leaves no empty folder behind (it would pass for present data)
+    assert not (tmp_path / "adult").exists()
+    with pytest.raises(ds.MissingDataError):
+        ds.fetch("adult/adult.data.gz", data_home=tmp_path / "new" / "home")
+    assert not (tmp_path / "new").exists()
     with pytest.raises(ds.MissingDataError, match="download=False") as exc:
         ds.load("compas", data_home=tmp_path, download=False)
     assert "compas/compas-scores-two-years.csv" in str(exc.value)

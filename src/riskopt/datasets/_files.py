@@ -384,6 +384,9 @@ def _unpack(src, raw):
 def _download(relpath, entry, target, base_url):
     """Try each source; write the first one that verifies to ``target`` atomically."""
     errors, last_checksum = [], None
+    # the folders this call creates (deepest first), removed again if nothing is written: an
+    # empty <dataset> folder left by a failed download would look like data that is present
+    created = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -416,6 +419,11 @@ def _download(relpath, entry, target, base_url):
                 os.unlink(tmp)
         _VERIFIED[_cache_key(target)] = True
         return target
+    for folder in created:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another file arrived meanwhile): keep it
+            break
     if last_checksum is not None and all("does not match" in e for e in errors):
         raise ChecksumError("; ".join(errors)) from last_checksum
     raise MissingDataError(
