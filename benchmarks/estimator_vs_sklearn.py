@@ -12,7 +12,7 @@ against ``LogisticRegression(C = 1 / (n * l2_reg))``. Default settings otherwise
 iterations, whether it warned (ConvergenceWarning) and the certified relative duality gap
 (``dual_gap_ / F``: an upper bound on the relative suboptimality; the Newton solver only).
 Each risk is also fitted with ``solver="lbfgs"`` and ``solver="newton"`` (the exact solver
-with a certificate; the default for the logistic loss). Writes ``results.md`` and
+with a certificate; the default at shift_cost = 0). Writes ``results.md`` and
 ``metadata.json``. Run it with ``PYTHONPATH=<an older checkout>/src`` for a before/after.
 """
 import argparse
@@ -42,8 +42,8 @@ def timed(make, X, y, repeats):
     return float(np.median(ts)), est, warned
 
 
-#: each risk with the default solver ("auto": Newton for the logistic loss, L-BFGS for the
-#: squared loss) and with both full-batch solvers by name, in one run
+#: each risk with the default solver ("auto": Newton at shift_cost = 0, both losses) and with
+#: both full-batch solvers by name, in one run
 VARIANTS = [("", {}), (" (solver='lbfgs')", {"solver": "lbfgs"}),
             (" (solver='newton')", {"solver": "newton"})]
 

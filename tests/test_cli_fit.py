@@ -186,12 +186,10 @@ def test_default_risk_is_the_estimators(table, tmp_path, capsys):
 
         assert est.risk == ro.parse_risk(want)
         out = capsys.readouterr().out
-        # the classifier's default fit is the certified Newton solver, and the summary says so
-        if target == "label":
-            assert est.solver_ == "newton" and "certified: objective - optimum <=" in out
-            assert 0 <= est.dual_gap_ <= 1e-6 * abs(est.objective_trace_[-1])
-        else:
-            assert est.solver_ == "lbfgs" and "certified" not in out
+        # the default fit (classifier and regressor) is the certified Newton solver, and the
+        # summary says so
+        assert est.solver_ == "newton" and "certified: objective - optimum <=" in out
+        assert 0 <= est.dual_gap_ <= 1e-6 * abs(est.objective_trace_[-1])
 
 
 def test_fit_reports_a_degenerate_model_in_one_line(tmp_path, capsys):

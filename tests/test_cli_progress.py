@@ -43,7 +43,8 @@ def _summary(stdout):
     return objective, updates
 
 
-@pytest.mark.parametrize("solver, risk", [("auto", "cvar:0.2"),            # L-BFGS
+@pytest.mark.parametrize("solver, risk", [("lbfgs", "cvar:0.2"),           # L-BFGS
+                                          ("auto", "cvar:0.2"),            # Newton
                                           ("prospect", "cvar:0.5,chi2=1")])  # stochastic
 def test_progress_table_and_the_same_model(table, tmp_path, capsys, solver, risk):
     args = ("--risk", risk, "--solver", solver, "--max-iter", "200")
@@ -62,7 +63,7 @@ def test_progress_table_and_the_same_model(table, tmp_path, capsys, solver, risk
     assert "|grad F|/" in err_on and "|grad F(0)|" in err_on
     objective, updates = _summary(out_on)
     row = [ln for ln in err_on.splitlines() if f"{updates}/200" in ln][-1]  # the last frame
-    assert (("L-BFGS" in row) if solver == "auto" else ("prospect" in row))
+    assert {"lbfgs": "L-BFGS", "auto": "newton", "prospect": "prospect"}[solver] in row
     import joblib
 
     trace = joblib.load(model)["estimator"].steps[-1][1].objective_trace_

@@ -293,7 +293,8 @@ def test_solver_params_and_auto_choice(monkeypatch):
     assert est.solver_params_ == {"dual_lr": 0.05}
     with pytest.raises(ValueError, match="solver_params must not set 'lr'"):
         RiskRegressor(solver="sorel", solver_params={"lr": 0.1}).fit(X, y)
-    assert RiskRegressor().fit(X, y).solver_ == "lbfgs"
+    assert RiskRegressor().fit(X, y).solver_ == "newton"  # shift_cost = 0: certified Newton
+    assert RiskRegressor(loss="absolute").fit(X, y).solver_ == "lbfgs"  # no curvature
     monkeypatch.setattr(est_mod, "AUTO_LBFGS_MAX_SIZE", 0)
     assert RiskRegressor(risk="cvar:0.5", random_state=0).fit(X, y).solver_ == "sorel"
     assert RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5)).fit(X, y).solver_ == "lbfgs"
@@ -610,9 +611,9 @@ def test_verbose_prints_a_start_and_an_end_line(capsys):
     est = RiskRegressor(risk="cvar:0.5", verbose=1).fit(X, y)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
-    assert lines[0] == (f"[RiskRegressor] fit: risk={est.risk_}, solver 'lbfgs', "
+    assert lines[0] == (f"[RiskRegressor] fit: risk={est.risk_}, solver 'newton', "
                         f"n x p = 150 x 5")
-    assert lines[1].startswith(f"[RiskRegressor] done: solver 'lbfgs', n_iter_={est.n_iter_}, "
+    assert lines[1].startswith(f"[RiskRegressor] done: solver 'newton', n_iter_={est.n_iter_}, "
                                f"objective {est.objective_trace_[-1]:.6g}, ")
     assert lines[1].endswith(" s, converged")
     with pytest.warns(ConvergenceWarning):

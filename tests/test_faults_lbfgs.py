@@ -256,9 +256,11 @@ def test_estimator_defaults_on_real_data_do_not_warn(name, kind):
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
             est.fit(d.X_train, d.y_train)
-        # the logistic CVaR / ESRM / extremile (shift_cost = 0) go to Newton, the rest L-BFGS
-        assert est.solver_ == ("newton" if kind == "c" and risk in (None, "esrm:1",
-                                                                     "extremile:2")
+        # the CVaR / ESRM / extremile at shift_cost = 0 go to Newton (certified), the rest
+        # L-BFGS
+        assert est.solver_ == ("newton" if risk in (None, "esrm:1", "extremile:2")
                                else "lbfgs"), (risk, est.solver_reason_)
+        if est.solver_ == "newton":
+            assert 0 <= est.dual_gap_ <= 1e-6 * abs(est.objective_trace_[-1]), (name, risk)
         bad = [str(w.message) for w in rec if issubclass(w.category, ConvergenceWarning)]
         assert not bad, (name, risk, bad)

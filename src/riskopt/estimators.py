@@ -46,10 +46,11 @@ most 2,000 columns) fits a non-smooth spectral risk (``shift_cost = 0``) with th
 solver (:class:`riskopt.solvers.Newton`) to a certified relative duality gap ``1e-2 tol``
 (``dual_gap_``; L-BFGS continues from its point if that gap is not reached, and ``dual_gap_``
 is then the gap of its final point to Newton's bound). ``"auto"`` picks it
-for the logistic loss where it applies (``RiskClassifier``'s binary default): on adult it was
-2.5-3x faster than the L-BFGS continuation and certified (``benchmarks/estimator_vs_sklearn.py``);
-for the squared loss the L-BFGS continuation was faster (200,000 x 50: 5-7x ``Ridge`` against
-8-49x). Otherwise the default is full-batch L-BFGS
+wherever it applies (``RiskClassifier``'s binary default and ``RiskRegressor``'s squared-loss
+default): certified to ``1e-6`` where the L-BFGS continuation at the default ``tol`` ended up
+to ``4.6e-6`` above the optimum (law_school, ``benchmarks/default_accuracy.py``), faster on adult
+and law_school, 1.1-4x slower than L-BFGS on a dense 200,000 x 50 regression
+(``benchmarks/estimator_vs_sklearn.py``). Otherwise the default is full-batch L-BFGS
 (:class:`riskopt.solvers.LBFGS`, exact: the project's reference for ``f*``;
 the estimators skip its SLSQP tie polish at ``tol >= 1e-8``, see ``_fit_lbfgs``) for
 every built-in risk: it was faster than SOREL (``shift_cost = 0``) and far faster than Prospect
@@ -336,14 +337,12 @@ class _RiskEstimatorBase(BaseEstimator):
             return "sorel", f"n p K > AUTO_LBFGS_MAX_SIZE = {AUTO_LBFGS_MAX_SIZE}"
         if obj.nu == 0 and np.ptp(obj.sigma) > 0:
             why = _newton_applicable(obj)
-            if not why and obj.loss.name == "logistic":
-                # measured (benchmarks/estimator_vs_sklearn.py, adult): 2.5-3x faster than the
-                # L-BFGS continuation and certified; for the squared loss L-BFGS is faster
-                return "newton", ("shift_cost = 0, logistic loss: Newton with a duality-gap "
-                                  "certificate")
-            return "lbfgs", ("shift_cost = 0: continuation in the shift cost" +
-                             ("; solver='newton' gives a certified fit" if not why else
-                              f"; Newton does not apply ({why})"))
+            if not why:
+                # measured (benchmarks/estimator_vs_sklearn.py, default_accuracy.py): certified
+                # to the default gap where the L-BFGS continuation at the default tol ended up
+                # to 4.6e-6 from the optimum (law_school); faster on adult
+                return "newton", ("shift_cost = 0: Newton with a duality-gap certificate")
+            return "lbfgs", f"shift_cost = 0: continuation in the shift cost (Newton: {why})"
         return "lbfgs", "a smooth objective"
 
     def _solver_params(self):
@@ -543,9 +542,10 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
     solver : str, default="auto"
         ``"auto"`` or a name of :func:`riskopt.solvers.available` (``"lbfgs"``, ``"prospect"``,
         ``"sorel"``, ``"lsvrg"``, ``"saddlesaga"``, ``"newton"``, ...). ``"auto"``: for the
-        built-in risks Newton with a duality-gap certificate for the logistic loss at
-        ``shift_cost = 0``, else L-BFGS (measured fastest, module docstring); the family's
-        ``default_solver`` otherwise. ``solver_reason_`` says which ran and why.
+        built-in risks Newton with a duality-gap certificate at ``shift_cost = 0`` (where it
+        applies: ``loss="squared"``, ``l2_reg > 0``, uniform weights), else L-BFGS (module
+        docstring); the family's ``default_solver`` otherwise. ``solver_reason_`` says which
+        ran and why.
     lr : "auto" or float > 0, default="auto"
         Step size of a stochastic solver (ignored by L-BFGS). ``"auto"``: smoothness bound and a
         short tuning pass (module docstring); the value used is ``lr_``.

@@ -35,6 +35,7 @@ to a few thousand (``MAX_FEATURES``).
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
+from .._kernels import gram as _kg
 from .._kernels import oracles as _ko
 
 #: widest design (columns) the Newton solver accepts: one ``p x p`` Gram matrix per step
@@ -80,9 +81,7 @@ def weighted_gram(X, h):
         B = X.base
         m, s = X.shift, X.scale
         rows = np.flatnonzero(h > 0)
-        A = _plain_gram(B, h, rows)
-        v = np.asarray(B[rows].T @ h[rows]).ravel() if len(rows) < len(h) else \
-            np.asarray(B.T @ h).ravel()
+        A, v = _plain_gram(B, h, rows, sums=True)
         t = float(h.sum())
         Ad = (A - np.outer(v, m) - np.outer(m, v) + t * np.outer(m, m)) / np.outer(s, s)
         if not X.intercept:
@@ -96,26 +95,34 @@ def weighted_gram(X, h):
     return _plain_gram(X, h, np.flatnonzero(h > 0))
 
 
-def _plain_gram(X, h, rows):
+def _plain_gram(X, h, rows, sums=False):
+    """``X.T @ diag(h) @ X`` over ``rows`` (those with ``h > 0``); with ``sums`` also
+    ``X.T @ h`` (float64), as ``(G, v)``."""
     n = X.shape[0]
     sub = len(rows) < 0.7 * n
     if hasattr(X, "tocsr"):  # scipy.sparse
         A = X.tocsr()[rows] if sub else X.tocsr()
         hh = h[rows] if sub else h
         G = (A.multiply(hh[:, None])).T @ A
-        return np.asarray(G.toarray() if hasattr(G, "toarray") else G, dtype=np.float64)
+        G = np.asarray(G.toarray() if hasattr(G, "toarray") else G, dtype=np.float64)
+        return (G, np.asarray(A.T @ hh, dtype=np.float64).ravel()) if sums else G
     # float32 products, float64 sums of blocks: the Hessian only steers the Newton step (the
-    # line search and the certificate use float64 values), and this halves its cost
+    # line search and the certificate use float64 values), and this halves its cost; blocks of
+    # 4096 rows (no copy of X, float32 or float64)
     p = X.shape[1]
     G = np.zeros((p, p))
-    step = 16384
+    v = np.zeros(p)
+    step = 4096
     idx = rows if sub else None
     m = len(rows) if sub else n
     for a in range(0, m, step):
         sl = idx[a:a + step] if sub else slice(a, a + step)
-        Bh = np.asarray(X[sl], dtype=np.float32) * np.sqrt(h[sl]).astype(np.float32)[:, None]
+        Xb = X[sl]
+        if sums:
+            v += Xb.T.astype(np.float64, copy=False) @ h[sl]
+        Bh = np.asarray(Xb, dtype=np.float32) * np.sqrt(h[sl]).astype(np.float32)[:, None]
         G += Bh.T @ Bh
-    return G
+    return (G, v) if sums else G
 
 
 def _intercept_index(objective):
@@ -272,43 +279,69 @@ def _pools(ell, q, sigma, scale):
     mean_B(l scale) + mean_B(sigma)``: a pool is a maximal run of consecutive sorted samples off
     their ``sigma_rank`` with equal ``q_i - l_i scale`` (``scale = 1 / (2 nu n)``). Returns
     ``(order, starts, ends)`` of the pools of size >= 2."""
-    order = np.argsort(ell)
-    qs, ls = q[order], ell[order] * scale
-    eps = np.finfo(np.float64).eps
-    noise = 64 * eps * (np.abs(ls) + np.abs(qs))
-    off_rank = np.abs(qs - sigma) > 1e-9 * float(sigma[-1] - sigma[0]) + noise
-    off = qs - ls
-    same = (np.abs(np.diff(off)) <= noise[1:] + noise[:-1]) & off_rank[1:] & off_rank[:-1]
-    if not np.any(same):
-        return order, np.empty(0, np.int64), np.empty(0, np.int64)
-    d = np.diff(np.concatenate([[0], same.astype(np.int8), [0]]))
-    starts = np.flatnonzero(d == 1)
-    ends = np.flatnonzero(d == -1) + 1  # pool = order[start:end]
+    order, ls = _ko.sorted_order(ell)
+    thr = 1e-9 * float(sigma[-1] - sigma[0])
+    starts, ends = _kg.pool_runs(order, ls, np.ascontiguousarray(q, dtype=np.float64),
+                                 np.ascontiguousarray(sigma, dtype=np.float64), float(scale), thr)
     return order, starts, ends
 
 
-def _smoothed_hessian(objective, z, q, der, nu):
+def _pool_members(order, starts, ends):
+    """``(member, pid)``: the samples of the pools ``order[starts[b]:ends[b]]`` in sorted order
+    and the pool index of each."""
+    sizes = ends - starts
+    pid = np.repeat(np.arange(len(starts)), sizes)
+    first = np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+    return order[np.arange(len(pid)) + first], pid
+
+
+def _pool_sums(X, member, vals, pid, n_pools):
+    """``X.T @ M`` (``(p, n_pools)``) for ``M[member[k], pid[k]] = vals[k]``: one numba pass
+    over the pooled rows of a dense (or ``LinearDesign`` over dense) ``X``; a sparse product
+    otherwise."""
+    lin = getattr(X, "_is_linear_design", False)
+    base = X.base if lin else X
+    if not isinstance(base, np.ndarray):
+        import scipy.sparse as sp
+
+        n = X.shape[0]
+        return _xt_sparse(X, sp.csr_matrix((vals, (member, pid)), shape=(n, n_pools)))
+    B = _kg.pool_row_sums(base, member, vals, pid, n_pools).T
+    if not lin:
+        return B
+    colsum = np.bincount(pid, weights=vals, minlength=n_pools)
+    out = (B - np.outer(X.shift, colsum)) / X.scale[:, None]
+    if X.intercept:
+        out = np.vstack([out, colsum[None, :]])
+    return out
+
+
+def _smoothed_hessian(objective, z, q, der, nu, ell=None):
     """Generalised Hessian of the chi-square-smoothed ``F_nu`` (``nu > 0``): ``X' diag(q l'')
     X`` plus the oracle's Jacobian term ``X' diag(l') dq/dl diag(l') X``, where ``dq/dl =
     (I - 11'/|B|) / (2 nu n)`` on each pool ``B`` of the projection onto ``P(sigma)``."""
-    import scipy.sparse as sp
-
     X, n = objective.X, objective.n
     scale = 1.0 / (2.0 * nu * n)
     h = q * curvature(objective.loss, objective.y, z)
-    order, starts, ends = _pools(_losses_derivs_z(objective, z)[0], q, objective.sigma,
-                                 scale)
+    ell = _losses_derivs_z(objective, z)[0] if ell is None else ell
+    order, starts, ends = _pools(ell, q, objective.sigma, scale)
     if len(starts):
         sizes = ends - starts
-        member = np.concatenate([order[a:b] for a, b in zip(starts, ends)])
-        pid = np.repeat(np.arange(len(starts)), sizes)
+        member, pid = _pool_members(order, starts, ends)
         h[member] += scale * der[member] ** 2
     H = weighted_gram(X, h)
-    if len(starts):
-        M = sp.csr_matrix((der[member], (member, pid)), shape=(n, len(starts)))
-        U = _xt_sparse(X, M)
-        H -= (U * (scale / sizes)) @ U.T
+    # the pools' rank-one terms by blocks of POOL_BLOCK pools: U is (p, pools) and there can
+    # be ~n / 2 pools (a copy of the design in memory otherwise)
+    for b0 in range(0, len(starts), POOL_BLOCK):
+        b1 = min(b0 + POOL_BLOCK, len(starts))
+        k0, k1 = np.searchsorted(pid, [b0, b1])  # pid is sorted: the block's members
+        U = _pool_sums(X, member[k0:k1], der[member[k0:k1]], pid[k0:k1] - b0, b1 - b0)
+        H -= (U * (scale / sizes[b0:b1])) @ U.T
     return H
+
+
+#: pools per block of the Hessian's pool term (memory: POOL_BLOCK x p doubles)
+POOL_BLOCK = 1024
 
 
 def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
@@ -351,14 +384,17 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
                                         > 0 else _ko.CHI2, qv, None)
         return val + objective._reg_value(Wv.reshape(-1, 1)), ellv, derv
 
+    best_F, best_W = F0, W.copy()  # the start may beat every stage (a tie-heavy w0 = 0)
     while it < max_iter and not converged:
         stage = objective if nu == target_nu else objective.with_shift(
             nu, objective.div if target_nu > 0 else _ko.CHI2)
         Fs, ell, der = smoothed(z, W, nu, q)
+        g = None
         for _ in range(20):
             it += 1
-            g = np.asarray(X.T @ (q * der)).ravel() + reg * W
-            H = _smoothed_hessian(stage, z, q, der, nu)
+            if g is None:
+                g = np.asarray(X.T @ (q * der)).ravel() + reg * W
+            H = _smoothed_hessian(stage, z, q, der, nu, ell)
             H[np.diag_indices_from(H)] += reg + eps_ridge * max(1.0, float(np.trace(H)) / len(reg))
             if not (np.all(np.isfinite(H)) and np.all(np.isfinite(g))):
                 message = "non-finite gradient or Hessian (badly scaled data?)"
@@ -394,13 +430,15 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
             if dec <= 1e-15 * abs(Fs) or it >= max_iter:
                 break
             # solved when the gradient's share of the bound (|g|^2 / 2 mu) is below the target
-            gr = np.asarray(X.T @ (q * der)).ravel() + reg * W
-            if float(gr[pen_rows] @ gr[pen_rows]) <= 0.2 * mu * rtol * max(abs(Fs), 1e-12):
+            g = np.asarray(X.T @ (q * der)).ravel() + reg * W
+            if float(g[pen_rows] @ g[pen_rows]) <= 0.2 * mu * rtol * max(abs(Fs), 1e-12):
                 break
         # certificate for the objective itself with the stage's weights (valid dual point)
         pen = float(_ko._penalty(q, target_nu, objective.div)) if target_nu > 0 else 0.0
         lb, _ = dual_bound(objective, W, q, pen, z)
         F = objective.risk_weights(ell)[0] + objective._reg_value(W.reshape(-1, 1))
+        if F < best_F:
+            best_F, best_W = F, W.copy()
         if lb > bound:
             bound, nu_used = lb, nu
         converged = (F - bound) <= rtol * max(abs(F), 1e-12)
@@ -414,6 +452,10 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
             message = f"the certified gap stopped decreasing at {best_rel:.3g}"
             break
         nu = max(nu / 10.0, target_nu)
+    if not converged and best_F < objective.risk_weights(
+            _losses_derivs_z(objective, np.asarray(X @ W, dtype=np.float64).ravel())[0])[0] \
+            + objective._reg_value(W.reshape(-1, 1)):
+        W = best_W
     z = np.asarray(X @ W, dtype=np.float64).ravel()
     if not converged:  # the dual grid (and the CVaR box dual point) at the final point
         lb, gap_f, nu_f = certify(objective, W, z)

@@ -1,0 +1,56 @@
+"""Row sums for the Newton solver's generalised Hessian (numba).
+
+:func:`pool_row_sums` gives ``U[b] = sum_{k: pid[k] = b} vals[k] X[rows[k]]``: the sums of
+weighted design rows over the pools of the chi-square oracle (``riskopt.objectives._newton``),
+one pass over the rows concerned instead of a sparse ``(n, pools)`` product.
+"""
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def pool_row_sums(X, rows, vals, pid, n_pools):
+    """``(n_pools, p)`` float64: ``out[pid[k]] += vals[k] * X[rows[k]]`` for every ``k``."""
+    p = X.shape[1]
+    out = np.zeros((n_pools, p))
+    for k in range(rows.shape[0]):
+        i = rows[k]
+        b = pid[k]
+        v = vals[k]
+        for j in range(p):
+            out[b, j] += v * X[i, j]
+    return out
+
+
+@njit(cache=True)
+def pool_runs(order, ls, q, sigma, scale, thr):
+    """Pools of a chi-square oracle solution (``riskopt.objectives._newton._pools``): maximal
+    runs (length >= 2) of consecutive sorted samples off their ``sigma`` rank with equal
+    ``q - l scale`` (to 64 ulps). ``ls`` are the sorted losses; returns ``(starts, ends)``."""
+    n = order.shape[0]
+    starts = np.empty(n // 2 + 1, dtype=np.int64)
+    ends = np.empty(n // 2 + 1, dtype=np.int64)
+    eps64 = 64.0 * 2.220446049250313e-16
+    m = 0
+    run = -1  # start of the current run, -1 if none
+    prev_off, prev_noise, prev_offrank = 0.0, 0.0, False
+    for i in range(n):
+        qi = q[order[i]]
+        li = ls[i] * scale
+        noise = eps64 * (abs(li) + abs(qi))
+        offrank = abs(qi - sigma[i]) > thr + noise
+        off = qi - li
+        if i > 0 and offrank and prev_offrank and abs(off - prev_off) <= noise + prev_noise:
+            if run < 0:
+                run = i - 1
+        elif run >= 0:
+            starts[m] = run
+            ends[m] = i
+            m += 1
+            run = -1
+        prev_off, prev_noise, prev_offrank = off, noise, offrank
+    if run >= 0:
+        starts[m] = run
+        ends[m] = n
+        m += 1
+    return starts[:m].copy(), ends[:m].copy()
