@@ -411,7 +411,7 @@ class _RiskEstimatorBase(BaseEstimator):
         # aim 100x below the accepted gap (coefficients closer to the optimum) and accept the
         # gap ``tol`` where the certificate cannot resolve more
         solver = _solvers.Newton(**{"tol": max(1e-2 * tol, 1e-12), "max_iter": self._max_iter(),
-                                    **params})
+                                    "accept": tol, **params})
         W0 = obj.zeros() if coef0 is None else coef0
         f0 = float(obj.value(W0))
         res = solver.run(obj, coef0=W0)

@@ -344,12 +344,16 @@ def _smoothed_hessian(objective, z, q, der, nu, ell=None):
 POOL_BLOCK = 1024
 
 
-def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
+def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accept=None):
     """Exact solver (module docstring): Newton on the chi-square-smoothed problems ``F_nu``,
     ``nu`` divided by 10 per stage from ``nu0`` (default: ``NU0_PER_LOSS`` times the mean loss at
     ``W0``), each stage
     warm-started, until the certified relative gap on ``F`` (the objective's own ``nu``) is at
-    most ``rtol``. For an objective with ``nu > 0`` the stages stop at that ``nu``.
+    most ``rtol``. For an objective with ``nu > 0`` the stages stop at that ``nu``. ``accept``
+    (``>= rtol``, optional): the run also ends once the gap is at most ``accept`` and a stage
+    failed to halve it (diminishing returns: on adult, CVaR 0.5, the stages after a ``1.7e-7``
+    gap took 40 steps to reach ``1.4e-7``); the result then has ``converged = False`` and
+    ``rel_gap <= accept``.
 
     Returns a dict: ``coef``, ``value``, ``bound``, ``gap`` (``value - bound``), ``rel_gap``,
     ``n_iter`` (Newton steps), ``converged`` (``rel_gap <= rtol``), ``message``, ``dual_nu``.
@@ -451,13 +455,17 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
         if stale >= 2:
             message = f"the certified gap stopped decreasing at {best_rel:.3g}"
             break
+        if accept is not None and stale and best_rel <= accept:
+            message = f"a stage did not halve the gap, which is within accept = {accept:g}"
+            break
         nu = max(nu / 10.0, target_nu)
     if not converged and best_F < objective.risk_weights(
             _losses_derivs_z(objective, np.asarray(X @ W, dtype=np.float64).ravel())[0])[0] \
             + objective._reg_value(W.reshape(-1, 1)):
         W = best_W
     z = np.asarray(X @ W, dtype=np.float64).ravel()
-    if not converged:  # the dual grid (and the CVaR box dual point) at the final point
+    accepted = accept is not None and best_rel <= accept
+    if not converged and not accepted:  # the dual grid (and the box dual point) at the end
         lb, gap_f, nu_f = certify(objective, W, z)
         if lb > bound:
             bound, nu_used = lb, nu_f
@@ -468,6 +476,8 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14):
     converged = rel <= rtol
     if converged:
         message = "certified"
+    elif accept is not None and rel <= accept:
+        message = f"certified to a relative gap {rel:.3g}" + (f" ({message})" if message else "")
     else:
         message = (f"not certified: relative gap {rel:.3g} > {rtol:g} after {it} Newton steps"
                    + (f" ({message})" if message else ""))

@@ -28,6 +28,11 @@ class Newton(Solver):
         Target relative duality gap ``(F(w) - bound) / |F(w)|``.
     max_iter : int, default 200
         Newton steps over all the continuation stages.
+    accept : float, optional
+        A relative gap (``>= tol``) good enough to stop at once a continuation stage fails to
+        halve the gap (diminishing returns; ``certified`` is then False and ``rel_gap <=
+        accept``). The estimators pass their accepted gap here (``1e-2`` times their own
+        ``tol``) and a ``tol`` 100x below it.
 
     Notes
     -----
@@ -43,12 +48,16 @@ class Newton(Solver):
     accepts_sparse = True
     deterministic = True
 
-    def __init__(self, tol=1e-10, max_iter=200):
+    def __init__(self, tol=1e-10, max_iter=200, accept=None):
         self._store(locals())
 
     def _check_params(self, objective):
         check_positive("tol", self.tol)
         check_int("max_iter", self.max_iter)
+        if self.accept is not None:
+            check_positive("accept", self.accept)
+            if self.accept < self.tol:
+                raise ValueError(f"accept = {self.accept!r} must be at least tol = {self.tol!r}")
 
     def _check_objective(self, objective):
         from ..objectives._newton import applicable
@@ -69,7 +78,7 @@ class Newton(Solver):
         max_iter, W0, cb, trace = LBFGS._full_batch_start(self, objective, max_epochs, callback,
                                                           coef0, state, timeout)
         t0 = perf_counter()
-        out = newton(objective, W0, rtol=self.tol, max_iter=max_iter)
+        out = newton(objective, W0, rtol=self.tol, max_iter=max_iter, accept=self.accept)
         elapsed = perf_counter() - t0
         coef = objective.as_coef(out["coef"])
         message = out["message"]
