@@ -238,8 +238,8 @@ def test_accept_ends_the_continuation_at_diminishing_returns():
     res = nt.newton(obj, obj.zeros(), rtol=1e-15, accept=1e-6)
     assert not res["converged"] and res["rel_gap"] <= 1e-6
     assert res["message"].startswith("certified to a relative gap")
-    assert "did not halve" in res["message"]
-    assert res["n_iter"] < full["n_iter"]  # measured: 51 steps against 71
+    assert "within accept" in res["message"]
+    assert res["n_iter"] < full["n_iter"]
     _, v_cvx = cvxpy_spectral_minimum(obj)
     assert res["bound"] <= v_cvx + 1e-9 * abs(v_cvx) and res["value"] >= v_cvx - 1e-9
     with pytest.raises(ValueError, match="accept"):

@@ -29,10 +29,10 @@ class Newton(Solver):
     max_iter : int, default 200
         Newton steps over all the continuation stages.
     accept : float, optional
-        A relative gap (``>= tol``) good enough to stop at once a continuation stage fails to
-        halve the gap (diminishing returns; ``certified`` is then False and ``rel_gap <=
-        accept``). The estimators pass their accepted gap here (``1e-2`` times their own
-        ``tol``) and a ``tol`` 100x below it.
+        A relative gap (``>= tol``) good enough to stop after the continuation stage that
+        reaches it (each stage is solved to ``tol``'s gradient test; ``certified`` is then
+        False and ``rel_gap <= accept``). The estimators pass their accepted gap here
+        (``1e-2`` times their own ``tol``) and a ``tol`` 100x below it.
 
     Notes
     -----
