@@ -408,8 +408,9 @@ class _RiskEstimatorBase(BaseEstimator):
         """Newton to a certified relative gap ``1e-2 tol``; L-BFGS from its point if the gap
         is not reached (``solver_`` and ``solver_reason_`` then say so)."""
         tol = max(_NEWTON_GAP_PER_TOL * self.tol, 1e-12) if self.tol else 1e-12
-        # aim 100x below the accepted gap (coefficients closer to the optimum) and accept the
-        # gap ``tol`` where the certificate cannot resolve more
+        # each continuation stage is solved to a gradient test 100x below the accepted gap (its
+        # weights then give a tight bound); the run ends after the first stage certified
+        # within ``tol`` (Newton's ``accept``)
         solver = _solvers.Newton(**{"tol": max(1e-2 * tol, 1e-12), "max_iter": self._max_iter(),
                                     "accept": tol, **params})
         W0 = obj.zeros() if coef0 is None else coef0
