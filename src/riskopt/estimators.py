@@ -49,7 +49,7 @@ is then the gap of its final point to Newton's bound). ``"auto"`` picks it
 wherever it applies (``RiskClassifier``'s binary default and ``RiskRegressor``'s squared-loss
 default): certified to ``1e-6`` where the L-BFGS continuation at the default ``tol`` ended up
 to ``4.6e-6`` above the optimum (law_school, ``benchmarks/default_accuracy.py``), faster on adult
-and law_school, 1.7-2.4x slower than L-BFGS on a dense 200,000 x 50 regression
+and law_school, 1.6-1.8x slower than L-BFGS on a dense 200,000 x 50 regression
 (``benchmarks/estimator_vs_sklearn.py``). Otherwise the default is full-batch L-BFGS
 (:class:`riskopt.solvers.LBFGS`, exact: the project's reference for ``f*``;
 the estimators skip its SLSQP tie polish at ``tol >= 1e-8``, see ``_fit_lbfgs``) for
