@@ -352,8 +352,9 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
     most ``rtol``. For an objective with ``nu > 0`` the stages stop at that ``nu``. ``accept``
     (``>= rtol``, optional): the run also ends after a stage whose certified gap is at most
     ``accept`` (each stage is still solved to the ``rtol`` gradient test; the estimators'
-    default fit on adult, CVaR 0.5, went from 88 to 48 steps, ``benchmarks/estimator_vs_sklearn
-    .py``); the result then has ``converged = False`` and ``rel_gap <= accept``.
+    default fit on adult, CVaR 0.5, went from 88 to 48 steps in
+    ``benchmarks/estimator_vs_sklearn.py``); the result then has ``converged = False`` and
+    ``rel_gap <= accept``.
 
     Returns a dict: ``coef``, ``value``, ``bound``, ``gap`` (``value - bound``), ``rel_gap``,
     ``n_iter`` (Newton steps), ``converged`` (``rel_gap <= rtol``), ``message``, ``dual_nu``.
