@@ -5,9 +5,10 @@ tolerance. For ``nu = 0`` the spectral risk is non-smooth where losses tie; we u
 "hidden smoothness" of Mehta et al. (2024, Prop. 8): if the losses at the minimiser are
 distinct, the chi-square-smoothed problem has *exactly* the same minimiser for all small
 enough ``nu``. The reference therefore follows a continuation ``nu = 1, 1e-1, ...`` (warm
-starts; it ends early when a level after the first needs no step), then polishes on the smooth function ``sum_i sigma_i l_{pi(i)}(w) + mu/2 |w|^2`` with
-the sorting permutation ``pi`` frozen at the current point, and keeps the best point under the
-true (``nu = 0``) objective. Tests certify this reference against cvxpy on small problems.
+starts; it ends early when a level after the first needs no step), then polishes on the smooth
+function ``sum_i sigma_i l_{pi(i)}(w) + mu/2 |w|^2`` with the sorting permutation ``pi`` frozen
+at the current point, and keeps the best point under the true (``nu = 0``) objective. Tests
+certify this reference against cvxpy on small problems.
 
 Stops. L-BFGS-B ends by its gradient test, its iteration cap (``hit_limit``) or without
 progress: a failed line search (scipy's status 2, ``"ABNORMAL"``) or a step with no decrease

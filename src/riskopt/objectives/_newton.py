@@ -262,15 +262,18 @@ def _xt_sparse(X, M):
     """``X.T @ M`` (dense ``(p, k)``) for a scipy.sparse ``M`` ``(n, k)`` and a dense, CSR or
     ``LinearDesign`` ``X``."""
     if getattr(X, "_is_linear_design", False):
-        B = np.asarray((M.T @ X.base).toarray() if hasattr(M.T @ X.base, "toarray")
-                       else M.T @ X.base).T
-        colsum = np.asarray(M.sum(axis=0)).ravel()
-        out = (B - np.outer(X.shift, colsum)) / X.scale[:, None]
-        if X.intercept:
-            out = np.vstack([out, colsum[None, :]])
-        return out
+        R = M.T @ X.base
+        B = np.asarray(R.toarray() if hasattr(R, "toarray") else R).T
+        return _from_base(X, B, np.asarray(M.sum(axis=0)).ravel())
     R = M.T @ X
     return np.asarray(R.toarray() if hasattr(R, "toarray") else R).T
+
+
+def _from_base(X, B, colsum):
+    """``X'.T @ M`` for a ``LinearDesign`` ``X' = [(X - m) / s, 1]`` from ``B = X.T @ M`` and
+    the column sums of ``M``."""
+    out = (B - np.outer(X.shift, colsum)) / X.scale[:, None]
+    return np.vstack([out, colsum[None, :]]) if X.intercept else out
 
 
 def _pools(ell, q, sigma, scale):
@@ -307,13 +310,7 @@ def _pool_sums(X, member, vals, pid, n_pools):
         n = X.shape[0]
         return _xt_sparse(X, sp.csr_matrix((vals, (member, pid)), shape=(n, n_pools)))
     B = _kg.pool_row_sums(base, member, vals, pid, n_pools).T
-    if not lin:
-        return B
-    colsum = np.bincount(pid, weights=vals, minlength=n_pools)
-    out = (B - np.outer(X.shift, colsum)) / X.scale[:, None]
-    if X.intercept:
-        out = np.vstack([out, colsum[None, :]])
-    return out
+    return _from_base(X, B, np.bincount(pid, weights=vals, minlength=n_pools)) if lin else B
 
 
 def _smoothed_hessian(objective, z, q, der, nu, ell=None):
@@ -390,6 +387,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
         return val + objective._reg_value(Wv.reshape(-1, 1)), ellv, derv
 
     best_F, best_W = F0, W.copy()  # the start may beat every stage (a tie-heavy w0 = 0)
+    F = F0  # F at the current W (set at the end of each stage)
     while it < max_iter and not converged:
         stage = objective if nu == target_nu else objective.with_shift(
             nu, objective.div if target_nu > 0 else _ko.CHI2)
@@ -460,9 +458,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
             message = f"within accept = {accept:g} after a stage"
             break
         nu = max(nu / 10.0, target_nu)
-    if not converged and best_F < objective.risk_weights(
-            _losses_derivs_z(objective, np.asarray(X @ W, dtype=np.float64).ravel())[0])[0] \
-            + objective._reg_value(W.reshape(-1, 1)):
+    if not converged and best_F < F:
         W = best_W
     z = np.asarray(X @ W, dtype=np.float64).ravel()
     accepted = accept is not None and best_rel <= accept
