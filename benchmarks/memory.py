@@ -3,8 +3,8 @@
     python benchmarks/memory.py [--n 1000000] [--d 100] [--max-iter 10] [--out benchmarks/results/memory]
 
 Each case runs in a fresh subprocess: build X (and y), record the resident set size, fit
-``RiskRegressor(risk="cvar:0.1", max_iter=...)`` (L-BFGS, the default solver; a few
-iterations bound the time, the allocations are those of a full fit), and report
+``RiskRegressor(risk="cvar:0.1", max_iter=...)`` (the default solver: Newton at shift_cost = 0;
+a few steps bound the time, the allocations are those of a full fit), and report
 ``(peak RSS - RSS before the fit) / X bytes``: the extra memory the fit needs beyond the data
 the user already holds. Cases: dense float64 with standardised columns, dense float64 with
 columns in other units (standardised through the operator design, no copy), dense float64 with
@@ -82,9 +82,9 @@ def main():
     t_start = time.time()
     lines = [f"# Peak memory of RiskRegressor(risk='cvar:0.1').fit at {args.n:,} x {args.d}", "",
              "Extra = (peak RSS during the fit - RSS before it) / bytes of X; one fresh process "
-             f"per case; L-BFGS capped at {args.max_iter} iterations. The peak is the resident "
+             f"per case; the default solver (Newton) capped at {args.max_iter} steps. The peak is the resident "
              "high-water mark reset just before the fit (/proc/self/clear_refs), so building X "
-             "does not count. The default fit passes X to L-BFGS as an operator [(X - m)/s, 1] "
+             "does not count. The default fit passes X to the solver as an operator [(X - m)/s, 1] "
              "(no copy); what remains are n-vectors (predictions, losses, derivatives, weights, "
              "the sort), which dominate for the CSR case (1 stored value per row on average).",
              "",
