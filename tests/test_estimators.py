@@ -58,16 +58,29 @@ _SW_STOCHASTIC = (
 )
 
 
+_SW_TOL = (
+    "the default tol (1e-4) certifies each fit to 1e-6 relative in the objective, not the "
+    "check's rtol 1e-7 on the predictions: with l2_reg = 1e-4 on the check's 15 x 30 data a "
+    "relative gap of 1e-6 allows ~1e-4 in the predictions, and the weighted and the "
+    "repeated-rows fits stop at different certified points; RiskRegressor(tol=1e-10) (below) "
+    "passes the check"
+)
+
+
 def _expected_failed_checks(estimator):
     """Checks that cannot pass, with the reason (used by parametrize_with_checks)."""
     if estimator.solver in ("prospect", "sorel"):
         return {"check_sample_weight_equivalence_on_dense_data": _SW_STOCHASTIC,
                 "check_sample_weight_equivalence_on_sparse_data": _SW_STOCHASTIC}
+    if isinstance(estimator, RiskRegressor) and estimator.tol == 1e-4 \
+            and str(estimator.risk) == "cvar:0.1":
+        return {"check_sample_weight_equivalence_on_dense_data": _SW_TOL}
     return {}
 
 
 CHECKED = [
-    RiskRegressor(),                                                  # default: cvar:0.1, lbfgs
+    RiskRegressor(),                                                  # default: cvar:0.1, newton
+    RiskRegressor(tol=1e-10),                                         # fitted to 1e-12 relative
     RiskRegressor(risk=ro.CVaR(0.2, shift_cost=0.5)),                 # CVaR with shift cost
     RiskRegressor(risk="esrm:1", loss="absolute"),
     RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5), solver="prospect", max_iter=30),

@@ -57,6 +57,58 @@ def test_certificate_is_a_lower_bound_at_any_point(loss):
         assert gap >= obj.value(W) - v_cvx - 1e-7 * abs(v_cvx)
 
 
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+@pytest.mark.parametrize("risk", [ro.CVaR(0.2), ro.ESRM(2.0)], ids=str)
+def test_newton_bound_is_below_the_optimum_and_exact_for_the_squared_loss(loss, risk):
+    """``newton_bound`` (the dual point's ``min G_q`` after one Newton step on ``G_q``, the
+    continuation's extra certificate) is below cvxpy's optimum at any point and for any
+    ``q`` in the permutahedron; for the squared loss it equals the exact ``min G_q`` (normal
+    equations in float64) and is at least the plain ``|g|^2 / 2 mu`` bound."""
+    obj = _obj(loss, risk, True, 21, n=40, d=4)
+    _, v_cvx = cvxpy_spectral_minimum(obj)
+    rng = np.random.default_rng(5)
+    X, y = obj.X, obj.y
+    for scale in (0.0, 0.1, 1.0):
+        W = rng.normal(scale=scale, size=obj.p)
+        ell = np.asarray(obj.losses(W)).ravel()
+        for nu in (1.0, 1e-2, 0.0):
+            q = np.empty(obj.n)
+            ko.spectral_risk_weights(ell, obj.sigma, nu, ko.CHI2, q, None)
+            b = nt.newton_bound(obj, W, q)
+            assert b <= v_cvx + 1e-9 * abs(v_cvx)
+            assert b >= nt.dual_bound(obj, W, q)[0] - 1e-12 * abs(v_cvx)
+            if loss == "squared":  # G_q(w) = sum q (x w - y)^2 / 2 + reg w^2 / 2
+                w = np.linalg.solve(X.T @ (q[:, None] * X) + np.diag(obj.reg), X.T @ (q * y))
+                exact = 0.5 * q @ (X @ w - y) ** 2 + 0.5 * obj.reg @ w ** 2
+                assert b == pytest.approx(exact, rel=1e-9)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_certificate_is_a_lower_bound_with_per_coordinate_penalties(loss):
+    """The estimators' standardised design has ``reg_j = mu / s_j^2``: the bound's slack must
+    be ``sum g_j^2 / (2 reg_j)`` (``|g|^2 / (2 mu)`` overstated it). Far from the optimum the
+    weighted samples of a logistic loss can be of one class (the intercept has no finite
+    minimiser): no bound then (the undamped intercept solve gave a bound of 2e27 here)."""
+    X, y = data(loss, 40, 3, 7)
+    obj = ro.Objective(loss, ro.CVaR(0.3), X, y, l2_reg=1 / 40, fit_intercept=True)
+    obj.reg[:3] /= np.array([1.0, 1e2, 1e4])  # s = 1, 10, 100
+    _, v_cvx = cvxpy_spectral_minimum(obj)
+    rng = np.random.default_rng(0)
+    for scale in (0.01, 0.1, 1.0, 10.0):
+        for _ in range(5):
+            W = rng.normal(scale=scale, size=obj.p)
+            bound, gap, _ = nt.certify(obj, W)
+            assert bound <= v_cvx + 1e-7 * abs(v_cvx)
+            ell = np.asarray(obj.losses(W)).ravel()
+            for nu in (1.0, 1e-2, 0.0):
+                q = np.empty(obj.n)
+                ko.spectral_risk_weights(ell, obj.sigma, nu, ko.CHI2, q, None)
+                assert nt.newton_bound(obj, W, q) <= v_cvx + 1e-7 * abs(v_cvx)
+    res = nt.newton(obj, obj.zeros(), rtol=1e-8)
+    assert res["bound"] <= v_cvx + 1e-9 * abs(v_cvx) <= res["value"] + 2e-9 * abs(v_cvx)
+    assert res["value"] - v_cvx <= 1e-7 * abs(v_cvx)
+
+
 def test_newton_with_a_shift_cost_matches_lbfgs():
     obj = _obj("logistic", ro.ESRM(1.0), True, 3, n=200, d=5, nu=0.1)
     res = nt.newton(obj, obj.zeros(), rtol=1e-11)
@@ -116,6 +168,27 @@ def test_weighted_gram_of_operator_and_sparse_designs(intercept):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     np.testing.assert_allclose(nt.weighted_gram(sp.csr_matrix(dense), h), want, rtol=1e-12,
                                atol=1e-12 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8192, 8193, 20000])
+def test_plain_gram_blocks_match_numpy(n, monkeypatch):
+    """The float32 blocks of ``_plain_gram`` (numba-scaled rows, several blocks, a short last
+    one; all rows or a subset; C, Fortran and strided float64 / float32 designs) equal the
+    float64 product to float32 rounding, and ``X' h`` (``sums``) to float64 rounding."""
+    monkeypatch.setattr(nt, "GRAM_BLOCK", 4096)
+    rng = np.random.default_rng(n)
+    X = rng.normal(size=(n, 9)) * np.arange(1, 10) + 2.0
+    for h in (rng.random(n), np.where(rng.random(n) < 0.8, 0.0, rng.random(n))):
+        rows = np.flatnonzero(h > 0)
+        want = X.T @ (h[:, None] * X)
+        tol = 1e-5 * max(np.abs(want).max(), 1.0)
+        for Z in (X, np.asfortranarray(X), np.hstack([X, X])[:, :9], X.astype(np.float32)):
+            G, v = nt._plain_gram(Z, h, rows, sums=True)
+            np.testing.assert_allclose(G, want, atol=tol)
+            np.testing.assert_allclose(v, Z.astype(np.float64).T @ h,
+                                       atol=1e-6 * max(np.abs(X).max(initial=0) * h.sum(), 1.0)
+                                       if Z.dtype == np.float32 else 1e-10 * max(n, 1) * 10)
+            np.testing.assert_allclose(nt._plain_gram(Z, h, rows), G, rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------ solver and estimators

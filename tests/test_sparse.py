@@ -103,7 +103,10 @@ def test_regressor_sparse_default_path_matches_dense(risk):
         warnings.simplefilter("error", ro.SparseDensifyWarning)
         s = RiskRegressor(risk=risk, tol=1e-7, max_iter=5000).fit(X, y)
     d = RiskRegressor(risk=risk, tol=1e-7, max_iter=5000).fit(X.toarray(), y)
-    assert s.solver_ == "lbfgs"
+    # the same full-batch solver on both (Newton where it certifies the gap at shift cost 0,
+    # L-BFGS otherwise), the sparse one without densifying (the warning is an error above)
+    assert s.solver_ == d.solver_ and s.solver_ in ("newton", "lbfgs")
+    assert s.solver_ == "lbfgs" or s.risk_.shift_cost == 0
     obj = ro.Objective("squared", s.risk_, X.toarray(), y, l2_reg=s.l2_reg, fit_intercept=True)
     fs = obj.value(np.append(s.coef_, s.intercept_))
     fd = obj.value(np.append(d.coef_, d.intercept_))
@@ -214,6 +217,30 @@ def test_sparse_column_scales_equal_the_dense_ones(intercept):
     assert s[3] == (1.0 if intercept else s_dense[3]) and s[4] == 1.0
     if intercept:  # the constant column is shifted to exactly 0
         assert m[3] == 1.0 and m[4] == 0.0
+
+
+@pytest.mark.parametrize("n", [1, 2, 1000])
+def test_column_stats_kernel_matches_numpy(n):
+    """The numba column statistics behind the dense feature scaling (one kernel, two passes
+    over the rows) equal NumPy's on float64 / float32, C / Fortran / strided designs."""
+    from riskopt._kernels.stats import column_stats
+
+    rng = np.random.default_rng(n)
+    X = rng.normal(size=(n, 5)) * np.logspace(-3, 3, 5) + np.linspace(-1e3, 1e3, 5)
+    X[:, 2] = 7.0  # a constant column: exactly zero deviation
+    for k, Z in enumerate((X, np.asfortranarray(X), np.hstack([X, X])[:, 3:8],
+                           X.astype(np.float32))):
+        Z64 = Z.astype(np.float64)
+        for center in (True, False):
+            m, ss, mx, mn = column_stats(Z, center)
+            want_m = Z64.mean(axis=0) if center else np.zeros(5)
+            np.testing.assert_allclose(m, want_m, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(ss, ((Z64 - want_m) ** 2).sum(axis=0), rtol=1e-9,
+                                       atol=1e-9 * np.abs(Z64).max() ** 2 * n)
+            np.testing.assert_array_equal(mx, Z64.max(axis=0))
+            np.testing.assert_array_equal(mn, Z64.min(axis=0))
+            if center and k < 2:
+                assert ss[2] == 0.0  # the constant column (X and its Fortran copy)
 
 
 # ------------------------------------------------------------------ operator designs

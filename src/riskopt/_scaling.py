@@ -2,11 +2,11 @@
 "Units of the features" section of :mod:`riskopt.estimators`)."""
 import numpy as np
 
+from ._kernels.stats import column_stats
+
 #: Column statistics within these bounds (scale in [1/2, 2], |mean| <= scale) count as already
 #: standardised: the fit runs on X as given (see ``_feature_scaling``).
 _SCALE_BAND = (0.5, 2.0)
-#: rows per block of the column statistics (no temporary the size of X)
-_BLOCK = 4096
 
 
 def _feature_scaling(X, fit_intercept):
@@ -36,22 +36,9 @@ def _feature_scaling(X, fit_intercept):
                      + (n - cnt) * m * m) / n)
         mx = A.max(axis=0).toarray().ravel()
         mn = A.min(axis=0).toarray().ravel()
-    else:  # float64 accumulators (X may be float32), by blocks: no temporary of X's size
+    else:  # float64 accumulators (X may be float32), two passes over the rows (numba)
         n, d = X.shape
-        m = np.zeros(d)
-        if fit_intercept:
-            for a in range(0, n, _BLOCK):
-                m += X[a:a + _BLOCK].sum(axis=0, dtype=np.float64)
-            m /= n
-        ss = np.zeros(d)
-        mx = np.full(d, -np.inf)
-        mn = np.full(d, np.inf)
-        for a in range(0, n, _BLOCK):
-            B = X[a:a + _BLOCK]
-            np.maximum(mx, B.max(axis=0), out=mx)
-            np.minimum(mn, B.min(axis=0), out=mn)
-            B = B - m
-            ss += np.einsum("ij,ij->j", B, B)
+        m, ss, mx, mn = column_stats(X, bool(fit_intercept))
         s = np.sqrt(ss / n)
     # a constant column (max == min) is constant whatever rounding left in s (1e-16 of its
     # value: mu / s^2 ~ 1e28 then pinned every coefficient at 0): with an intercept it is

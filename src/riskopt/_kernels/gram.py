@@ -3,6 +3,8 @@
 :func:`pool_row_sums` gives ``U[b] = sum_{k: pid[k] = b} vals[k] X[rows[k]]``: the sums of
 weighted design rows over the pools of the chi-square oracle (``riskopt.objectives._newton``),
 one pass over the rows concerned instead of a sparse ``(n, pools)`` product.
+:func:`scaled_rows` fills the float32 block ``sqrt(h_i) x_i`` of the weighted Gram matrix
+``X' diag(h) X`` (and adds ``X' h`` over the block), one pass over the rows.
 """
 import numpy as np
 from numba import njit
@@ -54,3 +56,24 @@ def pool_runs(order, ls, q, sigma, scale, thr):
         ends[m] = n
         m += 1
     return starts[:m].copy(), ends[:m].copy()
+
+
+@njit(cache=True)
+def scaled_rows(X, s, h, rows, a, b, buf, v, sums):
+    """``buf[k - a] = s[i] * X[i]`` (float32) for ``i = rows[k]`` (``i = k`` if ``rows`` is
+    empty), ``a <= k < b``; with ``sums`` also ``v += h[i] * X[i]`` (float64)."""
+    p = X.shape[1]
+    take = rows.shape[0] > 0
+    for k in range(a, b):
+        i = rows[k] if take else k
+        si = s[i]
+        r = k - a
+        if sums:
+            hi = h[i]
+            for j in range(p):
+                x = X[i, j]
+                buf[r, j] = x * si
+                v[j] += hi * x
+        else:
+            for j in range(p):
+                buf[r, j] = X[i, j] * si
