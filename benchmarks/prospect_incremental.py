@@ -27,10 +27,14 @@ Prospect from its default start with the step sizes of tests/test_prospect.py (k
 power 1e-3), both oracles, median over ``--repeats`` runs of the solver's own clock.
 
 Writes ``results.md`` (the printed tables) and ``metadata.json`` (commit, machine, date,
-versions, wall time) to ``--out``.
+versions, wall time) to ``--out``, each atomically (temporary file + rename). Earlier runs
+are kept beside them as ``results_<commit>.md`` / ``metadata_<commit>.json`` (the commit the
+run measured), e.g. ``results_870afb9.md``: the hull tree before its per-step costs were cut
+(reference counting, prefetch, chi-square abscissae; see the incremental_pav docstring).
 """
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -172,6 +176,14 @@ def time_to_tol(dataset, repeats, log, tol=1e-8, max_epochs=64):
                                                               out.items()})
 
 
+def _write_atomic(path, text):
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename,
+    so an interrupted run leaves the previous file whole."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", type=int, default=[20000, 200000, 1000000])
@@ -203,11 +215,11 @@ def main():
     wall = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.md").write_text("\n".join(lines) + "\n")
     meta = dict(script="benchmarks/prospect_incremental.py", started=started, finished=now(),
                 wall_seconds=round(wall, 1), git_commit=_git_commit(), cpu=_cpu_info(),
                 versions=_versions(), args=vars(args), synthetic=sizes, time_to_tol=real)
-    (out / "metadata.json").write_text(json.dumps(meta, indent=2, default=float) + "\n")
+    _write_atomic(out / "results.md", "\n".join(lines) + "\n")
+    _write_atomic(out / "metadata.json", json.dumps(meta, indent=2, default=float) + "\n")
     print(f"\nwrote {out}/results.md and metadata.json ({wall:.0f} s)")
 
 

@@ -10,6 +10,9 @@ structure must equal ``oracles._weights_sorted`` on the same sorted table to 1e-
 the weights sum to 1). n runs from 1 to 1e4 (the largest in a few fixed cases by default, in
 hypothesis under ``-m slow``).
 
+The chi-square bucket refresh that skips the abscissae (all 1) is checked bit for bit against
+the general one, and the prefetch hint against plain reads.
+
 Then the solver: a Prospect pass with the incremental oracle against the O(n) oracle
 (``Prospect._oracle = ORACLE_FULL``) on the same index sequence, one kernel call per step, so
 every iterate is compared (to rounding); and the KL fallback when the losses span more than
@@ -25,6 +28,7 @@ import riskopt as ro
 from riskopt._kernels import incremental_pav as ip
 from riskopt._kernels import oracles as ko
 from riskopt._kernels import prospect as kp
+from riskopt._kernels.prefetch import _prefetch
 
 TOL = 1e-12
 SPECTRA = ("cvar", "esrm", "extremile", "mean", "maxloss", "user")
@@ -303,3 +307,49 @@ def test_prospect_kl_falls_back_to_the_full_oracle_on_a_wide_table():
     b = old.update(obj, old.init_state(obj), indices=idx)
     np.testing.assert_allclose(a.coef, b.coef, rtol=0, atol=1e-12 * np.abs(b.coef).max())
     np.testing.assert_allclose(a.q, b.q, rtol=0, atol=1e-14)
+
+
+# ------------------------------------------------------------------- per-step fast paths
+@njit(cache=True)
+def _bucket_both_ways(ls, sigma, nu, B):
+    """Every bucket refreshed through the chi-square ``unit`` path (abscissae neither read
+    nor written) after the build, against the general path on a copy."""
+    S = ip._ipav_alloc(ls.shape[0], B)
+    ip._ipav_build(ls, sigma, nu, ko.CHI2, S)
+    F, I, ex, ey, px, py, hv, hc, G = S
+    px2 = px.copy()
+    py2 = py.copy()
+    hv2 = hv.copy()
+    hc2 = hc.copy()
+    for b in range(hv.shape[0]):
+        ip._ipav_bucket(b, ex, ey, px, py, hv, hc, True)
+        ip._ipav_bucket(b, ex, ey, px2, py2, hv2, hc2, False)
+    return px, py, hv, hc, px2, py2, hv2, hc2
+
+
+@pytest.mark.parametrize("dist", DISTS)
+def test_unit_abscissa_bucket_refresh_is_the_general_one(dist):
+    # chi-square buckets skip the abscissae (all 1, sums k - bB): same numbers, bit for bit
+    rng = np.random.default_rng(5)
+    for n in (1, 31, 32, 33, 500):
+        ls = np.sort(_draw(dist, n, rng))
+        sigma = np.ascontiguousarray(ro.CVaR(0.3).spectrum(n), dtype=np.float64)
+        for B in (1, 2, 32):
+            a = _bucket_both_ways(ls, sigma, 0.2, B)
+            for u, v in zip(a[:4], a[4:]):
+                np.testing.assert_array_equal(u, v)
+
+
+@njit(cache=True)
+def _prefetched(A, v, i):
+    _prefetch(A, i, A.shape[1] - 1)
+    _prefetch(v, i, 0)
+    return A[i].sum() + v[i]
+
+
+def test_prefetch_is_only_a_hint():
+    # 1-d and 2-d arrays, C, Fortran and strided layouts (the solver's X is C-ordered)
+    A = np.arange(12.0).reshape(3, 4)
+    v = np.arange(6.0)
+    for M, w in ((A, v), (np.asfortranarray(A), v[::2]), (A[:, ::2], v[1:])):
+        assert _prefetched(M, w, 1) == M[1].sum() + w[1]

@@ -37,7 +37,10 @@ def _sigmoid(z):
     return e / (1.0 + e)
 
 
-@njit(cache=True)
+# the per-step helpers of the stochastic kernels run without numba's reference counting
+# (``_nrt=False``, a private flag; they allocate nothing): its atomic incref/decref of every
+# array argument cost more than their arithmetic (incremental_pav's module docstring)
+@njit(cache=True, _nrt=False)
 def _predict_row(X, i, W, z):
     """z[:] = X[i] @ W."""
     p, K = W.shape
@@ -50,7 +53,7 @@ def _predict_row(X, i, W, z):
                 z[k] += xij * W[j, k]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _loss_deriv(code, y, z, dz):
     """Loss value at prediction ``z`` (length K) for target ``y``; writes dloss/dz to ``dz``."""
     if code == SQUARED:
@@ -107,7 +110,7 @@ def _losses_derivs(code, X, y, W, losses, derivs):
             derivs[i, k] = dz[k]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _add_outer(X, i, coef, d, G):
     """G += coef * outer(X[i], d)."""
     p, K = G.shape

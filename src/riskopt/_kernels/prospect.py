@@ -16,6 +16,9 @@ updated in place; randomness enters only through the index arrays drawn in Pytho
        bubbling moved (O(s + log^2 n), ``s`` the number of swaps) and the next step's ``q_i``
        is read off it in O(log n), so no step costs O(n). ``oracle=ORACLE_FULL`` selects the
        O(n) twin instead (PAV resumed at the lowest moved rank for chi2, full PAV for KL).
+       The incremental path prefetches the next step's row of ``X`` and table entries
+       (``prefetch._prefetch``, a cache hint); its helpers run without reference counting
+       (``_nrt=False``, see ``incremental_pav``).
 
     So after step ``t`` the tables hold: ``losses[i]`` and ``D[i]`` evaluated at the iterate
     ``w^(s)`` of the last step ``s <= t`` that drew ``i`` (before that step's update),
@@ -48,6 +51,7 @@ from .incremental_pav import BUCKET, _ipav_alloc, _ipav_build, _ipav_update, _ip
 from .oracles import (CHI2, _bubble, _chi2_weight_at,
                       _chi2_weights_from_blocks, _nu0_weight_at, _pav_chi2_resume,
                       _weights_sorted_ws)
+from .prefetch import _prefetch
 
 ORACLE_FULL = 0         #: O(n) per step: PAV resumed at the lowest moved rank (chi2), full PAV (KL)
 ORACLE_INCREMENTAL = 1  #: O(s + log^2 n) per step: the hull tree of ``incremental_pav``
@@ -76,7 +80,7 @@ def _resort(order, rank, losses, ls, i):
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _find_rank(ls, order, v, i):
     """The rank of sample ``i`` whose table value is ``v``: the first ``r`` with ``ls[r] >= v``
     by binary search, then along the tie (``ls[r] == v``) to ``order[r] == i``."""
@@ -93,7 +97,7 @@ def _find_rank(ls, order, v, i):
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _move_sorted(order, ls, r0, v):
     """``oracles._bubble`` on the sorted copy ``ls``, without the rank array: the entry at
     rank ``r0`` takes the value ``v`` and moves to its place by the same rule (so the same
@@ -116,6 +120,30 @@ def _move_sorted(order, ls, r0, v):
     ls[r] = v
     order[r] = i
     return r
+
+
+@njit(cache=True, _nrt=False)
+def _prefetch_rank(r, ls, order, sigma, S, tree):
+    """Cache hints (no values change) for a step at rank ``r``: the sorted table and the
+    spectrum around ``r`` and, with the hull tree (``tree``), the increments, prefix sums and
+    hull of ``r``'s bucket and the tree nodes above it, which the step's query, move and tree
+    update read. Issued one step ahead, they overlap those misses with the step's work."""
+    n = ls.shape[0]
+    for k in (r - 8, r, r + 8):
+        if 0 <= k < n:
+            _prefetch(ls, k, 0)
+            _prefetch(order, k, 0)
+    if not tree:
+        return
+    F, I, ex, ey, px, py, hv, hc, G = S
+    B = hv.shape[1]
+    b = r // B
+    P = b * B
+    for k in range(P, min(P + B, n), 8):
+        _prefetch(sigma, k, 0)
+        _prefetch(ey, k, 0)
+        _prefetch(py, k, 0)
+        _prefetch(hv, b, k - P)
 
 
 @njit(cache=True)
@@ -183,13 +211,28 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         if rho[m] != 0.0:
             _add_outer(X, m, rho[m], D[m], gbar)
     inc = oracle == ORACLE_INCREMENTAL
-    for t in range(indices.shape[0]):
+    T = indices.shape[0]
+    rnext = -1
+    for t in range(T):
         i = indices[t]
+        if inc and t + 1 < T:  # the next step's row and table entries (a hint, no values)
+            i2 = indices[t + 1]
+            for j in range(0, p, 8):
+                _prefetch(X, i2, j)
+            _prefetch(X, i2, p - 1)
+            _prefetch(D, i2, 0)
+            _prefetch(y, i2, 0)
+            _prefetch(losses, i2, 0)
+            _prefetch(rho, i2, 0)
         _predict_row(X, i, W, z)
         li = _loss_deriv(code, y[i], z, dz)
         # the incremental path keeps no rank array during the pass (its updates are random
-        # writes, the cost of the bubbling at large n): i's rank is found in the sorted table
-        ri0 = _find_rank(ls, order, losses[i], i) if inc else rank[i]
+        # writes, the cost of the bubbling at large n): i's rank is found in the sorted table,
+        # at the end of the previous step (the same table) so that its entries are prefetched
+        if inc:
+            ri0 = rnext if rnext >= 0 else _find_rank(ls, order, losses[i], i)
+        else:
+            ri0 = rank[i]
         if mode == 3:
             qi = _ipav_weight(ri0, ls, nu, div, L0, S)
         elif mode == 1:
@@ -238,6 +281,10 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
             _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
             if collect:
                 stats[1] += n
+        if inc and t + 1 < T:  # the next step's rank, and hints for what it will touch
+            i2 = indices[t + 1]
+            rnext = _find_rank(ls, order, losses[i2], i2)
+            _prefetch_rank(rnext, ls, order, sigma, S, mode == 3)
     if mode == 1:
         _chi2_weights_from_blocks(ls, nu, work, iwork, nb, qs)
     elif mode != 2:
