@@ -69,7 +69,9 @@ def tables_2_3(root):
                          "worst-class test accuracy (%)": _fmt(g["m_test_worst_class_accuracy"]),
                          "train accuracy (%)": _fmt(g["m_train_accuracy"]),
                          "seeds": g["seed"].nunique()})
-    return pd.DataFrame(rows)
+    # one block per dataset, objectives and methods in a fixed (alphabetical) order
+    return pd.DataFrame(rows).sort_values(["dataset", "objective", "method"],
+                                          ignore_index=True) if rows else pd.DataFrame()
 
 
 def table_4(root):
@@ -79,6 +81,7 @@ def table_4(root):
     last = _final(folder)
     out = last.groupby(["objective", "solver"], sort=False).agg(
         test=("m_test_accuracy", _fmt), worst=("m_test_worst_class_accuracy", _fmt)).reset_index()
+    out = out.sort_values(["objective", "solver"], ignore_index=True)
     return out.rename(columns={"test": "test accuracy (%)",
                                "worst": "worst-class test accuracy (%)"})
 
