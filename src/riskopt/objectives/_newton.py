@@ -169,8 +169,9 @@ def dual_bound(objective, W, q, penalty=0.0, z=None):
         # halved; no bound (-inf) when the intercept has no finite minimiser (e.g. the weighted
         # samples of a logistic loss are of one class) or the solve does not converge, since
         # the bound needs the intercept at its minimiser
-        scale = float(q @ np.abs(_losses_derivs_z(objective, z)[1])) + 1e-300
-        g1 = float(q @ _losses_derivs_z(objective, z)[1])
+        der0 = _losses_derivs_z(objective, z)[1]
+        scale = float(q @ np.abs(der0)) + 1e-300
+        g1 = float(q @ der0)
         solved = abs(g1) <= 1e-13 * scale
         for _ in range(100):
             if solved:
@@ -534,7 +535,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
         # certificate for the objective itself with the stage's weights (valid dual point), on
         # predictions recomputed from W (z drifts by the updates z + t X d)
         z = np.asarray(X @ W, dtype=np.float64).ravel()
-        ell, der = _losses_derivs_z(objective, z)
+        ell = _losses_derivs_z(objective, z)[0]
         pen = float(_ko._penalty(q, target_nu, objective.div)) if target_nu > 0 else 0.0
         lb, _ = dual_bound(objective, W, q, pen, z)
         F = objective.risk_weights(ell)[0] + objective._reg_value(W.reshape(-1, 1))
@@ -568,9 +569,9 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
             message = f"within accept = {accept:g} after a stage"
             break
         nu = max(nu / 10.0, target_nu)
-    if not converged and best_F < F:
+    if not converged and best_F < F:  # z (exact for W since the last stage end) moves with W
         W = best_W
-    z = np.asarray(X @ W, dtype=np.float64).ravel()
+        z = np.asarray(X @ W, dtype=np.float64).ravel()
     accepted = accept is not None and best_rel <= accept
     if not converged and not accepted:  # the dual grid (and the box dual point) at the end
         lb, gap_f, nu_f = certify(objective, W, z)
