@@ -14,7 +14,7 @@ version in riskopt yet and is not run here.
 
 Usage::
 
-    python benchmarks/scdro_nonconvex.py [--epochs 60] [--seeds 0 1 2]
+    python benchmarks/scdro_nonconvex.py [--epochs 60] [--seeds 0 1 2] [--out DIR]
 """
 import argparse
 import json
@@ -91,7 +91,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--out", type=Path, default=OUT, help="results folder (default: %(default)s)")
     args = p.parse_args(argv)
+    out = args.out
     torch.set_num_threads(1)
     d = ro.datasets.load("digits_st")
     data = (torch.from_numpy(d.X_train), torch.from_numpy(d.y_train).long(),
@@ -118,14 +120,14 @@ def main(argv=None):
               f"{np.std([r['test_accuracy'] for r in last]):.4f}"
               f"  worst-class test acc {np.mean([r['test_worst_class_accuracy'] for r in last]):.4f}"
               f"  KL objective {best[0]:.4f}", flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     meta = {"command": "python benchmarks/scdro_nonconvex.py", "epochs": args.epochs,
             "seeds": args.seeds, "rho": RHO, "lambda_0": LAM0, "batch": BATCH,
             "wall_seconds": time.time() - t0, "grids": grids,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "results": results}
-    tmp = OUT / "results.json.tmp"
+    tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(meta, indent=1))
-    os.replace(tmp, OUT / "results.json")
+    os.replace(tmp, out / "results.json")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,8 +148,8 @@ def main(argv=None):
     axes[0].legend(fontsize=8)
     fig.suptitle(f"Non-convex KL-DRO (rho={RHO}) on digits_st, 64-64-10 MLP: SCDRO vs "
                  f"FastDRO vs ERM, mean and min-max over {len(args.seeds)} seeds", fontsize=9)
-    fig.savefig(OUT / "curves.png", dpi=150)
-    print(f"written: {OUT}/results.json, curves.png ({time.time() - t0:.0f} s)")
+    fig.savefig(out / "curves.png", dpi=150)
+    print(f"written: {out}/results.json, curves.png ({time.time() - t0:.0f} s)")
     return 0
 
 
