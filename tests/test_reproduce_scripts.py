@@ -1,4 +1,4 @@
-"""`riskopt bench reproduce` for the experiments that run as benchmark scripts: each check reads
+"""`riskopt bench reproduce`: the checks of the script-based experiments, SPL+ and the ablations; each reads
 a small fixture folder laid out like the script's real output, and its verdict follows the
 numbers (both ways); the report names the script; `--run` runs a script that is missing its
 results."""
@@ -156,3 +156,46 @@ def test_run_runs_a_script_without_results(tmp_path, monkeypatch):
     assert any("running" in m for m in said)
     row = next(l for l in text.splitlines() if str(script) in l and l.startswith("|"))
     assert "| agrees |" in row and "1 problems of 1 results folders" in row
+
+
+def test_splplus_wider_range_on_smooth_losses_only(tmp_path):
+    rows = []
+    for label, widths in (("squared / normal", {"splplus": 2.0, "spl": 1.0, "sgm": 0.5}),
+                          ("logistic / normal", {"splplus": 1.5, "spl": 1.5, "sgm": None}),
+                          ("absolute / normal", {"splplus": 0.0, "spl": 0.0, "sgm": 3.0})):
+        for m, w in widths.items():
+            rows.append({"problem_label": label, "method": m, "width_decades_vs_all": w,
+                         "lr1_good": m == "splplus"})
+    (tmp_path / "f").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "f" / "summary.csv", index=False)
+    check = rep.check_wider_range()
+    ours, verdict = check(tmp_path / "f")
+    # the absolute loss is left out; SGM without a good range counts as 0 decades
+    assert verdict == "agrees" and "SPL+ wider than SGM on 2 of 2 problems" in ours
+    assert "lr = 1 good for SPL+ on 2 of 2" in ours
+    rows[0]["width_decades_vs_all"] = 0.5
+    rows[3]["width_decades_vs_all"] = 0.0
+    pd.DataFrame(rows).to_csv(tmp_path / "f" / "summary.csv", index=False)
+    ours, verdict = check(tmp_path / "f")
+    assert verdict == "differs" and "on 0 of 2 problems (2 ties)" in ours
+
+
+def test_ablation_stable_families_and_adam(tmp_path):
+    folder = tmp_path / "f"
+    folder.mkdir()
+
+    def write(scores):
+        pd.DataFrame([{"dataset": "adult", "objective": "g", "solver": k, "score": v,
+                       "selected": True} for k, v in scores.items()]).to_csv(
+            folder / "selection.csv", index=False)
+        (folder / "metadata.json").write_text(json.dumps(
+            {"f_star": [{"dataset": "adult", "objective": "g", "f_star": 1.0}]}))
+
+    write({"sonex-beta0.1": 1.010, "sonex-beta1": 1.015, "alexr2-theta1": 1.02,
+           "alexr2-theta0.5": 1.03, "sonex-adam": 1.005})
+    ours, verdict = rep.check_ablation()(folder)
+    assert verdict == "agrees" and "sonex-beta*: 0.01-0.015 (1.50x)" in ours
+    write({"sonex-beta0.1": 1.010, "sonex-beta1": 1.05, "sonex-adam": 1.005})  # 5x apart
+    assert rep.check_ablation()(folder)[1] == "differs"
+    write({"sonex-beta0.1": 1.010, "sonex-beta1": 1.015, "sonex-adam": 1.02})  # Adam worse
+    assert rep.check_ablation()(folder)[1] == "differs"
