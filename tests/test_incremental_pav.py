@@ -250,6 +250,7 @@ def _objective(n, risk, div, seed=0, d=5):
 
 def _pair(lr):
     new = ro.solvers.Prospect(lr=lr, random_state=0)
+    new._oracle = kp.ORACLE_TREE  # the hull tree even where the box oracle would apply
     old = ro.solvers.Prospect(lr=lr, random_state=0)
     old._oracle = kp.ORACLE_FULL
     return new, old

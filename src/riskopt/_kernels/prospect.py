@@ -44,17 +44,20 @@ updated in place; randomness enters only through the index arrays drawn in Pytho
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
+from .box_oracle import (_box_alloc, _box_build, _box_spectrum, _box_update, _box_weight,
+                         _box_weights)
 from .losses import ABSOLUTE, LOGISTIC, SQUARED, _add_outer, _loss_deriv, _predict_row
 from .incremental_pav import BUCKET, _ipav_alloc, _ipav_build, _ipav_update, _ipav_weight
 from .oracles import (CHI2, _bubble, _chi2_weight_at,
                       _chi2_weights_from_blocks, _nu0_weight_at, _pav_chi2_resume,
-                      _weights_sorted_ws)
+                      _weights_sorted_ws, sorted_order)
 from .prefetch import _prefetch
 
 ORACLE_FULL = 0         #: O(n) per step: PAV resumed at the lowest moved rank (chi2), full PAV (KL)
-ORACLE_INCREMENTAL = 1  #: O(s + log^2 n) per step: the hull tree of ``incremental_pav``
+ORACLE_INCREMENTAL = 1  #: the box oracle where it applies (CVaR, chi2), else the hull tree
+ORACLE_TREE = 2         #: O(s + log^2 n) per step: the hull tree of ``incremental_pav`` always
 
 _TWO_M53 = 2.0 ** -53
 
@@ -169,6 +172,12 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     tree rebuilds (KL range), ``[5]`` refreshed nodes that kept their bridge, ``[6]`` tangent
     walks, ``[7]`` buckets rebuilt.
     """
+    if oracle == ORACLE_INCREMENTAL and nu > 0.0 and div == CHI2:
+        bc, bk, br = _box_spectrum(sigma)
+        if bk > 0:
+            _epoch_prospect_box(code, X, y, reg, nu, lr, indices, W, losses, D, q, rho, gbar,
+                                order, rank, bc, bk, br, stats)
+            return
     n, p = X.shape
     K = W.shape[1]
     z = np.empty(K)
@@ -186,12 +195,12 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     mode = 0
     nb = 0
     L0 = 0.0
-    S = _ipav_alloc(n if (oracle == ORACLE_INCREMENTAL and nu > 0.0) else 0, BUCKET)
+    S = _ipav_alloc(n if (oracle != ORACLE_FULL and nu > 0.0) else 0, BUCKET)
     ends = np.empty(0, dtype=np.int64)
     snap_sum = np.empty(0)
     snap_cnt = np.empty(0, dtype=np.int64)
     if nu > 0.0:
-        if oracle == ORACLE_INCREMENTAL:
+        if oracle != ORACLE_FULL:
             L0 = _ipav_build(ls, sigma, nu, div, S)
             mode = 3 if L0 == L0 else 2
         elif div == CHI2:
@@ -210,7 +219,7 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     for m in range(n):
         if rho[m] != 0.0:
             _add_outer(X, m, rho[m], D[m], gbar)
-    inc = oracle == ORACLE_INCREMENTAL
+    inc = oracle != ORACLE_FULL
     T = indices.shape[0]
     rnext = -1
     for t in range(T):
@@ -293,6 +302,75 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         q[order[r]] = qs[r]
         if inc:
             rank[order[r]] = r
+
+
+def _sort_state(losses, order, rank):
+    """``order`` = the stable argsort of ``losses`` (``oracles.sorted_order``), ``rank`` its
+    inverse (NumPy's SIMD sort, ~15x faster than numba's own at n = 1e6)."""
+    o = sorted_order(losses)[0]
+    order[:] = o
+    rank[o] = np.arange(o.shape[0])
+
+
+@njit(cache=True)
+def _epoch_prospect_box(code, X, y, reg, nu, lr, indices, W, losses, D, q, rho, gbar, order,
+                        rank, bc, bk, br, stats):
+    """``_epoch_prospect`` for a box spectrum (``bk`` entries ``bc``, one ``br``: CVaR) with a
+    chi-square cost: the same steps, with ``q_i`` read off ``box_oracle`` (O(log n) per step,
+    no sorted table). ``order`` / ``rank`` are rebuilt by one sort at the end of the pass.
+    ``stats`` (int64; length 10 to collect): ``[3]`` steps, ``[8]`` elements that crossed a
+    threshold (set moves), ``[9]`` heap levels sifted."""
+    n, p = X.shape
+    K = W.shape[1]
+    z = np.empty(K)
+    dz = np.empty(K)
+    c = np.empty(K)
+    shrink = np.empty(p)
+    for j in range(p):
+        shrink[j] = 1.0 / (1.0 + lr * reg[j])
+    B = _box_alloc(n)
+    _box_build(losses, q, nu, bc, bk, br, B, stats)
+    f = B[4]
+    pos = B[2]
+    collect = stats.shape[0] >= 8
+    gbar[:, :] = 0.0
+    for m in range(n):
+        if rho[m] != 0.0:
+            _add_outer(X, m, rho[m], D[m], gbar)
+    T = indices.shape[0]
+    for t in range(T):
+        i = indices[t]
+        if t + 1 < T:  # the next step's row and table entries (a hint, no values)
+            i2 = indices[t + 1]
+            for j in range(0, p, 8):
+                _prefetch(X, i2, j)
+            _prefetch(X, i2, p - 1)
+            _prefetch(D, i2, 0)
+            _prefetch(y, i2, 0)
+            _prefetch(losses, i2, 0)
+            _prefetch(rho, i2, 0)
+            _prefetch(pos, i2, 0)
+        _predict_row(X, i, W, z)
+        li = _loss_deriv(code, y[i], z, dz)
+        qi = _box_weight(losses[i], f)
+        ri = rho[i]
+        for k in range(K):
+            c[k] = qi * dz[k] - ri * D[i, k]
+        for j in range(p):
+            a = n * X[i, j]
+            for k in range(K):
+                W[j, k] = (W[j, k] - lr * (a * c[k] + gbar[j, k])) * shrink[j]
+        _add_outer(X, i, 1.0, c, gbar)
+        for k in range(K):
+            D[i, k] = dz[k]
+        rho[i] = qi
+        losses[i] = li
+        _box_update(B, i, li, stats)
+        if collect:
+            stats[3] += 1
+    _box_weights(losses, B, q)
+    with objmode():
+        _sort_state(losses, order, rank)
 
 
 # --------------------------------------------------------------------------- proximal oracles
