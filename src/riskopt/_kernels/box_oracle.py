@@ -91,9 +91,10 @@ def _box_spectrum(sigma):
 
 @njit(cache=True)
 def _box_alloc(n):
-    """State arrays ``(hk, hi, pos, size, f)`` for ``n`` losses."""
-    return (np.empty((4, n)), np.empty((4, n), dtype=np.int64),
-            np.full((n, 4), -1, dtype=np.int64), np.zeros(5, dtype=np.int64), np.zeros(8))
+    """State arrays ``(hk, hi, pos, size, f)`` for ``n < 2**31`` losses (filled by
+    ``_box_build``; int32 indices: fewer pages to fault in per pass)."""
+    return (np.empty((4, n)), np.empty((4, n), dtype=np.int32),
+            np.empty((n, 4), dtype=np.int32), np.zeros(5, dtype=np.int64), np.zeros(8))
 
 
 # ----------------------------------------------------------------------- indexed heaps
@@ -404,7 +405,9 @@ def _box_build(losses, q, nu, c, k, r, S, stats):
 
 @njit(cache=True, _nrt=False, error_model="numpy")
 def _box_update(S, i, l, stats):
-    """Index ``i``'s loss becomes ``l``: re-file it, then walk ``tau`` to the new root."""
+    """Index ``i``'s loss becomes ``l``: re-file it, then walk ``tau`` to the new root.
+    ``stats`` (int64, length >= 10 to collect): ``[8]`` += elements that changed set (``i``
+    if re-filed, and every crossing of the walk), ``[9]`` += heap levels sifted."""
     hk, hi, pos, size, f = S
     d = l - f[3]
     s1 = 0 if d <= f[0] else (2 if d >= f[0] + f[7] else 1)
@@ -412,6 +415,8 @@ def _box_update(S, i, l, stats):
     lv = 0
     if s0 != s1:
         lv = _delete(S, s0, i) + _insert(S, s1, l, i)
+        if stats.shape[0] >= 10:
+            stats[8] += 1
     elif s0 == 0:  # stays low / top: tau does not move
         lv = _rekey(S, LOW, i, -l)
     elif s0 == 2:

@@ -18,7 +18,10 @@ updated in place; randomness enters only through the index arrays drawn in Pytho
        O(n) twin instead (PAV resumed at the lowest moved rank for chi2, full PAV for KL).
        The incremental path prefetches the next step's row of ``X`` and table entries
        (``prefetch._prefetch``, a cache hint); its helpers run without reference counting
-       (``_nrt=False``, see ``incremental_pav``).
+       (``_nrt=False``, see ``incremental_pav``). For a box spectrum (CVaR) with a
+       chi-square cost the default oracle is ``box_oracle`` instead
+       (``_epoch_prospect_box``): ``q = clip((l - tau) / (2 n nu), 0, c)`` with one scalar
+       ``tau`` kept in O(log n) per step by heaps, and no sorted table during the pass.
 
     So after step ``t`` the tables hold: ``losses[i]`` and ``D[i]`` evaluated at the iterate
     ``w^(s)`` of the last step ``s <= t`` that drew ``i`` (before that step's update),
@@ -157,7 +160,10 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     A step only needs ``q_i`` of the sampled index, so the weights are not materialised per
     step. ``oracle``:
 
-    * ``ORACLE_INCREMENTAL`` (the solver's default): for ``nu > 0`` (chi2 and KL) the hull
+    * ``ORACLE_INCREMENTAL`` (the solver's default): for a box spectrum (CVaR, detected by
+      ``box_oracle._box_spectrum``) with a chi-square cost, ``_epoch_prospect_box``
+      (O(log n) per step, no bubbling); otherwise as ``ORACLE_TREE``;
+    * ``ORACLE_TREE``: for ``nu > 0`` (chi2 and KL) the hull
       tree of ``incremental_pav`` is built at the start of the pass, refreshed on the ranks
       the bubbling moved (O(s + log^2 n)) and ``q_i`` is read off it (O(log n)); a KL table
       whose losses span more than ``2 * KL_RANGE * nu`` falls back to the full PAV;
@@ -304,12 +310,10 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
             rank[order[r]] = r
 
 
-def _sort_state(losses, order, rank):
-    """``order`` = the stable argsort of ``losses`` (``oracles.sorted_order``), ``rank`` its
-    inverse (NumPy's SIMD sort, ~15x faster than numba's own at n = 1e6)."""
-    o = sorted_order(losses)[0]
-    order[:] = o
-    rank[o] = np.arange(o.shape[0])
+def _sort_state(losses, order):
+    """``order`` = the stable argsort of ``losses`` (``oracles.sorted_order``: NumPy's SIMD
+    sort, ~15x faster than numba's own at n = 1e6)."""
+    order[:] = sorted_order(losses)[0]
 
 
 @njit(cache=True)
@@ -317,9 +321,11 @@ def _epoch_prospect_box(code, X, y, reg, nu, lr, indices, W, losses, D, q, rho, 
                         rank, bc, bk, br, stats):
     """``_epoch_prospect`` for a box spectrum (``bk`` entries ``bc``, one ``br``: CVaR) with a
     chi-square cost: the same steps, with ``q_i`` read off ``box_oracle`` (O(log n) per step,
-    no sorted table). ``order`` / ``rank`` are rebuilt by one sort at the end of the pass.
-    ``stats`` (int64; length 10 to collect): ``[3]`` steps, ``[8]`` elements that crossed a
-    threshold (set moves), ``[9]`` heap levels sifted."""
+    no sorted table); ``order`` / ``rank`` are rebuilt by one sort at the end of the pass.
+    For ``K = 1`` the iterate and ``gbar`` live in local vectors during the pass (the same
+    operations in the same order as the general loops, so the same numbers, vectorised).
+    ``stats`` (int64; length 10 to collect): ``[3]`` steps, ``[8]`` elements that changed
+    set (the updated index re-filed, or crossed by the walk), ``[9]`` heap levels sifted."""
     n, p = X.shape
     K = W.shape[1]
     z = np.empty(K)
@@ -333,10 +339,24 @@ def _epoch_prospect_box(code, X, y, reg, nu, lr, indices, W, losses, D, q, rho, 
     f = B[4]
     pos = B[2]
     collect = stats.shape[0] >= 8
+    one = K == 1
+    w1 = np.zeros(p if one else 0)
+    g1 = np.zeros(p if one else 0)
+    # exact control-variate mean: _add_outer(X, m, rho[m], D[m], gbar) summed over m (adding
+    # the products it skips, +-0, changes no value)
     gbar[:, :] = 0.0
     for m in range(n):
-        if rho[m] != 0.0:
-            _add_outer(X, m, rho[m], D[m], gbar)
+        rm = rho[m]
+        if rm != 0.0:
+            if one:
+                d = D[m, 0]
+                for j in range(p):
+                    g1[j] += (X[m, j] * rm) * d
+            else:
+                _add_outer(X, m, rm, D[m], gbar)
+    if one:
+        for j in range(p):
+            w1[j] = W[j, 0]
     T = indices.shape[0]
     for t in range(T):
         i = indices[t]
@@ -350,27 +370,46 @@ def _epoch_prospect_box(code, X, y, reg, nu, lr, indices, W, losses, D, q, rho, 
             _prefetch(losses, i2, 0)
             _prefetch(rho, i2, 0)
             _prefetch(pos, i2, 0)
-        _predict_row(X, i, W, z)
-        li = _loss_deriv(code, y[i], z, dz)
         qi = _box_weight(losses[i], f)
         ri = rho[i]
-        for k in range(K):
-            c[k] = qi * dz[k] - ri * D[i, k]
-        for j in range(p):
-            a = n * X[i, j]
+        if one:
+            zz = 0.0
+            for j in range(p):
+                zz += X[i, j] * w1[j]
+            z[0] = zz
+            li = _loss_deriv(code, y[i], z, dz)
+            c0 = qi * dz[0] - ri * D[i, 0]
+            for j in range(p):
+                w1[j] = (w1[j] - lr * ((n * X[i, j]) * c0 + g1[j])) * shrink[j]
+            for j in range(p):
+                g1[j] += (X[i, j] * 1.0) * c0
+            D[i, 0] = dz[0]
+        else:
+            _predict_row(X, i, W, z)
+            li = _loss_deriv(code, y[i], z, dz)
             for k in range(K):
-                W[j, k] = (W[j, k] - lr * (a * c[k] + gbar[j, k])) * shrink[j]
-        _add_outer(X, i, 1.0, c, gbar)
-        for k in range(K):
-            D[i, k] = dz[k]
+                c[k] = qi * dz[k] - ri * D[i, k]
+            for j in range(p):
+                a = n * X[i, j]
+                for k in range(K):
+                    W[j, k] = (W[j, k] - lr * (a * c[k] + gbar[j, k])) * shrink[j]
+            _add_outer(X, i, 1.0, c, gbar)
+            for k in range(K):
+                D[i, k] = dz[k]
         rho[i] = qi
         losses[i] = li
         _box_update(B, i, li, stats)
         if collect:
             stats[3] += 1
+    if one:
+        for j in range(p):
+            W[j, 0] = w1[j]
+            gbar[j, 0] = g1[j]
     _box_weights(losses, B, q)
     with objmode():
-        _sort_state(losses, order, rank)
+        _sort_state(losses, order)
+    for r in range(n):
+        rank[order[r]] = r
 
 
 # --------------------------------------------------------------------------- proximal oracles
