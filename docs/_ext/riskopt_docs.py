@@ -8,12 +8,16 @@
   machine-dependent ``present`` column).
 * ``.. riskopt-specs::`` -- the bundled benchmark specs and their descriptions
   (``riskopt bench list``).
+* ``.. riskopt-reproduction::`` -- the summary of the reproduction report (``riskopt bench
+  reproduce``) built from the committed results under ``benchmarks/results``: paper, item,
+  spec or script, the paper's claim, verdict, what our results show and the notes.
 * ``.. riskopt-solvers::`` -- the solver registry: name, class, problem, the ``convergent`` flag
   and the constructor defaults.
 """
 import argparse
 import inspect
 import os
+import re
 from contextlib import contextmanager
 
 from docutils import nodes
@@ -157,9 +161,31 @@ class SolversDirective(SphinxDirective):
         return self.parse_text_to_nodes("\n".join(lines))
 
 
+def _escape(text):
+    """Plain text for an RST cell: ``|``, ``*``, backquotes, ``_`` and backslashes escaped."""
+    return re.sub(r"([\\*`|_])", r"\\\1", str(text))
+
+
+class ReproductionDirective(SphinxDirective):
+    has_content = False
+
+    def run(self):
+        from riskopt.bench.reproduce import entries
+
+        root = os.path.join(os.path.dirname(self.env.srcdir), "benchmarks", "results")
+        rows = [[_escape(r["paper"]), _escape(r["item"]), _literal(r["spec"]),
+                 _escape(r["claim"]), f"**{r['verdict']}**",
+                 _escape(r["ours"] + (f". Notes: {r['notes']}" if r["notes"] else ""))]
+                for r in entries(results_root=root)]
+        lines = _table(["paper", "item", "spec or script", "claim", "verdict", "ours"], rows,
+                       widths=[8, 12, 16, 24, 8, 32])
+        return self.parse_text_to_nodes("\n".join(lines))
+
+
 def setup(app):
     app.add_directive("riskopt-cli", CLIDirective)
     app.add_directive("riskopt-datasets", DatasetsDirective)
     app.add_directive("riskopt-specs", SpecsDirective)
     app.add_directive("riskopt-solvers", SolversDirective)
+    app.add_directive("riskopt-reproduction", ReproductionDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -25,8 +25,10 @@ Examples
 >>> from riskopt.bench.reproduce import EXPERIMENTS, papers
 >>> papers()
 ['prospect', 'sorel', 'splplus', 'scdro', 'sonex']
->>> sorted({e.spec for e in EXPERIMENTS if e.paper == "sorel"})[:2]
+>>> sorted({e.spec for e in EXPERIMENTS if e.paper == "sorel" and not e.script})[:2]
 ['ood_adult', 'sorel_fig2']
+>>> [e.script for e in EXPERIMENTS if e.paper == "scdro" and e.script]
+['benchmarks/scdro_nonconvex.py']
 """
 import json
 import os
@@ -39,7 +41,8 @@ import numpy as np
 
 from . import _script_checks as sc
 
-__all__ = ["EXPERIMENTS", "Experiment", "papers", "final_scores", "build", "check_best"]
+__all__ = ["EXPERIMENTS", "Experiment", "papers", "final_scores", "entries", "build",
+           "check_best"]
 
 PAPER_FILES = {
     "prospect": "prospect_dro_bias_variance_reduction.txt",
@@ -413,25 +416,19 @@ def _script_entry(e, root, run, say):
     return any((folder / f).exists() for f in _RESULT_FILES), missing
 
 
-def build(selected=None, results_root="benchmarks/results", run=False, jobs=None,
-          out=None, echo=None):
-    """Build the reproduction report (Markdown text) for the papers ``selected`` (default
-    all); with ``run`` the specs without results are run first into ``results_root``."""
+def entries(selected=None, results_root="benchmarks/results", run=False, jobs=None, echo=None):
+    """One dict per experiment of the papers ``selected`` (default all): ``paper, item, spec``
+    (the spec, its stand-in or the script), ``folder``, ``claim``, ``ours``, ``verdict``,
+    ``notes``; with ``run`` what has no results is run first into ``results_root``."""
     say = echo or (lambda m: None)
     selected = list(selected or papers())
     unknown = [p for p in selected if p not in PAPER_FILES]
     if unknown:
         raise ValueError(f"unknown paper(s) {unknown}; choose from {papers()}")
     root = Path(results_root)
-    base = Path(out).parent if out else root
-    rows, sections = [], []
+    out = []
     for paper in selected:
-        exps = [e for e in EXPERIMENTS if e.paper == paper]
-        sections.append(f"## {paper} ({PAPER_FILES[paper]})\n")
-        if not exps:
-            sections.append("No experiment of this paper runs through the benchmark runner "
-                            "yet.\n")
-        for e in exps:
+        for e in (e for e in EXPERIMENTS if e.paper == paper):
             if e.script:
                 done, ours_missing = _script_entry(e, root, run, say)
                 spec, folder, notes = e.script, root / e.spec, e.notes
@@ -445,16 +442,37 @@ def build(selected=None, results_root="benchmarks/results", run=False, jobs=None
                 ours, verdict = "see the figure", "not checked automatically"
             else:
                 ours, verdict = result
-            rows.append((paper, e.item, spec, e.claim, ours, verdict, notes))
-            figs = sorted(folder.glob("*.png")) if done else []
-            sections.append(f"### {e.item} -- `{spec}`\n\n- claim: {e.claim}\n"
-                            f"- ours: {ours}\n- verdict: **{verdict}**"
+            out.append({"paper": paper, "item": e.item, "spec": spec, "folder": folder,
+                        "done": done, "claim": e.claim, "ours": ours, "verdict": verdict,
+                        "notes": notes})
+    return out
+
+
+def build(selected=None, results_root="benchmarks/results", run=False, jobs=None,
+          out=None, echo=None):
+    """Build the reproduction report (Markdown text) for the papers ``selected`` (default
+    all); with ``run`` the specs without results are run first into ``results_root``."""
+    rows = entries(selected, results_root, run, jobs, echo)
+    base = Path(out).parent if out else Path(results_root)
+    sections = []
+    for paper in list(selected or papers()):
+        sections.append(f"## {paper} ({PAPER_FILES[paper]})\n")
+        mine = [r for r in rows if r["paper"] == paper]
+        if not mine:
+            sections.append("No experiment of this paper runs through the benchmark runner "
+                            "yet.\n")
+        for r in mine:
+            notes, folder = r["notes"], r["folder"]
+            sections.append(f"### {r['item']} -- `{r['spec']}`\n\n- claim: {r['claim']}\n"
+                            f"- ours: {r['ours']}\n- verdict: **{r['verdict']}**"
                             + (f" ({notes})" if notes else "") + "\n")
+            figs = sorted(folder.glob("*.png")) if r["done"] else []
             sections += [f"![{folder.name}/{p.name}]({os.path.relpath(p, base)})\n"
                          for p in figs[:2]]
     head = ["# Reproduction report", "",
             "Built by `riskopt bench reproduce` from the results under "
             f"`{results_root}` (no solver was rerun unless `--run` was given).", "",
             "| paper | item | spec or script | verdict | ours |", "|---|---|---|---|---|"]
-    head += [f"| {p} | {i} | `{s}` | {v} | {o} |" for p, i, s, c, o, v, n in rows]
+    head += [f"| {r['paper']} | {r['item']} | `{r['spec']}` | {r['verdict']} | {r['ours']} |"
+             for r in rows]
     return "\n".join(head) + "\n\n" + "\n".join(sections)
