@@ -199,3 +199,22 @@ def test_ablation_stable_families_and_adam(tmp_path):
     assert rep.check_ablation()(folder)[1] == "differs"
     write({"sonex-beta0.1": 1.010, "sonex-beta1": 1.015, "sonex-adam": 1.02})  # Adam worse
     assert rep.check_ablation()(folder)[1] == "differs"
+
+
+def test_scdro_tables_compare_kl_constrained_with_the_other_objectives(tmp_path):
+    def write(spec, rows):
+        (tmp_path / spec).mkdir(exist_ok=True)
+        df = pd.DataFrame([{"dataset": d, "objective": o, "solver": s, "seed": seed,
+                            "update": u, "selected": sel, "m_test_accuracy": acc * u / 2}
+                           for d, o, s, sel, acc in rows for seed in (0, 1) for u in (1, 2)])
+        df.to_parquet(tmp_path / spec / "results.parquet")
+
+    write("scdro_convex", [("a", "kl", "rscdro", True, 0.9), ("a", "kl", "spd", True, 0.99),
+                           ("a", "kl", "rascdro", False, 0.98)])   # not selected: left out
+    write("scdro_compare_klreg", [("a", "klreg", "recover", True, 0.85)])
+    write("scdro_compare_spectral", [("a", "mean", "sgd_momentum", True, 0.8)])
+    ours, verdict = sc.check_scdro_tables(tmp_path / "scdro_compare_klreg")
+    # SPD solves the same objective but is not the paper's method: it does not count
+    assert verdict == "agrees" and "a: KL-constrained (rscdro) 90.00 % vs best other" in ours
+    write("scdro_compare_spectral", [("a", "mean", "sgd_momentum", True, 0.95)])
+    assert sc.check_scdro_tables(tmp_path / "scdro_compare_klreg")[1] == "differs"
