@@ -1,0 +1,293 @@
+"""The box-spectrum oracle (``riskopt._kernels.box_oracle``) against the full PAV.
+
+For CVaR with a chi-square shift cost the weights are ``clip((l - tau) / (2 n nu), 0, c)``
+with one scalar ``tau`` kept under single-loss changes. Property tests (hypothesis): random
+loss tables (continuous, ties, exponential, a large common offset; ``oracles`` test style,
+the tables and update sequences of ``test_incremental_pav._case``: small moves, fresh draws,
+jumps to both ends of the range and beyond, rewrites of existing values), CVaR levels at
+random, with ``alpha n`` an integer, ``alpha n = n`` (all weights ``1/n``) and ``alpha n =
+1`` (max loss); after every update the weights of the updated index (before and after the
+update: Prospect's two queries) and of every index (materialised) must equal
+``oracles._risk_weights`` on the same table to 1e-12. n runs from 1 to 300 by default and
+to 1e4 under ``-m slow``.
+
+Then the solver: Prospect with the box oracle (the default for CVaR + chi2) against the hull
+tree (``ORACLE_TREE``) and the O(n) oracle (``ORACLE_FULL``) on the same index sequences.
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+import riskopt as ro
+from riskopt._kernels import box_oracle as bo
+from riskopt._kernels import oracles as ko
+from riskopt._kernels import prospect as kp
+
+from test_incremental_pav import DISTS, MOVES, _case, _objective
+
+TOL = 1e-12
+LEVELS = ("random", "integer", "all", "one")
+
+
+@njit(cache=True)
+def _replay_box(losses, sigma, nu, idx, vals, q0, check_every):
+    """Apply ``losses[idx[t]] = vals[t]`` one by one through ``_box_update``; compare the
+    updated index's weight before and after each update, and every ``check_every`` steps all
+    weights, with the full oracle. Returns ``(max abs error, status, stats)``; status 0 ok, 1
+    not a box spectrum, 2 a broken invariant (heap order, positions, set thresholds, sizes)."""
+    n = losses.shape[0]
+    stats = np.zeros(10, dtype=np.int64)
+    c, k, r = bo._box_spectrum(sigma)
+    if k < 0:
+        return 0.0, 1, stats
+    S = bo._box_alloc(n)
+    bo._box_build(losses, q0, nu, c, k, r, S, stats)
+    qf = np.empty(n)
+    qb = np.empty(n)
+    ko._risk_weights(losses, sigma, nu, ko.CHI2, qf)
+    worst = 0.0
+    for t in range(idx.shape[0]):
+        i = idx[t]
+        e = abs(bo._box_weight(losses[i], S[4]) - qf[i])  # the sampled index's query
+        worst = max(worst, e)
+        losses[i] = vals[t]
+        bo._box_update(S, i, vals[t], stats)
+        ko._risk_weights(losses, sigma, nu, ko.CHI2, qf)
+        e = abs(bo._box_weight(losses[i], S[4]) - qf[i])  # the refreshed index's query
+        worst = max(worst, e)
+        if t % check_every == 0 or t == idx.shape[0] - 1:
+            if not _consistent(losses, S):
+                return worst, 2, stats
+            bo._box_weights(losses, S, qb)
+            for m in range(n):
+                worst = max(worst, abs(qb[m] - qf[m]))
+    return worst, 0, stats
+
+
+@njit(cache=True)
+def _consistent(losses, S):
+    """Heap order and positions of all four heaps, every index in exactly one set, sizes,
+    and the sets on their side of the thresholds at the final ``tau`` (the walk leaves no
+    violation beyond the rounding of ``tau``: a walk that stops at a breakpoint ``l - L0 -
+    W`` may leave ``l`` an ulp below ``tau + W``)."""
+    hk, hi, pos, size, f = S
+    n = losses.shape[0]
+    if size[bo.MIDMIN] != size[bo.MIDMAX] or size[0] + size[1] + size[3] != n:
+        return False
+    for h in range(4):
+        sgn = -1.0 if (h == bo.LOW or h == bo.MIDMAX) else 1.0
+        for p in range(size[h]):
+            i = hi[h, p]
+            if pos[i, h] != p or hk[h, p] != sgn * losses[i]:
+                return False
+            if p > 0 and hk[h, (p - 1) >> 1] > hk[h, p]:
+                return False
+    t, L0, W = f[0], f[3], f[7]
+    for i in range(n):
+        inl = pos[i, bo.LOW] >= 0
+        inm = pos[i, bo.MIDMIN] >= 0
+        int_ = pos[i, bo.TOP] >= 0
+        if inl + inm + int_ != 1 or inm != (pos[i, bo.MIDMAX] >= 0):
+            return False
+        d = losses[i] - L0
+        e = 8e-16 * (abs(d) + abs(t) + W)  # tau's own rounding (the walk stops at a breakpoint)
+        if (inl and d > t + e) or (inm and (d < t - e or d > t + W + e)) or \
+                (int_ and d < t + W - e):
+            return False
+    return True
+
+
+def _sigma(level, n, rng):
+    if level == "random":
+        a = float(rng.uniform(0.02, 0.98))
+    elif level == "integer":
+        a = int(rng.integers(1, n + 1)) / n
+    elif level == "all":
+        a = 1.0
+    else:
+        a = 1.0 / n
+    return np.ascontiguousarray(ro.CVaR(a).spectrum(n), dtype=np.float64)
+
+
+def _check(seed, n, level, dist, move, nu_rel, start, steps, check_every=1):
+    losses, _, idx, vals = _case(seed, n, "mean", dist, move, steps)
+    sigma = _sigma(level, n, np.random.default_rng(seed + 1))
+    spread = max(float(np.ptp(np.concatenate([losses, vals]))), 1.0)
+    nu = nu_rel * spread
+    if start == "exact":
+        q0 = np.empty(n)
+        ko.risk_weights(losses, sigma, nu, ko.CHI2, q0)
+    elif start == "uniform":
+        q0 = np.full(n, 1.0 / n)
+    else:
+        q0 = np.zeros(n)
+    worst, status, stats = _replay_box(losses.copy(), sigma, nu, idx, vals, q0, check_every)
+    assert status == 0, status
+    assert worst <= TOL, (worst, stats)
+    return stats
+
+
+PROP = settings(max_examples=300, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow])
+cases = dict(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 300),
+    level=st.sampled_from(LEVELS),
+    dist=st.sampled_from(DISTS),
+    move=st.sampled_from(MOVES),
+    nu_rel=st.sampled_from([1e-3, 1e-2, 0.1, 1.0, 10.0]),
+    start=st.sampled_from(["exact", "uniform", "zeros"]),
+)
+
+
+@PROP
+@given(**cases)
+def test_box_weights_equal_full_oracle_after_every_update(seed, n, level, dist, move, nu_rel,
+                                                          start):
+    _check(seed, n, level, dist, move, nu_rel, start, steps=min(3 * n + 5, 200))
+
+
+@pytest.mark.parametrize("n,level,move", [
+    (1000, "random", "fresh"), (2000, "integer", "mixed"), (3000, "random", "ends"),
+    (10000, "random", "mixed"), (10000, "integer", "small"), (5000, "all", "mixed")])
+def test_box_weights_at_larger_n(n, level, move):
+    stats = _check(11 + n, n, level, "gauss", move, 0.1, "exact", steps=150)
+    assert stats[9] > 0  # the heaps were used
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(**{**cases, "n": st.integers(1, 10000)})
+def test_box_weights_property_up_to_1e4(seed, n, level, dist, move, nu_rel, start):
+    _check(seed, n, level, dist, move, nu_rel, start, steps=400,
+           check_every=1 if n <= 1000 else 10)
+
+
+def test_degenerate_tables():
+    # n = 1; every loss equal (and rewritten to the same value); alpha n = n and alpha n
+    # integer with integer losses and W = 2 n nu c = 1, so losses sit exactly on the
+    # thresholds (mid empty, ties at tau and tau + W); jumps across the whole range
+    for n in (1, 2, 3, 4, 5, 8, 33):
+        for k in range(1, n + 1):
+            sigma = np.ascontiguousarray(ro.CVaR(k / n).spectrum(n), dtype=np.float64)
+            assert bo._box_spectrum(sigma)[1] == k
+            nu = 1.0 / (2.0 * n * sigma[-1])  # W = 2 n nu c = 1
+            rng = np.random.default_rng(n * 100 + k)
+            for losses, vals in (
+                    (np.full(n, 0.7), np.where(rng.uniform(size=60) < 0.5, 0.7,
+                                               rng.normal(size=60))),
+                    (rng.integers(0, 4, size=n).astype(float),
+                     rng.integers(-2, 6, size=60).astype(float)),
+                    (rng.normal(size=n), rng.choice([-1e3, 1e3, 0.0], size=60))):
+                idx = rng.integers(0, n, size=60)
+                for q0 in (np.zeros(n), np.full(n, 1.0 / n)):
+                    worst, status, _ = _replay_box(losses.copy(), sigma, nu, idx, vals, q0, 1)
+                    assert status == 0 and worst <= TOL, (n, k, worst)
+
+
+def test_box_spectrum_detection():
+    for n in (1, 2, 7, 100, 1001):
+        for a in (0.01, 0.1, 0.37, 0.5, 0.999, 1.0, 1.0 / n):
+            sigma = np.ascontiguousarray(ro.CVaR(a).spectrum(n), dtype=np.float64)
+            c, k, r = bo._box_spectrum(sigma)
+            assert k >= 1 and c == sigma.max() and 0.0 <= r < c
+            assert np.isclose(k * c + r, 1.0, rtol=0, atol=1e-12)
+    for risk in (ro.ESRM(1.0), ro.Extremile(2.0)):
+        assert bo._box_spectrum(np.ascontiguousarray(risk.spectrum(50)))[1] == -1
+    two = np.array([0.0, 0.1, 0.2, 0.35, 0.35])  # two fractional entries: not a box
+    assert bo._box_spectrum(two)[1] == -1
+    assert bo._box_spectrum(np.zeros(3))[1] == -1
+
+
+# ------------------------------------------------------------------------------- solver
+def _solvers(lr, *oracles):
+    out = []
+    for o in oracles:
+        s = ro.solvers.Prospect(lr=lr, random_state=0)
+        s._oracle = o
+        s._stats = np.zeros(10, dtype=np.int64)
+        out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("intercept", [False, True])
+def test_prospect_box_matches_tree_and_full_step_by_step(intercept):
+    n = 300
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(n, 5))
+    y = X @ rng.normal(size=5) + rng.standard_t(4, size=n)
+    obj = ro.Objective("squared", ro.CVaR(0.37, shift_cost=0.3), X, y, l2_reg=1.0 / n,
+                       fit_intercept=intercept)
+    solvers = _solvers(0.02, kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE, kp.ORACLE_FULL)
+    states = [s.init_state(obj) for s in solvers]
+    idx = rng.integers(0, n, size=n)
+    for t in range(n):
+        states = [s.update(obj, x, indices=idx[t:t + 1]) for s, x in zip(solvers, states)]
+        box = states[0]
+        for other in states[1:]:
+            for f in ("coef", "losses", "derivs", "q", "rho", "gbar"):
+                a, b = getattr(box, f), getattr(other, f)
+                np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()),
+                                           err_msg=f"{f} at step {t}")
+            np.testing.assert_array_equal(box.order, other.order)
+            np.testing.assert_array_equal(box.rank, other.rank)
+    box, tree, _ = (s._stats for s in solvers)
+    assert box[0] == 0 and box[9] > 0 and box[3] == n  # the box path: no swaps, heaps used
+    assert tree[0] > 0 and tree[9] == 0
+
+
+@pytest.mark.parametrize("loss,alpha", [("squared", 0.5), ("squared", 0.1), ("logistic", 0.3),
+                                        ("multinomial", 0.25)])
+def test_prospect_box_passes_match_the_old_paths(loss, alpha):
+    # whole passes on a larger table: the final coefficients of the box path against the
+    # hull tree and the O(n) oracle, same seeds (K = 1 and K = 3 loops)
+    n = 3000
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(n, 6))
+    z = X @ rng.normal(size=6)
+    y = {"squared": z + rng.standard_t(4, size=n), "logistic": (z + rng.normal(size=n) > 0),
+         "multinomial": rng.integers(0, 3, size=n)}[loss].astype(float)
+    obj = ro.Objective(loss, ro.CVaR(alpha, shift_cost=0.5), X, y, l2_reg=1.0 / n)
+    solvers = _solvers(0.01, kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE, kp.ORACLE_FULL)
+    states = [s.init_state(obj) for s in solvers]
+    for _ in range(3):
+        idx = np.random.default_rng(int(states[0].epoch)).integers(0, n, size=n)
+        states = [s.update(obj, x, indices=idx) for s, x in zip(solvers, states)]
+        box = states[0]
+        for other in states[1:]:
+            scale = np.abs(other.coef).max()
+            np.testing.assert_allclose(box.coef, other.coef, rtol=0, atol=1e-10 * scale)
+            np.testing.assert_allclose(box.q, other.q, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(box.gbar, other.gbar, rtol=0,
+                                       atol=1e-10 * max(1.0, np.abs(other.gbar).max()))
+            np.testing.assert_array_equal(box.order, other.order)
+    assert solvers[0]._stats[0] == 0 and solvers[0]._stats[3] == 3 * n
+
+
+@pytest.mark.parametrize("risk", [ro.CVaR(0.5, shift_cost=0.5, divergence="kl"),
+                                  ro.ESRM(1.0, shift_cost=0.5), ro.CVaR(0.5)])
+def test_other_problems_stay_on_the_sorted_paths(risk):
+    # KL, a non-box spectrum and nu = 0 are not the box oracle's: the default still bubbles
+    n = 200
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(n, 3))
+    obj = ro.Objective("squared", risk, X, X @ rng.normal(size=3) + rng.normal(size=n),
+                       l2_reg=1.0 / n)
+    s, = _solvers(0.01, kp.ORACLE_INCREMENTAL)
+    s.update(obj, s.init_state(obj))
+    assert s._stats[0] > 0 and s._stats[9] == 0
+
+
+def test_objective_helper_problem_runs_on_the_box_path():
+    # the CVaR chi2 problem of test_incremental_pav's solver tests takes the box path by
+    # default, and its passes agree with the tree's
+    obj = _objective(500, "cvar", "chi2", seed=5)
+    box, tree = _solvers(0.01, kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE)
+    a, b = box.init_state(obj), tree.init_state(obj)
+    for _ in range(2):
+        a, b = box.update(obj, a), tree.update(obj, b)
+    np.testing.assert_allclose(a.coef, b.coef, rtol=0, atol=1e-10 * np.abs(b.coef).max())
+    assert box._stats[0] == 0 and tree._stats[0] > 0
