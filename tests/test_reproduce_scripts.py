@@ -218,3 +218,24 @@ def test_scdro_tables_compare_kl_constrained_with_the_other_objectives(tmp_path)
     assert verdict == "agrees" and "a: KL-constrained (rscdro) 90.00 % vs best other" in ours
     write("scdro_compare_spectral", [("a", "mean", "sgd_momentum", True, 0.95)])
     assert sc.check_scdro_tables(tmp_path / "scdro_compare_klreg")[1] == "differs"
+
+
+def test_comparable_variants_and_the_worse_one(tmp_path):
+    folder = tmp_path / "f"
+    folder.mkdir()
+
+    def write(gaps):
+        rows = [{"dataset": d, "objective": "cvar", "solver": k, "score": 1.0 + v,
+                 "selected": True} for d, per in gaps.items() for k, v in per.items()]
+        pd.DataFrame(rows).to_csv(folder / "selection.csv", index=False)
+        (folder / "metadata.json").write_text(json.dumps(
+            {"f_star": [{"dataset": d, "objective": "cvar", "f_star": 1.0} for d in gaps]}))
+
+    check = rep.check_comparable("prospect", ("prospect_moreau",), "saddlesaga_equal")
+    write({"a": {"prospect": 1e-8, "prospect_moreau": 5e-8, "saddlesaga_equal": 1e-3},
+           "b": {"prospect": 1e-12, "prospect_moreau": 1e-10, "saddlesaga_equal": 1e-4}})
+    ours, verdict = check(folder)
+    assert verdict == "agrees" and "prospect_moreau on 2 of 2" in ours  # b: both below 1e-9
+    write({"a": {"prospect": 1e-8, "prospect_moreau": 1e-5, "saddlesaga_equal": 1e-3},
+           "b": {"prospect": 1e-8, "prospect_moreau": 1e-6, "saddlesaga_equal": 1e-4}})
+    assert check(folder)[1] == "differs"
