@@ -307,7 +307,8 @@ EXPERIMENTS = [
                check_comparable("prospect", ("prospect_moreau", "saddlesaga"),
                                 "saddlesaga_equal"),
                notes="'comparably' read as final gaps within 10x of Prospect's; the 'Search "
-                     "Dual LR' variant is not run (spec header)."),
+                     "Dual LR' variant is not run (spec header).",
+               fallbacks=("prospect_fig13_variants_3sets",)),
     Experiment("prospect", "Fig. 14", "prospect_fig14_walltime",
                "Against wall time Prospect is also the fastest.",
                check_best("prospect", _PROSPECT_RIVALS),
