@@ -291,3 +291,29 @@ def test_objective_helper_problem_runs_on_the_box_path():
         a, b = box.update(obj, a), tree.update(obj, b)
     np.testing.assert_allclose(a.coef, b.coef, rtol=0, atol=1e-10 * np.abs(b.coef).max())
     assert box._stats[0] == 0 and tree._stats[0] > 0
+
+
+
+def test_an_infinite_loss_gets_the_limit_weights():
+    # a loss of +inf (a diverging run) is filed on top with weight c; the other weights are
+    # those of the full oracle with that loss replaced by a huge finite one (the limit)
+    rng = np.random.default_rng(8)
+    for n, a in ((1, 1.0), (5, 0.4), (50, 0.3), (50, 1.0)):
+        sigma = np.ascontiguousarray(ro.CVaR(a).spectrum(n), dtype=np.float64)
+        losses = rng.normal(size=n)
+        idx = rng.integers(0, n, size=30)
+        vals = np.where(rng.uniform(size=30) < 0.3, np.inf, rng.normal(size=30))
+        c, k, r = bo._box_spectrum(sigma)
+        S = bo._box_alloc(n)
+        table = losses.copy()
+        bo._box_build(table, np.zeros(n), 0.2, c, k, r, S, np.zeros(0, dtype=np.int64))
+        for i, v in zip(idx, vals):
+            table[i] = v
+            bo._box_update(S, i, v, np.zeros(0, dtype=np.int64))
+            if np.isinf(table).sum() > k:  # more infinite losses than the cap allows
+                break
+            qb = np.empty(n)
+            bo._box_weights(table, S, qb)
+            qf = np.empty(n)
+            ko.risk_weights(np.where(np.isinf(table), 1e12, table), sigma, 0.2, ko.CHI2, qf)
+            np.testing.assert_allclose(qb, qf, rtol=0, atol=TOL)

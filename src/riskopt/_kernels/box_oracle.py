@@ -281,8 +281,8 @@ def _box_settle(S, stats):
         if up:  # crossing top -> mid -> low
             bm = hk[MIDMIN, 0] - L0 if M > 0 else np.inf
             bt = (hk[TOP, 0] - L0) - W if T > 0 else np.inf
-            vm = bm <= tc
-            vt = bt < tc
+            vm = M > 0 and bm <= tc
+            vt = T > 0 and bt < tc
             if not (vm or vt):
                 break
             if vm and (not vt or bm <= bt):
@@ -294,8 +294,8 @@ def _box_settle(S, stats):
         else:  # crossing low -> mid -> top
             bl = -hk[LOW, 0] - L0 if size[LOW] > 0 else -np.inf
             bm = (-hk[MIDMAX, 0] - L0) - W if M > 0 else -np.inf
-            vl = bl > tc
-            vm = bm >= tc
+            vl = size[LOW] > 0 and bl > tc
+            vm = M > 0 and bm >= tc
             if not (vl or vm):
                 break
             if vl and (not vm or bl >= bm):
