@@ -1,36 +1,44 @@
-"""Prospect with the incremental exact oracle (hull tree) against the O(n) oracle.
+"""Prospect with the incremental exact oracles (box heaps, hull tree) against the O(n) oracle.
 
     python benchmarks/prospect_incremental.py [--sizes 20000 200000 1000000] [--repeats 3]
         [--passes 4] [--datasets kin8nm power] [--out benchmarks/results/prospect_incremental]
+
+Three oracles, one per column group: FULL (``Prospect._oracle = ORACLE_FULL``: the O(n) PAV
+resumed at the lowest moved rank), TREE (``ORACLE_TREE``: the hull tree of
+``_kernels/incremental_pav``, O(s + log^2 n) per step plus the bubbling that keeps the loss
+table sorted, s swaps) and BOX (``ORACLE_INCREMENTAL``, the solver's default, which for CVaR
+with a chi-square cost is ``_kernels/box_oracle``: ``q = clip((l - tau) / (2 n nu), 0, c)``
+with ``tau`` kept by heaps in O(log n) per step, no sorted table during the pass).
 
 Part 1, cost of a pass. Synthetic Gaussian regression (d = 20, ``y = X w + noise``), squared
 loss, CVaR(0.5) with a chi-square shift cost 0.5, ``l2_reg = 1/n``. Prospect (lr 3e-3) starts
 at the L-BFGS minimiser perturbed by 1e-3 of its norm (the regime where the sorted order of
 the loss table has settled, which is where Prospect spends its passes; from a cold start the
-table is re-sorted by O(n) swaps per step and both oracles pay O(n) per step for the
-bubbling alone) and runs ``--passes`` passes with the incremental oracle (AFTER). At the start
-of every pass the O(n) oracle (BEFORE, ``Prospect._oracle = ORACLE_FULL``: PAV resumed at the
-lowest moved rank) runs from the same state on the same indices, over the whole pass for
-n <= 2e4 and over its first ``m`` steps otherwise (``m`` = 2e9 / n, at least 2000; its
-per-step cost is stationary within a pass, the seconds are scaled by n / m and marked ``*``).
-The two oracles give the same iterates (tests/test_incremental_pav.py). Reported: seconds per
-pass divided by one NumPy full objective + gradient on the same data (``Objective.value_grad``,
-median of 21 calls, measured in the same run), and per step the mean numbers of swaps, of
-touched blocks (AFTER: hull-tree nodes refreshed / buckets rebuilt / nodes whose bridge had to
-be recomputed; BEFORE: ranks re-pooled by the PAV). Every timing is the median over
-``--repeats`` repetitions of the same passes (the machine is shared and noisy).
+table is re-sorted by O(n) swaps per step and the sorted oracles pay O(n) per step for the
+bubbling alone) and runs ``--passes`` passes with BOX. At the start of every pass TREE runs
+the whole pass and FULL its first ``m`` steps (the whole pass for n <= 2e4, else ``m`` = 2e9
+/ n, at least 2000; its per-step cost is stationary within a pass, the seconds are scaled by
+n / m and marked ``*``) from the same state on the same indices. The three give the same
+iterates to rounding (tests/test_incremental_pav.py, tests/test_box_oracle.py). Reported:
+seconds per pass divided by one NumPy full objective + gradient on the same data
+(``Objective.value_grad``, median of 21 calls, measured in the same run), and per step: the
+swaps of the sorted table (TREE's bubbling: what moving a loss costs a sorted oracle), TREE's
+hull-tree nodes refreshed and buckets rebuilt, BOX's elements that changed set (the updated
+index re-filed or crossed by the walk of ``tau``) and heap levels sifted. Every timing is the
+median over ``--repeats`` repetitions of the same passes (the machine is shared and noisy).
 
 Part 2, time to 1e-8 suboptimality (relative, ``ro.Trace``, as in tests/test_prospect.py) on
 kin8nm and power, the regression suite's objective (squared loss, CVaR(0.5), chi-square shift
 cost 0.5, ``l2_reg = 1/n``, ``Objective`` on the training split as in benchmarks/speed.py),
 Prospect from its default start with the step sizes of tests/test_prospect.py (kin8nm 1e-4,
-power 1e-3), both oracles, median over ``--repeats`` runs of the solver's own clock.
+power 1e-3), the three oracles, median over ``--repeats`` runs of the solver's own clock.
 
 Writes ``results.md`` (the printed tables) and ``metadata.json`` (commit, machine, date,
 versions, wall time) to ``--out``, each atomically (temporary file + rename). Earlier runs
 are kept beside them as ``results_<commit>.md`` / ``metadata_<commit>.json`` (the commit the
-run measured), e.g. ``results_870afb9.md``: the hull tree before its per-step costs were cut
-(reference counting, prefetch, chi-square abscissae; see the incremental_pav docstring).
+run measured): ``results_870afb9.md``, the hull tree before its per-step costs were cut
+(reference counting, prefetch, chi-square abscissae; see the incremental_pav docstring), and
+``results_8855a0a.md``, the hull tree as the default oracle (its AFTER column is TREE here).
 """
 import argparse
 import json
@@ -48,7 +56,7 @@ from riskopt.bench._meta import _cpu_info, _git_commit, _versions, now
 LR = 3e-3
 WARM = 1e-3
 BEST_LR = {"kin8nm": 1e-4, "power": 1e-3}  # tests/test_prospect.py, CVaR(0.5), chi2 0.5
-NSTATS = 8
+NSTATS = 10  # _kp._epoch_prospect's counters (8) and the box oracle's (2)
 
 
 def synthetic(n, d=20, seed=0):
@@ -95,52 +103,55 @@ def pass_costs(n, passes, repeats, log):
     w0 = res.coef + WARM * np.linalg.norm(res.coef) * rng.normal(size=d) / np.sqrt(d)
     f_star = res.value
     m = n if n <= 20000 else max(2000, int(2e9 // n))
-    after, before = solver(kp.ORACLE_INCREMENTAL), solver(kp.ORACLE_FULL)
-    # JIT warm-up (both code paths) on a tiny table
+    box, tree, full = (solver(o) for o in (kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE,
+                                           kp.ORACLE_FULL))
+    # JIT warm-up (every code path) on a tiny table
     tiny = synthetic(64)
-    for s in (after, before):
+    for s in (box, tree, full):
         s.update(tiny, s.init_state(tiny))
     rows = []
     for rep in range(repeats):
-        state = after.init_state(obj, coef0=w0)
+        state = box.init_state(obj, coef0=w0)
         for p in range(passes):
-            idx = after.draw_indices(obj, state)
-            _, tb, sb = timed_update(before, obj, state, idx[:m])
-            state, ta, sa = timed_update(after, obj, state, idx)
+            idx = box.draw_indices(obj, state)
+            _, tf, sf = timed_update(full, obj, state, idx[:m])
+            _, tt, st = timed_update(tree, obj, state, idx)
+            state, tb, sb = timed_update(box, obj, state, idx)
             if rep == 0:
-                rows.append(dict(tb=[], ta=[], sb=sb, sa=sa,
+                rows.append(dict(tf=[], tt=[], tb=[], st=st, sb=sb,
                                  subopt=float(obj.value(state.coef) - f_star)))
-            rows[p]["tb"].append(tb * n / m)
-            rows[p]["ta"].append(ta)
+            rows[p]["tf"].append(tf * n / m)
+            rows[p]["tt"].append(tt)
+            rows[p]["tb"].append(tb)
     log(f"L-BFGS f* in {t_lbfgs:.1f} s; start F(w0) - f* = "
-        f"{float(obj.value(w0) - f_star):.2e}; lr = {LR:g}; BEFORE timed on "
+        f"{float(obj.value(w0) - f_star):.2e}; lr = {LR:g}; FULL timed on "
         f"{'the whole pass' if m == n else f'the first {m:,} steps of each pass (*)'}")
     log("")
-    log("| pass | F - f* after | BEFORE s/pass | ratio | AFTER s/pass | ratio | speed-up "
-        "| swaps/step | BEFORE ranks re-pooled/step | AFTER nodes/step | buckets/step "
-        "| bridges recomputed/step |")
-    log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    log("| pass | F - f* after | FULL s/pass | ratio | TREE s/pass | ratio | BOX s/pass | ratio "
+        "| BOX vs TREE | swaps/step | TREE nodes/step | TREE buckets/step "
+        "| BOX set changes/step | BOX heap levels/step |")
+    log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     star = "" if m == n else "*"
     summary = []
     for p, r in enumerate(rows):
-        tb, ta = statistics.median(r["tb"]), statistics.median(r["ta"])
-        sa, sb = r["sa"], r["sb"]
-        T = sa[3]
-        recomputed = (sa[1] - sa[5]) / T
-        log(f"| {p + 1} | {r['subopt']:.1e} | {tb:.3g}{star} | {tb / t_full:.0f}{star} | "
-            f"{ta:.3g} | {ta / t_full:.1f} | {tb / ta:.0f}x | {sa[0] / T:.1f} | "
-            f"{sb[1] / sb[3]:.0f} | {sa[1] / T:.1f} | {sa[7] / T:.2f} | {recomputed:.3f} |")
-        summary.append(dict(pass_=p + 1, before=tb, after=ta, before_ratio=tb / t_full,
-                            after_ratio=ta / t_full, swaps=sa[0] / T,
-                            before_repooled=sb[1] / sb[3], nodes=sa[1] / T,
-                            buckets=sa[7] / T, recomputed=recomputed,
+        tf, tt, tb = (statistics.median(r[k]) for k in ("tf", "tt", "tb"))
+        st, sb = r["st"], r["sb"]
+        T = st[3]
+        log(f"| {p + 1} | {r['subopt']:.1e} | {tf:.3g}{star} | {tf / t_full:.0f}{star} | "
+            f"{tt:.3g} | {tt / t_full:.1f} | {tb:.3g} | {tb / t_full:.1f} | {tt / tb:.1f}x | "
+            f"{st[0] / T:.1f} | {st[1] / T:.1f} | {st[7] / T:.2f} | {sb[8] / sb[3]:.4f} | "
+            f"{sb[9] / sb[3]:.3f} |")
+        summary.append(dict(pass_=p + 1, full=tf, tree=tt, box=tb, full_ratio=tf / t_full,
+                            tree_ratio=tt / t_full, box_ratio=tb / t_full, swaps=st[0] / T,
+                            tree_nodes=st[1] / T, tree_buckets=st[7] / T,
+                            box_set_changes=sb[8] / sb[3], box_heap_levels=sb[9] / sb[3],
                             subopt=r["subopt"]))
-    med_b = statistics.median(x["before_ratio"] for x in summary)
-    med_a = statistics.median(x["after_ratio"] for x in summary)
-    log(f"\nmedian over passes: BEFORE {med_b:.0f}x, AFTER {med_a:.1f}x one full "
-        f"objective + gradient")
-    return dict(n=n, full_eval=t_full, before_steps=m, passes=summary,
-                median_before_ratio=med_b, median_after_ratio=med_a)
+    med = {k: statistics.median(x[f"{k}_ratio"] for x in summary)
+           for k in ("full", "tree", "box")}
+    log(f"\nmedian over passes: FULL {med['full']:.0f}x, TREE {med['tree']:.1f}x, BOX "
+        f"{med['box']:.1f}x one full objective + gradient")
+    return dict(n=n, full_eval=t_full, full_steps=m, passes=summary,
+                **{f"median_{k}_ratio": v for k, v in med.items()})
 
 
 def time_to_tol(dataset, repeats, log, tol=1e-8, max_epochs=64):
@@ -150,7 +161,8 @@ def time_to_tol(dataset, repeats, log, tol=1e-8, max_epochs=64):
                        data.y_train, l2_reg=1.0 / n)
     f_star = ro.solvers.LBFGS().run(obj).value
     out = {}
-    for name, oracle in (("BEFORE", kp.ORACLE_FULL), ("AFTER", kp.ORACLE_INCREMENTAL)):
+    for name, oracle in (("FULL", kp.ORACLE_FULL), ("TREE", kp.ORACLE_TREE),
+                         ("BOX", kp.ORACLE_INCREMENTAL)):
         times, passes, stats = [], [], np.zeros(NSTATS, dtype=np.int64)
         for rep in range(repeats + 1):  # the first run warms the JIT up and is not counted
             s = ro.solvers.Prospect(lr=BEST_LR[dataset], random_state=0)
@@ -168,10 +180,11 @@ def time_to_tol(dataset, repeats, log, tol=1e-8, max_epochs=64):
             passes.append(k)
             stats = s._stats
         out[name] = dict(seconds=statistics.median(times), passes=passes[0],
-                         swaps=stats[0] / stats[3])
-    b, a = out["BEFORE"], out["AFTER"]
-    log(f"| {dataset} | {n:,} | {BEST_LR[dataset]:g} | {b['passes']} | {b['seconds']:.3g} | "
-        f"{a['seconds']:.3g} | {b['seconds'] / a['seconds']:.1f}x | {a['swaps']:.1f} |")
+                         swaps=stats[0] / stats[3], set_changes=stats[8] / stats[3])
+    f, t, b = out["FULL"], out["TREE"], out["BOX"]
+    log(f"| {dataset} | {n:,} | {BEST_LR[dataset]:g} | {f['passes']} / {t['passes']} / "
+        f"{b['passes']} | {f['seconds']:.3g} | {t['seconds']:.3g} | {b['seconds']:.3g} | "
+        f"{t['seconds'] / b['seconds']:.1f}x | {t['swaps']:.1f} | {b['set_changes']:.3f} |")
     return dict(dataset=dataset, n=n, lr=BEST_LR[dataset], **{k.lower(): v for k, v in
                                                               out.items()})
 
@@ -200,17 +213,20 @@ def main():
         print(s, flush=True)
         lines.append(s)
 
-    log("# Prospect: incremental exact oracle (AFTER) vs O(n) oracle (BEFORE)")
+    log("# Prospect: box oracle (BOX, the default for CVaR + chi2) vs hull tree (TREE) vs "
+        "O(n) oracle (FULL)")
     log("")
     log("Seconds per pass as a ratio to one NumPy full objective + gradient on the same data "
         "(synthetic Gaussian regression, d = 20, squared loss, CVaR(0.5), chi-square shift cost "
         f"0.5, l2 = 1/n; Prospect lr {LR:g} from the L-BFGS minimiser perturbed by {WARM:g} of "
-        f"its norm; medians over {args.repeats} repetitions). `*`: BEFORE timed on the first m "
-        "steps of the pass and scaled by n/m.")
+        f"its norm; medians over {args.repeats} repetitions). `*`: FULL timed on the first m "
+        "steps of the pass and scaled by n/m. Swaps: TREE's bubbling (BOX keeps no sorted "
+        "table); BOX set changes and heap levels: its per-step work.")
     sizes = [pass_costs(n, args.passes, args.repeats, log) for n in args.sizes]
     log("\n## Time to 1e-8 suboptimality (CVaR 0.5, chi2 0.5, l2 = 1/n, default start)\n")
-    log("| dataset | n | lr | passes | BEFORE s | AFTER s | speed-up | AFTER swaps/step |")
-    log("|---|---:|---:|---:|---:|---:|---:|---:|")
+    log("| dataset | n | lr | passes FULL / TREE / BOX | FULL s | TREE s | BOX s | BOX vs TREE "
+        "| TREE swaps/step | BOX set changes/step |")
+    log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     real = [time_to_tol(d, args.repeats, log) for d in args.datasets]
     wall = time.perf_counter() - t0
     out = Path(args.out)
