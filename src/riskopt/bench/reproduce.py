@@ -392,8 +392,8 @@ EXPERIMENTS = [
                "training loss.",
                sc.check_group_dro_mlp, script="benchmarks/fcco_group_dro_mlp.py",
                notes="a two-hidden-layer MLP (64-32, ReLU) on adult (race x sex groups) and "
-                     "compas (caucasian x sex), 3 seeds, stands in for the pretrained DenseNet / DistilBERT / "
-                     "ResNet50 on Camelyon17 / Amazon / CelebA."),
+                     "compas (caucasian x sex), 3 seeds, stands in for the pretrained "
+                     "DenseNet / DistilBERT / ResNet50 on Camelyon17 / Amazon / CelebA."),
     Experiment("sonex", "Fig. 2 (AUC with ROC fairness)", "fcco_auc_fairness",
                "ALEXR2 (smoothed hinge) maximises the AUC better than the baselines (SOX "
                "squared hinge, SONX hinge) on both datasets, with similar constraint "
