@@ -1,7 +1,7 @@
-"""`riskopt bench reproduce`: the checks of the script-based experiments, SPL+ and the ablations; each reads
-a small fixture folder laid out like the script's real output, and its verdict follows the
-numbers (both ways); the report names the script; `--run` runs a script that is missing its
-results."""
+"""`riskopt bench reproduce`: the checks of the script-based experiments, SPL+, the ablations,
+SCDRO Tables 2-3 and Prospect Fig. 13; each reads a small fixture folder laid out like the real
+results, and its verdict follows the numbers (both ways); the report names the script; `--run`
+runs a script that is missing its results."""
 import dataclasses
 import json
 from pathlib import Path

@@ -171,8 +171,9 @@ def check_fstar(folder, tol=1e-8):
             f"our f* is at most {excess.max():.1e} (relative) above the certified lower bound "
             f"on the optimum; {len(done) - len(over)} within {tol:g}"
             + ("" if not len(over) else " (above: " + ", ".join(
-                f"{r['results']} {r['dataset']} {r['objective']} {float(r['fstar_minus_bound_rel']):.1e}"
-                f" with a Newton gap of {float(r['newton_rel_gap']):.1e}"
+                f"{r['results']} {r['dataset']} {r['objective']} "
+                f"{float(r['fstar_minus_bound_rel']):.1e} with a Newton gap of "
+                f"{float(r['newton_rel_gap']):.1e}"
                 for _, r in over.iterrows()) + ")")
             + (f"; {len(skipped)} skipped: {why}" if len(skipped) else ""))
     return ours, "agrees" if not len(over) else "differs"
