@@ -80,12 +80,14 @@ def _model_qp(C, c, l_w, q, lo, hi, m, max_iter=None):
     max_iter = 10 * N + 100 if max_iter is None else max_iter
     scale = max(1.0, float(np.max(np.abs(l_w))))
     t = np.nan
+    u = -(c + C @ q)
+    v = None  # the window's linearised losses l_w + C'u, when up to date
     for _ in range(max_iter):
         F = np.flatnonzero(free)
         k = len(F)
-        u = -(c + C @ q)
-        v = l_w + C.T @ u
-        if k == 0:  # a vertex: the threshold lies between the bottom's top and the top's bottom
+        if k == 0:
+            if v is None:
+                v = l_w + C.T @ u  # a vertex: the threshold lies between the bottom's top and the top's bottom
             at_lo, at_hi = np.flatnonzero(q <= lo), np.flatnonzero(q >= hi)
             vlo = float(v[at_lo].max()) if len(at_lo) else -np.inf
             vhi = float(v[at_hi].min()) if len(at_hi) else np.inf
@@ -96,14 +98,21 @@ def _model_qp(C, c, l_w, q, lo, hi, m, max_iter=None):
             free[at_hi[np.argmin(v[at_hi])]] = True
             continue
         CF = C[:, F]
+        vF = l_w[F] + CF.T @ u
         Kt = np.empty((k + 1, k + 1))
         Kt[:k, :k] = CF.T @ CF
         Kt[:k, k] = Kt[k, :k] = 1.0
         Kt[k, k] = 0.0
         # the free weights' optimum with the others fixed: [C_F'C_F 1; 1' 0] [q_F; t] =
         # [l_F - C_F'(c + C q - C_F q_F); m_F] (the step is relative to the current q_F)
-        rhs = np.concatenate([v[F], [m - float(q.sum())]])  # at d = 0: residual of q_F
-        sol, _, rank, _ = np.linalg.lstsq(Kt, rhs, rcond=1e-12)
+        rhs = np.concatenate([vF, [m - float(q.sum())]])  # at d = 0: residual of q_F
+        try:
+            sol = np.linalg.solve(Kt, rhs)
+        except np.linalg.LinAlgError:
+            sol = np.full(k + 1, np.nan)
+        if not np.all(np.isfinite(sol)) or np.max(np.abs(Kt @ sol - rhs)) > 1e-9 * (
+                np.max(np.abs(rhs)) + 1e-300):  # singular (duplicated samples): least squares
+            sol = np.linalg.lstsq(Kt, rhs, rcond=1e-12)[0]
         resid = Kt @ sol - rhs
         if np.max(np.abs(resid)) <= 1e-9 * (np.max(np.abs(rhs)) + 1e-300) + 1e-14 * scale:
             d, t = sol[:k], sol[k]
@@ -112,7 +121,7 @@ def _model_qp(C, c, l_w, q, lo, hi, m, max_iter=None):
             _, sv, Vt = np.linalg.svd(A, full_matrices=True)
             r = int(np.count_nonzero(sv > 1e-12 * sv[0]))
             Vn = Vt[r:]
-            d = Vn.T @ (Vn @ v[F])
+            d = Vn.T @ (Vn @ vF)
             if not np.any(d):
                 return u, q, False, float(t)
             d *= 1e6 * (hi - lo) / float(np.max(np.abs(d)))  # long: the ratio test cuts it
@@ -125,6 +134,8 @@ def _model_qp(C, c, l_w, q, lo, hi, m, max_iter=None):
             q[F] = np.clip(qF + alpha * d, lo, hi)
             q[F[j]] = hi if d[j] > 0 else lo
             free[F[j]] = False
+            u -= CF @ (q[F] - qF)
+            v = None
             continue
         q[F] = np.clip(qF + d, lo, hi)
         # the free set's optimum: the fixed samples' multipliers (sides of t)
@@ -140,9 +151,12 @@ def _model_qp(C, c, l_w, q, lo, hi, m, max_iter=None):
     return u, q, False, float(t)
 
 
-def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None, log=None):
+def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None, log=None,
+               max_grow=None, qp_iter=None):
     """Window SQP to the exact optimum of a box-spectrum risk at ``nu = 0`` from ``W`` (module
-    docstring), at most ``max_outer`` model solves. Returns ``dict(coef, z, q, bound, value,
+    docstring), at most ``max_outer`` model solves and ``max_grow`` window doublings (default
+    ``MAX_GROW``); ``qp_iter``: a cap on the active-set changes of each model solve, the run
+    ending when one does not finish. Returns ``dict(coef, z, q, bound, value,
     steps)``: the point with the smallest certified gap (``q``: its dual point, ``None`` with
     ``bound = -inf`` if no step was taken) and ``steps`` the model solves done; ``None`` if
     the spectrum is not a box, ``nu > 0`` or ``H`` is not positive definite."""
@@ -165,6 +179,7 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     q = None
     best = {"coef": W.copy(), "z": z, "q": None, "bound": -np.inf, "value": F}
     grown, step, grow_from = 0, 0, None
+    max_grow = MAX_GROW if max_grow is None else max_grow
     while step < max_outer:
         step += 1  # one weighted Gram matrix and one X @ d per pass
         top, win = _window(ell, k_top, half)
@@ -193,11 +208,15 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         if grow_from is not None:  # the narrower window's solution (same total) as the start
             pos = np.searchsorted(widx, grow_from[0])
             qi[pos] = grow_from[1]
-        u, qw, ok, t = _model_qp(C, c_fix, l_w, qi, lo, hi, m_w)
+        elif step > 1 and np.all(q[top] >= hi) and np.all(q[~top & ~win] <= lo):
+            qi = q[widx].copy()  # the last model's weights: its active set is nearly right
+        u, qw, ok, t = _model_qp(C, c_fix, l_w, qi, lo, hi, m_w, qp_iter)
         grow_from = None
+        if not ok and qp_iter is not None:
+            break
         d = solve_triangular(L.T, u, lower=False)
         Xd = np.asarray(X @ d, dtype=np.float64).ravel()
-        if ok and 2 * half < min(n, MAX_WINDOW) and grown < MAX_GROW:
+        if ok and 2 * half < min(n, MAX_WINDOW) and grown < max_grow:
             # the model froze the samples outside the window: if its step moves one of them
             # across its threshold (to first order) the window is too narrow
             v = ell + der * Xd
@@ -226,6 +245,12 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         if q is None:
             break
         bound, _ = dual_bound(objective, W, q, 0.0, z)
+        if F - bound <= accept * max(abs(F), 1e-12):
+            # the proof on exact predictions (z drifts by the updates z + s X d)
+            z = np.asarray(X @ W, dtype=np.float64).ravel()
+            ell, der = _losses_derivs_z(objective, z)
+            F = objective.risk_weights(ell)[0] + objective._reg_value(W.reshape(-1, 1))
+            bound, _ = dual_bound(objective, W, q, 0.0, z)
         if log is not None:
             log.append((step, len(widx), int(np.count_nonzero((qw > lo) & (qw < hi))), ok, s,
                         (F - bound) / max(abs(F), 1e-12)))
