@@ -1,7 +1,8 @@
 """The box-spectrum oracle (``riskopt._kernels.box_oracle``) against the full PAV.
 
-For CVaR with a chi-square shift cost the weights are ``clip((l - tau) / (2 n nu), 0, c)``
-with one scalar ``tau`` kept under single-loss changes. Property tests (hypothesis): random
+For CVaR with a chi-square shift cost the weights are ``clip((l - tau) / (2 n nu), 0, c)``,
+with a KL cost ``min(c, exp((l - m) / nu))``, with one scalar ``tau`` / ``m`` kept under
+single-loss changes. Property tests (hypothesis), both costs: random
 loss tables (continuous, ties, exponential, a large common offset; ``oracles`` test style,
 the tables and update sequences of ``test_incremental_pav._case``: small moves, fresh draws,
 jumps to both ends of the range and beyond, rewrites of existing values), CVaR levels at
@@ -32,7 +33,36 @@ LEVELS = ("random", "integer", "all", "one")
 
 
 @njit(cache=True)
-def _replay_box(losses, sigma, nu, idx, vals, q0, check_every):
+def _build(losses, q0, nu, div, c, k, r, S, stats):
+    if div == ko.CHI2:
+        bo._box_build(losses, q0, nu, c, k, r, S, stats)
+    else:
+        bo._kl_build(losses, q0, nu, c, k, r, S, stats)
+
+
+@njit(cache=True)
+def _update(S, i, v, div, stats):
+    if div == ko.CHI2:
+        bo._box_update(S, i, v, stats)
+    else:
+        bo._kl_update(S, i, v, stats)
+
+
+@njit(cache=True)
+def _weight(l, f, div):
+    return bo._box_weight(l, f) if div == ko.CHI2 else bo._kl_weight(l, f)
+
+
+@njit(cache=True)
+def _weights(losses, S, div, q):
+    if div == ko.CHI2:
+        bo._box_weights(losses, S, q)
+    else:
+        bo._kl_weights(losses, S, q)
+
+
+@njit(cache=True)
+def _replay_box(losses, sigma, nu, div, idx, vals, q0, check_every):
     """Apply ``losses[idx[t]] = vals[t]`` one by one through ``_box_update``; compare the
     updated index's weight before and after each update, and every ``check_every`` steps all
     weights, with the full oracle. Returns ``(max abs error, status, stats)``; status 0 ok, 1
@@ -43,38 +73,42 @@ def _replay_box(losses, sigma, nu, idx, vals, q0, check_every):
     if k < 0:
         return 0.0, 1, stats
     S = bo._box_alloc(n)
-    bo._box_build(losses, q0, nu, c, k, r, S, stats)
+    _build(losses, q0, nu, div, c, k, r, S, stats)
     qf = np.empty(n)
     qb = np.empty(n)
-    ko._risk_weights(losses, sigma, nu, ko.CHI2, qf)
+    ko._risk_weights(losses, sigma, nu, div, qf)
     worst = 0.0
     for t in range(idx.shape[0]):
         i = idx[t]
-        e = abs(bo._box_weight(losses[i], S[4]) - qf[i])  # the sampled index's query
+        e = abs(_weight(losses[i], S[4], div) - qf[i])  # the sampled index's query
         worst = max(worst, e)
         losses[i] = vals[t]
-        bo._box_update(S, i, vals[t], stats)
-        ko._risk_weights(losses, sigma, nu, ko.CHI2, qf)
-        e = abs(bo._box_weight(losses[i], S[4]) - qf[i])  # the refreshed index's query
+        _update(S, i, vals[t], div, stats)
+        ko._risk_weights(losses, sigma, nu, div, qf)
+        e = abs(_weight(losses[i], S[4], div) - qf[i])  # the refreshed index's query
         worst = max(worst, e)
         if t % check_every == 0 or t == idx.shape[0] - 1:
-            if not _consistent(losses, S):
+            if not _consistent(losses, S, div):
                 return worst, 2, stats
-            bo._box_weights(losses, S, qb)
+            _weights(losses, S, div, qb)
             for m in range(n):
                 worst = max(worst, abs(qb[m] - qf[m]))
     return worst, 0, stats
 
 
 @njit(cache=True)
-def _consistent(losses, S):
-    """Heap order and positions of all four heaps, every index in exactly one set, sizes,
-    and the sets on their side of the thresholds at the final ``tau`` (the walk leaves no
-    violation beyond the rounding of ``tau``: a walk that stops at a breakpoint ``l - L0 -
-    W`` may leave ``l`` an ulp below ``tau + W``)."""
+def _consistent(losses, S, div):
+    """Heap order and positions of the heaps, every index in exactly one set, sizes, and the
+    sets on their side of the thresholds at the final ``tau`` / ``m`` (the walk leaves no
+    violation beyond their rounding: a walk that stops at a breakpoint ``l - L0 - W`` may
+    leave ``l`` a few ulps of the range below ``tau + W``). KL: sets mid (``MIDMAX`` only)
+    and top."""
     hk, hi, pos, size, f = S
     n = losses.shape[0]
-    if size[bo.MIDMIN] != size[bo.MIDMAX] or size[0] + size[1] + size[3] != n:
+    chi2 = div == ko.CHI2
+    if chi2 and (size[bo.MIDMIN] != size[bo.MIDMAX] or size[0] + size[1] + size[3] != n):
+        return False
+    if not chi2 and (size[bo.LOW] != 0 or size[bo.MIDMIN] != 0 or size[2] + size[3] != n):
         return False
     for h in range(4):
         sgn = -1.0 if (h == bo.LOW or h == bo.MIDMAX) else 1.0
@@ -85,14 +119,23 @@ def _consistent(losses, S):
             if p > 0 and hk[h, (p - 1) >> 1] > hk[h, p]:
                 return False
     t, L0, W = f[0], f[3], f[7]
+    # the rounding of tau / m: a breakpoint l - R carries eps |l - R|, and KL re-centres its
+    # reference R on losses (R + t rounded), so allow a few hundred ulps of the magnitudes
+    span = 0.0
     for i in range(n):
-        inl = pos[i, bo.LOW] >= 0
-        inm = pos[i, bo.MIDMIN] >= 0
-        int_ = pos[i, bo.TOP] >= 0
-        if inl + inm + int_ != 1 or inm != (pos[i, bo.MIDMAX] >= 0):
-            return False
+        span = max(span, abs(losses[i]))
+    e = 1e-13 * (span + abs(L0) + abs(t) + abs(W))
+    for i in range(n):
         d = losses[i] - L0
-        e = 8e-16 * (abs(d) + abs(t) + W)  # tau's own rounding (the walk stops at a breakpoint)
+        inm = pos[i, bo.MIDMAX] >= 0
+        int_ = pos[i, bo.TOP] >= 0
+        if not chi2:  # mid below m + h (h = nu log c, f[7]), top from there on
+            if inm + int_ != 1 or (inm and d > t + W + e) or (int_ and d < t + W - e):
+                return False
+            continue
+        inl = pos[i, bo.LOW] >= 0
+        if inl + inm + int_ != 1 or inm != (pos[i, bo.MIDMIN] >= 0):
+            return False
         if (inl and d > t + e) or (inm and (d < t - e or d > t + W + e)) or \
                 (int_ and d < t + W - e):
             return False
@@ -111,19 +154,20 @@ def _sigma(level, n, rng):
     return np.ascontiguousarray(ro.CVaR(a).spectrum(n), dtype=np.float64)
 
 
-def _check(seed, n, level, dist, move, nu_rel, start, steps, check_every=1):
+def _check(seed, n, level, dist, move, div, nu_rel, start, steps, check_every=1):
     losses, _, idx, vals = _case(seed, n, "mean", dist, move, steps)
     sigma = _sigma(level, n, np.random.default_rng(seed + 1))
     spread = max(float(np.ptp(np.concatenate([losses, vals]))), 1.0)
     nu = nu_rel * spread
     if start == "exact":
         q0 = np.empty(n)
-        ko.risk_weights(losses, sigma, nu, ko.CHI2, q0)
+        ko.risk_weights(losses, sigma, nu, div, q0)
     elif start == "uniform":
         q0 = np.full(n, 1.0 / n)
     else:
         q0 = np.zeros(n)
-    worst, status, stats = _replay_box(losses.copy(), sigma, nu, idx, vals, q0, check_every)
+    worst, status, stats = _replay_box(losses.copy(), sigma, nu, div, idx, vals, q0,
+                                       check_every)
     assert status == 0, status
     assert worst <= TOL, (worst, stats)
     return stats
@@ -137,6 +181,7 @@ cases = dict(
     level=st.sampled_from(LEVELS),
     dist=st.sampled_from(DISTS),
     move=st.sampled_from(MOVES),
+    div=st.sampled_from([ko.CHI2, ko.KL]),
     nu_rel=st.sampled_from([1e-3, 1e-2, 0.1, 1.0, 10.0]),
     start=st.sampled_from(["exact", "uniform", "zeros"]),
 )
@@ -144,16 +189,17 @@ cases = dict(
 
 @PROP
 @given(**cases)
-def test_box_weights_equal_full_oracle_after_every_update(seed, n, level, dist, move, nu_rel,
-                                                          start):
-    _check(seed, n, level, dist, move, nu_rel, start, steps=min(3 * n + 5, 200))
+def test_box_weights_equal_full_oracle_after_every_update(seed, n, level, dist, move, div,
+                                                          nu_rel, start):
+    _check(seed, n, level, dist, move, div, nu_rel, start, steps=min(3 * n + 5, 200))
 
 
+@pytest.mark.parametrize("div", [ko.CHI2, ko.KL])
 @pytest.mark.parametrize("n,level,move", [
     (1000, "random", "fresh"), (2000, "integer", "mixed"), (3000, "random", "ends"),
     (10000, "random", "mixed"), (10000, "integer", "small"), (5000, "all", "mixed")])
-def test_box_weights_at_larger_n(n, level, move):
-    stats = _check(11 + n, n, level, "gauss", move, 0.1, "exact", steps=150)
+def test_box_weights_at_larger_n(n, level, move, div):
+    stats = _check(11 + n, n, level, "gauss", move, div, 0.1, "exact", steps=150)
     assert stats[9] > 0  # the heaps were used
 
 
@@ -161,12 +207,13 @@ def test_box_weights_at_larger_n(n, level, move):
 @settings(max_examples=1000, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(**{**cases, "n": st.integers(1, 10000)})
-def test_box_weights_property_up_to_1e4(seed, n, level, dist, move, nu_rel, start):
-    _check(seed, n, level, dist, move, nu_rel, start, steps=400,
+def test_box_weights_property_up_to_1e4(seed, n, level, dist, move, div, nu_rel, start):
+    _check(seed, n, level, dist, move, div, nu_rel, start, steps=400,
            check_every=1 if n <= 1000 else 10)
 
 
-def test_degenerate_tables():
+@pytest.mark.parametrize("div", [ko.CHI2, ko.KL])
+def test_degenerate_tables(div):
     # n = 1; every loss equal (and rewritten to the same value); alpha n = n and alpha n
     # integer with integer losses and W = 2 n nu c = 1, so losses sit exactly on the
     # thresholds (mid empty, ties at tau and tau + W); jumps across the whole range
@@ -184,7 +231,8 @@ def test_degenerate_tables():
                     (rng.normal(size=n), rng.choice([-1e3, 1e3, 0.0], size=60))):
                 idx = rng.integers(0, n, size=60)
                 for q0 in (np.zeros(n), np.full(n, 1.0 / n)):
-                    worst, status, _ = _replay_box(losses.copy(), sigma, nu, idx, vals, q0, 1)
+                    worst, status, _ = _replay_box(losses.copy(), sigma, nu, div, idx, vals,
+                                                   q0, 1)
                     assert status == 0 and worst <= TOL, (n, k, worst)
 
 
@@ -213,14 +261,15 @@ def _solvers(lr, *oracles):
     return out
 
 
+@pytest.mark.parametrize("div", ["chi2", "kl"])
 @pytest.mark.parametrize("intercept", [False, True])
-def test_prospect_box_matches_tree_and_full_step_by_step(intercept):
+def test_prospect_box_matches_tree_and_full_step_by_step(intercept, div):
     n = 300
     rng = np.random.default_rng(2)
     X = rng.normal(size=(n, 5))
     y = X @ rng.normal(size=5) + rng.standard_t(4, size=n)
-    obj = ro.Objective("squared", ro.CVaR(0.37, shift_cost=0.3), X, y, l2_reg=1.0 / n,
-                       fit_intercept=intercept)
+    obj = ro.Objective("squared", ro.CVaR(0.37, shift_cost=0.3, divergence=div), X, y,
+                       l2_reg=1.0 / n, fit_intercept=intercept)
     solvers = _solvers(0.02, kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE, kp.ORACLE_FULL)
     states = [s.init_state(obj) for s in solvers]
     idx = rng.integers(0, n, size=n)
@@ -239,9 +288,10 @@ def test_prospect_box_matches_tree_and_full_step_by_step(intercept):
     assert tree[0] > 0 and tree[9] == 0
 
 
+@pytest.mark.parametrize("div", ["chi2", "kl"])
 @pytest.mark.parametrize("loss,alpha", [("squared", 0.5), ("squared", 0.1), ("logistic", 0.3),
                                         ("multinomial", 0.25)])
-def test_prospect_box_passes_match_the_old_paths(loss, alpha):
+def test_prospect_box_passes_match_the_old_paths(loss, alpha, div):
     # whole passes on a larger table: the final coefficients of the box path against the
     # hull tree and the O(n) oracle, same seeds (K = 1 and K = 3 loops)
     n = 3000
@@ -250,7 +300,8 @@ def test_prospect_box_passes_match_the_old_paths(loss, alpha):
     z = X @ rng.normal(size=6)
     y = {"squared": z + rng.standard_t(4, size=n), "logistic": (z + rng.normal(size=n) > 0),
          "multinomial": rng.integers(0, 3, size=n)}[loss].astype(float)
-    obj = ro.Objective(loss, ro.CVaR(alpha, shift_cost=0.5), X, y, l2_reg=1.0 / n)
+    obj = ro.Objective(loss, ro.CVaR(alpha, shift_cost=0.5, divergence=div), X, y,
+                       l2_reg=1.0 / n)
     solvers = _solvers(0.01, kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE, kp.ORACLE_FULL)
     states = [s.init_state(obj) for s in solvers]
     for _ in range(3):
@@ -267,10 +318,11 @@ def test_prospect_box_passes_match_the_old_paths(loss, alpha):
     assert solvers[0]._stats[0] == 0 and solvers[0]._stats[3] == 3 * n
 
 
-@pytest.mark.parametrize("risk", [ro.CVaR(0.5, shift_cost=0.5, divergence="kl"),
-                                  ro.ESRM(1.0, shift_cost=0.5), ro.CVaR(0.5)])
+@pytest.mark.parametrize("risk", [ro.ESRM(1.0, shift_cost=0.5),
+                                  ro.Extremile(2.0, shift_cost=0.5, divergence="kl"),
+                                  ro.CVaR(0.5)])
 def test_other_problems_stay_on_the_sorted_paths(risk):
-    # KL, a non-box spectrum and nu = 0 are not the box oracle's: the default still bubbles
+    # a non-box spectrum and nu = 0 are not the box oracle's: the default still bubbles
     n = 200
     rng = np.random.default_rng(4)
     X = rng.normal(size=(n, 3))
@@ -281,10 +333,11 @@ def test_other_problems_stay_on_the_sorted_paths(risk):
     assert s._stats[0] > 0 and s._stats[9] == 0
 
 
-def test_objective_helper_problem_runs_on_the_box_path():
-    # the CVaR chi2 problem of test_incremental_pav's solver tests takes the box path by
-    # default, and its passes agree with the tree's
-    obj = _objective(500, "cvar", "chi2", seed=5)
+@pytest.mark.parametrize("div", ["chi2", "kl"])
+def test_objective_helper_problem_runs_on_the_box_path(div):
+    # the CVaR problems of test_incremental_pav's solver tests take the box path by default,
+    # and their passes agree with the tree's
+    obj = _objective(500, "cvar", div, seed=5)
     box, tree = _solvers(0.01, kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE)
     a, b = box.init_state(obj), tree.init_state(obj)
     for _ in range(2):

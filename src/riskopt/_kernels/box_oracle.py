@@ -94,7 +94,7 @@ def _box_alloc(n):
     """State arrays ``(hk, hi, pos, size, f)`` for ``n < 2**31`` losses (filled by
     ``_box_build``; int32 indices: fewer pages to fault in per pass)."""
     return (np.empty((4, n)), np.empty((4, n), dtype=np.int32),
-            np.empty((n, 4), dtype=np.int32), np.zeros(5, dtype=np.int64), np.zeros(8))
+            np.empty((n, 4), dtype=np.int32), np.zeros(5, dtype=np.int64), np.zeros(9))
 
 
 # ----------------------------------------------------------------------- indexed heaps
@@ -448,3 +448,243 @@ def _box_weights(losses, S, q):
     f = S[4]
     for i in range(losses.shape[0]):
         q[i] = _box_weight(losses[i], f)
+
+
+# ------------------------------------------------------------------------ KL penalty
+# With the KL cost ``nu sum q log(n q)`` the maximiser over the capped simplex is
+# ``q_i = min(c, exp((l_i - m) / nu))`` (stationarity; no weight reaches 0), one scalar ``m``
+# with ``sum_i q_i = k c + r``. Two sets: mid (``l - m < h``, ``h = nu log c``) and top
+# (``l - m >= h``), the heaps ``MIDMAX`` and ``TOP``; ``E = sum_mid exp((l - R) / nu)``
+# (Neumaier) about a reference ``R``, and the partition's root ``m_P = R + nu (log E - log((k
+# - T) c + r))``. The walk is the chi-square one with a single breakpoint per element: ``m``
+# up moves top -> mid, ``m`` down mid -> top. ``E`` is recomputed about ``R = m`` from the
+# mid heap (O(M)) when ``|m - R|`` passes ``KL_SHIFT nu`` (exp stays in range), and about
+# the largest mid loss when ``E`` is out of range or small against the terms summed since its
+# last exact recomputation (``f[8]``, their absolute sum: a walk that removes the largest
+# terms leaves a sum that can be ~eps^2 of them, all rounding). State: the same arrays, ``f =
+# [m - R, E, E's compensation, R, nu, c, r, h, sum of |terms| since the last exact E]``.
+KL_SHIFT = 30.0  #: |m - R| / nu that triggers a recomputation of E about R = m
+
+
+@njit(cache=True, _nrt=False)
+def _kl_insert(S, s, l, i):
+    """Add index ``i`` with loss ``l`` to set ``s`` (1 mid, 2 top)."""
+    if s == 2:
+        return _push(S, TOP, l, i)
+    f = S[4]
+    x = np.exp((l - f[3]) / f[4])
+    f[8] += x
+    _neumaier(f, x)
+    return _push(S, MIDMAX, -l, i)
+
+
+@njit(cache=True, _nrt=False)
+def _kl_delete(S, s, i):
+    if s == 2:
+        return _remove(S, TOP, i)
+    f = S[4]
+    x = np.exp((-S[0][MIDMAX, S[2][i, MIDMAX]] - f[3]) / f[4])
+    f[8] += x
+    _neumaier(f, -x)
+    return _remove(S, MIDMAX, i)
+
+
+@njit(cache=True, _nrt=False)
+def _kl_recentre(S, R):
+    """The reference becomes ``R`` (``t = m - R`` follows) and ``E`` is recomputed exactly
+    from the mid heap's keys."""
+    hk, hi, pos, size, f = S
+    f[0] += f[3] - R
+    f[3] = R
+    f[1] = 0.0
+    f[2] = 0.0
+    for p in range(size[MIDMAX]):
+        _neumaier(f, np.exp((-hk[MIDMAX, p] - R) / f[4]))
+    f[8] = f[1] + f[2]
+
+
+@njit(cache=True, _nrt=False)
+def _kl_sum(S):
+    """``E``, recomputed first (about the largest mid loss, so ``1 <= E <= M``) when out of
+    range or below 1e-6 of the terms summed since the last recomputation."""
+    hk, hi, pos, size, f = S
+    E = f[1] + f[2]
+    if size[MIDMAX] > 0 and not (1e-200 < E < 1e200 and f[8] < 1e6 * E):
+        _kl_recentre(S, -hk[MIDMAX, 0])
+        E = f[1] + f[2]
+    return E
+
+
+@njit(cache=True, _nrt=False, error_model="numpy")
+def _kl_settle(S, stats):
+    """Walk ``t = m - R`` (``f[0]``, a consistent position) to the root; returns the number of
+    elements that crossed the threshold."""
+    hk, hi, pos, size, f = S
+    k = size[4]
+    nu = f[4]
+    c = f[5]
+    r = f[6]
+    h = f[7]
+    R = f[3]
+    M = size[MIDMAX]
+    T = size[TOP]
+    E = _kl_sum(S)
+    R = f[3]
+    t0 = f[0]
+    up = True
+    mass = (k - T) * c + r
+    if M > 0 and mass > 0.0:
+        up = nu * (np.log(E) - np.log(mass)) >= t0
+    elif M == 0 and T <= k:
+        return 0  # every weight c (n = k): flat at the target
+    moves = 0
+    lv = 0
+    while True:
+        M = size[MIDMAX]
+        T = size[TOP]
+        mass = (k - T) * c + r
+        f[0] = t0
+        E = _kl_sum(S)
+        t0 = f[0]
+        R = f[3]
+        if M > 0 and mass > 0.0 and E > 0.0:
+            tp = nu * (np.log(E) - np.log(mass))
+            if up:
+                tc = tp if tp > t0 else t0
+            else:
+                tc = tp if tp < t0 else t0
+        elif up and (mass <= 0.0 or T > k):
+            tc = np.inf
+        else:
+            tc = t0
+        if up:  # m up: top -> mid
+            bt = (hk[TOP, 0] - R) - h if T > 0 else np.inf
+            if not (T > 0 and bt < tc):
+                break
+            t0 = bt
+            i = hi[TOP, 0]
+            l = hk[TOP, 0]
+            lv += _remove(S, TOP, i) + _kl_insert(S, 1, l, i)
+        else:  # m down: mid -> top
+            bm = (-hk[MIDMAX, 0] - R) - h if M > 0 else -np.inf
+            if not (M > 0 and bm >= tc):
+                break
+            t0 = bm
+            i = hi[MIDMAX, 0]
+            l = -hk[MIDMAX, 0]
+            lv += _kl_delete(S, 1, i) + _push(S, TOP, l, i)
+        moves += 1
+    f[0] = tc
+    if abs(tc) > KL_SHIFT * nu and abs(tc) < np.inf:
+        _kl_recentre(S, R + tc)
+    if stats.shape[0] >= 10:
+        stats[8] += moves
+        stats[9] += lv
+    return moves
+
+
+@njit(cache=True, _nrt=False, error_model="numpy")
+def _kl_build(losses, q, nu, c, k, r, S, stats):
+    """``_box_build`` for the KL cost (``q`` seeds ``m``: the mean of ``l - nu log q`` over
+    the weights below ``c``)."""
+    hk, hi, pos, size, f = S
+    n = losses.shape[0]
+    h = nu * np.log(c)
+    acc = 0.0
+    lac = 0.0
+    cnt = 0
+    lmin = np.inf
+    for i in range(n):
+        qi = q[i]
+        li = losses[i]
+        if li < lmin:
+            lmin = li
+        if qi > 0.0 and qi < c:
+            acc += li - nu * np.log(qi)
+            lac += li
+            cnt += 1
+    if cnt > 0:
+        R = lac / cnt
+        m = acc / cnt
+    else:  # every loss on top: the walk moves them down
+        R = lmin
+        m = lmin - h
+    if not (abs(R) < np.inf and abs(m) < np.inf):
+        R = 0.0
+        m = 0.0
+    t = m - R
+    if abs(t) > KL_SHIFT * nu:
+        R = m
+        t = 0.0
+    f[0] = t
+    f[1] = 0.0
+    f[2] = 0.0
+    f[3] = R
+    f[4] = nu
+    f[5] = c
+    f[6] = r
+    f[7] = h
+    for j in range(4):
+        size[j] = 0
+    size[4] = k
+    for i in range(n):
+        li = losses[i]
+        for j in range(4):
+            pos[i, j] = -1
+        if (li - R) - t >= h:
+            p = size[TOP]
+            hk[TOP, p] = li
+            hi[TOP, p] = i
+            pos[i, TOP] = p
+            size[TOP] = p + 1
+        else:
+            p = size[MIDMAX]
+            hk[MIDMAX, p] = -li
+            hi[MIDMAX, p] = i
+            pos[i, MIDMAX] = p
+            size[MIDMAX] = p + 1
+            _neumaier(f, np.exp((li - R) / nu))
+    f[8] = f[1] + f[2]
+    _heapify(S, TOP)
+    _heapify(S, MIDMAX)
+    return _kl_settle(S, stats)
+
+
+@njit(cache=True, _nrt=False, error_model="numpy")
+def _kl_update(S, i, l, stats):
+    """``_box_update`` for the KL cost."""
+    hk, hi, pos, size, f = S
+    s1 = 2 if (l - f[3]) - f[0] >= f[7] else 1
+    s0 = 2 if pos[i, TOP] >= 0 else 1
+    if s0 != s1:
+        lv = _kl_delete(S, s0, i) + _kl_insert(S, s1, l, i)
+        if stats.shape[0] >= 10:
+            stats[8] += 1
+    elif s0 == 2:  # stays on top: m does not move
+        lv = _rekey(S, TOP, i, l)
+    else:
+        x0 = np.exp((-hk[MIDMAX, pos[i, MIDMAX]] - f[3]) / f[4])
+        x1 = np.exp((l - f[3]) / f[4])
+        f[8] += x0 + x1
+        _neumaier(f, -x0)
+        _neumaier(f, x1)
+        lv = _rekey(S, MIDMAX, i, -l)
+    if stats.shape[0] >= 10:
+        stats[9] += lv
+    if s0 == 2 and s1 == 2:
+        return 0
+    return _kl_settle(S, stats)
+
+
+@njit(cache=True, _nrt=False, inline="always", error_model="numpy")
+def _kl_weight(l, f):
+    """``min(c, exp(((l - R) - (m - R)) / nu))``."""
+    v = np.exp(((l - f[3]) - f[0]) / f[4])
+    return v if v < f[5] else f[5]
+
+
+@njit(cache=True, _nrt=False)
+def _kl_weights(losses, S, q):
+    f = S[4]
+    for i in range(losses.shape[0]):
+        q[i] = _kl_weight(losses[i], f)

@@ -18,10 +18,10 @@ updated in place; randomness enters only through the index arrays drawn in Pytho
        O(n) twin instead (PAV resumed at the lowest moved rank for chi2, full PAV for KL).
        The incremental path prefetches the next step's row of ``X`` and table entries
        (``prefetch._prefetch``, a cache hint); its helpers run without reference counting
-       (``_nrt=False``, see ``incremental_pav``). For a box spectrum (CVaR) with a
-       chi-square cost the default oracle is ``box_oracle`` instead
-       (``_epoch_prospect_box``): ``q = clip((l - tau) / (2 n nu), 0, c)`` with one scalar
-       ``tau`` kept in O(log n) per step by heaps, and no sorted table during the pass.
+       (``_nrt=False``, see ``incremental_pav``). For a box spectrum (CVaR) the default
+       oracle is ``box_oracle`` instead (``_epoch_prospect_box``): ``q = clip((l - tau) /
+       (2 n nu), 0, c)`` (chi-square) or ``min(c, exp((l - m) / nu))`` (KL) with one scalar
+       kept in O(log n) per step by heaps, and no sorted table during the pass.
 
     So after step ``t`` the tables hold: ``losses[i]`` and ``D[i]`` evaluated at the iterate
     ``w^(s)`` of the last step ``s <= t`` that drew ``i`` (before that step's update),
@@ -50,7 +50,7 @@ import numpy as np
 from numba import njit, objmode
 
 from .box_oracle import (_box_alloc, _box_build, _box_spectrum, _box_update, _box_weight,
-                         _box_weights)
+                         _box_weights, _kl_build, _kl_update, _kl_weight, _kl_weights)
 from .losses import ABSOLUTE, LOGISTIC, SQUARED, _add_outer, _loss_deriv, _predict_row
 from .incremental_pav import BUCKET, _ipav_alloc, _ipav_build, _ipav_update, _ipav_weight
 from .oracles import (CHI2, _bubble, _chi2_weight_at,
@@ -59,7 +59,7 @@ from .oracles import (CHI2, _bubble, _chi2_weight_at,
 from .prefetch import _prefetch
 
 ORACLE_FULL = 0         #: O(n) per step: PAV resumed at the lowest moved rank (chi2), full PAV (KL)
-ORACLE_INCREMENTAL = 1  #: the box oracle where it applies (CVaR, chi2), else the hull tree
+ORACLE_INCREMENTAL = 1  #: the box oracle where it applies (CVaR, nu > 0), else the hull tree
 ORACLE_TREE = 2         #: O(s + log^2 n) per step: the hull tree of ``incremental_pav`` always
 
 _TWO_M53 = 2.0 ** -53
@@ -161,8 +161,8 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     step. ``oracle``:
 
     * ``ORACLE_INCREMENTAL`` (the solver's default): for a box spectrum (CVaR, detected by
-      ``box_oracle._box_spectrum``) with a chi-square cost, ``_epoch_prospect_box``
-      (O(log n) per step, no bubbling); otherwise as ``ORACLE_TREE``;
+      ``box_oracle._box_spectrum``) with ``nu > 0``, ``_epoch_prospect_box`` (O(log n) per
+      step, no bubbling); otherwise as ``ORACLE_TREE``;
     * ``ORACLE_TREE``: for ``nu > 0`` (chi2 and KL) the hull
       tree of ``incremental_pav`` is built at the start of the pass, refreshed on the ranks
       the bubbling moved (O(s + log^2 n)) and ``q_i`` is read off it (O(log n)); a KL table
@@ -178,11 +178,11 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     tree rebuilds (KL range), ``[5]`` refreshed nodes that kept their bridge, ``[6]`` tangent
     walks, ``[7]`` buckets rebuilt.
     """
-    if oracle == ORACLE_INCREMENTAL and nu > 0.0 and div == CHI2:
+    if oracle == ORACLE_INCREMENTAL and nu > 0.0:
         bc, bk, br = _box_spectrum(sigma)
         if bk > 0:
-            _epoch_prospect_box(code, X, y, reg, nu, lr, indices, W, losses, D, q, rho, gbar,
-                                order, rank, bc, bk, br, stats)
+            _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, rho,
+                                gbar, order, rank, bc, bk, br, stats)
             return
     n, p = X.shape
     K = W.shape[1]
@@ -317,11 +317,12 @@ def _sort_state(losses, order):
 
 
 @njit(cache=True)
-def _epoch_prospect_box(code, X, y, reg, nu, lr, indices, W, losses, D, q, rho, gbar, order,
-                        rank, bc, bk, br, stats):
+def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, rho, gbar,
+                        order, rank, bc, bk, br, stats):
     """``_epoch_prospect`` for a box spectrum (``bk`` entries ``bc``, one ``br``: CVaR) with a
-    chi-square cost: the same steps, with ``q_i`` read off ``box_oracle`` (O(log n) per step,
-    no sorted table); ``order`` / ``rank`` are rebuilt by one sort at the end of the pass.
+    chi-square or KL cost: the same steps, with ``q_i`` read off ``box_oracle`` (O(log n) per
+    step, no sorted table); ``order`` / ``rank`` are rebuilt by one sort at the end of the
+    pass.
     For ``K = 1`` the iterate and ``gbar`` live in local vectors during the pass (the same
     operations in the same order as the general loops, so the same numbers, vectorised).
     ``stats`` (int64; length 10 to collect): ``[3]`` steps, ``[8]`` elements that changed
@@ -335,7 +336,11 @@ def _epoch_prospect_box(code, X, y, reg, nu, lr, indices, W, losses, D, q, rho, 
     for j in range(p):
         shrink[j] = 1.0 / (1.0 + lr * reg[j])
     B = _box_alloc(n)
-    _box_build(losses, q, nu, bc, bk, br, B, stats)
+    kl = div != CHI2
+    if kl:
+        _kl_build(losses, q, nu, bc, bk, br, B, stats)
+    else:
+        _box_build(losses, q, nu, bc, bk, br, B, stats)
     f = B[4]
     pos = B[2]
     collect = stats.shape[0] >= 8
@@ -370,7 +375,7 @@ def _epoch_prospect_box(code, X, y, reg, nu, lr, indices, W, losses, D, q, rho, 
             _prefetch(losses, i2, 0)
             _prefetch(rho, i2, 0)
             _prefetch(pos, i2, 0)
-        qi = _box_weight(losses[i], f)
+        qi = _kl_weight(losses[i], f) if kl else _box_weight(losses[i], f)
         ri = rho[i]
         if one:
             zz = 0.0
@@ -398,14 +403,20 @@ def _epoch_prospect_box(code, X, y, reg, nu, lr, indices, W, losses, D, q, rho, 
                 D[i, k] = dz[k]
         rho[i] = qi
         losses[i] = li
-        _box_update(B, i, li, stats)
+        if kl:
+            _kl_update(B, i, li, stats)
+        else:
+            _box_update(B, i, li, stats)
         if collect:
             stats[3] += 1
     if one:
         for j in range(p):
             W[j, 0] = w1[j]
             gbar[j, 0] = g1[j]
-    _box_weights(losses, B, q)
+    if kl:
+        _kl_weights(losses, B, q)
+    else:
+        _box_weights(losses, B, q)
     with objmode():
         _sort_state(losses, order)
     for r in range(n):
