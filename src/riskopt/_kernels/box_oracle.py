@@ -1,4 +1,4 @@
-"""Incremental exact oracle for box spectra (CVaR) with a chi-square shift cost, O(log n).
+"""Incremental exact oracle for box spectra (CVaR) with a shift cost, O(log n) per update.
 
 For a spectrum whose entries are ``c`` (``k`` of them), ``0`` and at most one other value
 ``r`` in ``(0, c)`` (CVaR of level ``alpha``: ``c = 1/(alpha n)``, ``r`` the fractional part),
@@ -51,8 +51,11 @@ the max-heaps ``LOW`` and ``MIDMAX``, ``l`` for ``MIDMIN`` and ``TOP``), heap en
 Everything but ``_box_alloc`` runs without reference counting (``_nrt=False``, as in
 ``incremental_pav``): nothing allocates.
 
-Prospect uses it for CVaR with a chi-square cost (``prospect._epoch_prospect``): a step
-touches the sampled index's heap entries, and the sorted loss table is not kept at all.
+The KL cost (``nu sum q log(n q)``) is kept the same way with one threshold (``_kl_*``, see
+the section below): ``q_i = min(c, exp((l_i - m) / nu))``.
+
+Prospect uses it for CVaR with either cost (``prospect._epoch_prospect_box``): a step touches
+the sampled index's heap entries, and the sorted loss table is not kept during the pass.
 """
 import numpy as np
 from numba import njit
