@@ -7,6 +7,7 @@
   box-constrained dual, checked against a brute-force cvxpy solve of the same model.
 * A wrong guess (a window that misses the tie set, no growth) is not certified, and
   :func:`newton` then goes on with the continuation to the same optimum.
+* The numba kernel of the model QP equals its pure-NumPy twin (below) step for step.
 """
 import numpy as np
 import pytest
@@ -123,3 +124,116 @@ def test_wrong_guess_is_not_certified_and_newton_falls_back(monkeypatch):
     good = nt.newton(obj, obj.zeros(), rtol=1e-10)
     assert good["dual_nu"] == "crossover" and good["n_iter"] < res["n_iter"]
     assert abs(good["value"] - v_cvx) <= 1e-9 * abs(v_cvx)
+
+
+def _model_qp_twin(C, c, l_w, q, lo, hi, m, max_iter=None):
+    """Pure-NumPy twin of :func:`riskopt._kernels.crossover.model_qp`."""
+    p, N = C.shape
+    q = np.clip(np.asarray(q, dtype=np.float64).copy(), lo, hi)
+    free = (q > lo) & (q < hi)
+    max_iter = 10 * N + 100 if max_iter is None else max_iter
+    scale = max(1.0, float(np.max(np.abs(l_w))))
+    t = np.nan
+    u = -(c + C @ q)
+    v = None  # the window's linearised losses l_w + C'u, when up to date
+    for _ in range(max_iter):
+        F = np.flatnonzero(free)
+        k = len(F)
+        if k == 0:
+            if v is None:
+                v = l_w + C.T @ u  # a vertex: the threshold lies between the bottom's top and the top's bottom
+            at_lo, at_hi = np.flatnonzero(q <= lo), np.flatnonzero(q >= hi)
+            vlo = float(v[at_lo].max()) if len(at_lo) else -np.inf
+            vhi = float(v[at_hi].min()) if len(at_hi) else np.inf
+            if vlo <= vhi + 1e-12 * scale:
+                t = 0.5 * (vlo + vhi) if np.isfinite(vlo + vhi) else min(vlo, vhi)
+                return u, q, True, float(t)
+            free[at_lo[np.argmax(v[at_lo])]] = True
+            free[at_hi[np.argmin(v[at_hi])]] = True
+            continue
+        CF = C[:, F]
+        vF = l_w[F] + CF.T @ u
+        Kt = np.empty((k + 1, k + 1))
+        Kt[:k, :k] = CF.T @ CF
+        Kt[:k, k] = Kt[k, :k] = 1.0
+        Kt[k, k] = 0.0
+        # the free weights' optimum with the others fixed: [C_F'C_F 1; 1' 0] [q_F; t] =
+        # [l_F - C_F'(c + C q - C_F q_F); m_F] (the step is relative to the current q_F)
+        rhs = np.concatenate([vF, [m - float(q.sum())]])  # at d = 0: residual of q_F
+        try:
+            sol = np.linalg.solve(Kt, rhs)
+        except np.linalg.LinAlgError:
+            sol = np.full(k + 1, np.nan)
+        if not np.all(np.isfinite(sol)) or np.max(np.abs(Kt @ sol - rhs)) > 1e-9 * (
+                np.max(np.abs(rhs)) + 1e-300):  # singular (duplicated samples): least squares
+            sol = np.linalg.lstsq(Kt, rhs, rcond=1e-12)[0]
+        resid = Kt @ sol - rhs
+        if np.max(np.abs(resid)) <= 1e-9 * (np.max(np.abs(rhs)) + 1e-300) + 1e-14 * scale:
+            d, t = sol[:k], sol[k]
+        else:  # unbounded along a null direction of [C_F; 1']: l_F projected on it
+            A = np.vstack([CF, np.ones((1, k))])
+            _, sv, Vt = np.linalg.svd(A, full_matrices=True)
+            r = int(np.count_nonzero(sv > 1e-12 * sv[0]))
+            Vn = Vt[r:]
+            d = Vn.T @ (Vn @ vF)
+            if not np.any(d):
+                return u, q, False, float(t)
+            d *= 1e6 * (hi - lo) / float(np.max(np.abs(d)))  # long: the ratio test cuts it
+        qF = q[F]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(d > 0, (hi - qF) / d, np.where(d < 0, (lo - qF) / d, np.inf))
+        j = int(np.argmin(ratio))
+        alpha = float(ratio[j])
+        if alpha < 1.0:
+            q[F] = np.clip(qF + alpha * d, lo, hi)
+            q[F[j]] = hi if d[j] > 0 else lo
+            free[F[j]] = False
+            u -= CF @ (q[F] - qF)
+            v = None
+            continue
+        q[F] = np.clip(qF + d, lo, hi)
+        # the free set's optimum: the fixed samples' multipliers (sides of t)
+        u = -(c + C @ q)
+        v = l_w + C.T @ u
+        tol = 1e-12 * max(scale, abs(t))
+        viol = np.where(~free & (q <= lo), v - t, np.where(~free & (q >= hi), t - v, 0.0))
+        i = int(np.argmax(viol))
+        if viol[i] <= tol:
+            return u, q, True, float(t)
+        free[i] = True  # one at a time (releasing several at once cycled on degenerate steps)
+    u = -(c + C @ q)
+    return u, q, False, float(t)
+
+
+
+
+def test_model_qp_kernel_matches_its_twin():
+    rng = np.random.default_rng(8)
+    for trial in range(8):
+        p, N = 5, 40
+        C = rng.normal(size=(p, N))
+        if trial % 2:
+            C[:, 3] = C[:, 4]
+        c = rng.normal(size=p)
+        l_w = rng.normal(size=N)
+        if trial % 2:
+            l_w[3] = l_w[4]
+        lo, hi = (0.0, 0.07) if trial % 3 else (0.01, 0.05)
+        k = int((1.1 - N * lo) // (hi - lo))
+        q0 = np.full(N, lo)
+        q0[np.argsort(-l_w)[:k]] = hi
+        m = q0.sum()
+        u1, q1, ok1, t1 = xc._model_qp(C, c, l_w, q0, lo, hi, m)
+        u2, q2, ok2, t2 = _model_qp_twin(C, c, l_w, q0, lo, hi, m)
+        assert ok1 and ok2
+        # u (the strongly convex primal's minimiser) and the dual value are unique; q need
+        # not be (C'C has rank p), and ties in the ratio test may be broken differently
+        np.testing.assert_allclose(u1, u2, rtol=1e-9, atol=1e-12)
+        dual = [0.5 * np.sum((c + C @ qq) ** 2) - l_w @ qq for qq in (q1, q2)]
+        assert dual[0] == pytest.approx(dual[1], rel=1e-10, abs=1e-12)
+        # the kernel's KKT conditions: free samples at t, the others on their side of it
+        v = l_w + C.T @ u1
+        free = (q1 > lo) & (q1 < hi)
+        assert np.all(np.abs(v[free] - t1) <= 1e-10)
+        assert np.all(v[q1 <= lo] <= t1 + 1e-10) and np.all(v[q1 >= hi] >= t1 - 1e-10)
+        assert q1.sum() == pytest.approx(m, abs=1e-12)

@@ -31,6 +31,7 @@ continuation otherwise (a wrong window costs time, never accuracy).
 import numpy as np
 from scipy.linalg import solve_triangular
 
+from .._kernels import crossover as _kc
 from .._kernels import oracles as _ko
 
 #: half-width of the window (samples each side of the threshold's rank) per design column
@@ -73,82 +74,14 @@ def _model_qp(C, c, l_w, q, lo, hi, m, max_iter=None):
     ``[C_F; 1']`` when it is unbounded), a ratio test that fixes the first blocking weight at
     its bound, and the release of the worst-signed multiplier (a fixed sample on the wrong side
     of the threshold ``t``) at a free-set optimum. Returns ``(u, q, ok, t)``, ``u = -(c + C q)``
-    the model's step (``ok``: the KKT conditions hold)."""
+    the model's step (``ok``: the KKT conditions hold); numba,
+    :func:`riskopt._kernels.crossover.model_qp`."""
     p, N = C.shape
-    q = np.clip(np.asarray(q, dtype=np.float64).copy(), lo, hi)
-    free = (q > lo) & (q < hi)
-    max_iter = 10 * N + 100 if max_iter is None else max_iter
-    scale = max(1.0, float(np.max(np.abs(l_w))))
-    t = np.nan
-    u = -(c + C @ q)
-    v = None  # the window's linearised losses l_w + C'u, when up to date
-    for _ in range(max_iter):
-        F = np.flatnonzero(free)
-        k = len(F)
-        if k == 0:
-            if v is None:
-                v = l_w + C.T @ u  # a vertex: the threshold lies between the bottom's top and the top's bottom
-            at_lo, at_hi = np.flatnonzero(q <= lo), np.flatnonzero(q >= hi)
-            vlo = float(v[at_lo].max()) if len(at_lo) else -np.inf
-            vhi = float(v[at_hi].min()) if len(at_hi) else np.inf
-            if vlo <= vhi + 1e-12 * scale:
-                t = 0.5 * (vlo + vhi) if np.isfinite(vlo + vhi) else min(vlo, vhi)
-                return u, q, True, float(t)
-            free[at_lo[np.argmax(v[at_lo])]] = True
-            free[at_hi[np.argmin(v[at_hi])]] = True
-            continue
-        CF = C[:, F]
-        vF = l_w[F] + CF.T @ u
-        Kt = np.empty((k + 1, k + 1))
-        Kt[:k, :k] = CF.T @ CF
-        Kt[:k, k] = Kt[k, :k] = 1.0
-        Kt[k, k] = 0.0
-        # the free weights' optimum with the others fixed: [C_F'C_F 1; 1' 0] [q_F; t] =
-        # [l_F - C_F'(c + C q - C_F q_F); m_F] (the step is relative to the current q_F)
-        rhs = np.concatenate([vF, [m - float(q.sum())]])  # at d = 0: residual of q_F
-        try:
-            sol = np.linalg.solve(Kt, rhs)
-        except np.linalg.LinAlgError:
-            sol = np.full(k + 1, np.nan)
-        if not np.all(np.isfinite(sol)) or np.max(np.abs(Kt @ sol - rhs)) > 1e-9 * (
-                np.max(np.abs(rhs)) + 1e-300):  # singular (duplicated samples): least squares
-            sol = np.linalg.lstsq(Kt, rhs, rcond=1e-12)[0]
-        resid = Kt @ sol - rhs
-        if np.max(np.abs(resid)) <= 1e-9 * (np.max(np.abs(rhs)) + 1e-300) + 1e-14 * scale:
-            d, t = sol[:k], sol[k]
-        else:  # unbounded along a null direction of [C_F; 1']: l_F projected on it
-            A = np.vstack([CF, np.ones((1, k))])
-            _, sv, Vt = np.linalg.svd(A, full_matrices=True)
-            r = int(np.count_nonzero(sv > 1e-12 * sv[0]))
-            Vn = Vt[r:]
-            d = Vn.T @ (Vn @ vF)
-            if not np.any(d):
-                return u, q, False, float(t)
-            d *= 1e6 * (hi - lo) / float(np.max(np.abs(d)))  # long: the ratio test cuts it
-        qF = q[F]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(d > 0, (hi - qF) / d, np.where(d < 0, (lo - qF) / d, np.inf))
-        j = int(np.argmin(ratio))
-        alpha = float(ratio[j])
-        if alpha < 1.0:
-            q[F] = np.clip(qF + alpha * d, lo, hi)
-            q[F[j]] = hi if d[j] > 0 else lo
-            free[F[j]] = False
-            u -= CF @ (q[F] - qF)
-            v = None
-            continue
-        q[F] = np.clip(qF + d, lo, hi)
-        # the free set's optimum: the fixed samples' multipliers (sides of t)
-        u = -(c + C @ q)
-        v = l_w + C.T @ u
-        tol = 1e-12 * max(scale, abs(t))
-        viol = np.where(~free & (q <= lo), v - t, np.where(~free & (q >= hi), t - v, 0.0))
-        i = int(np.argmax(viol))
-        if viol[i] <= tol:
-            return u, q, True, float(t)
-        free[i] = True  # one at a time (releasing several at once cycled on degenerate steps)
-    u = -(c + C @ q)
-    return u, q, False, float(t)
+    max_iter = 10 * N + 100 if max_iter is None else int(max_iter)
+    f = np.ascontiguousarray
+    return _kc.model_qp(f(C, dtype=np.float64), f(c, dtype=np.float64),
+                        f(l_w, dtype=np.float64), f(q, dtype=np.float64), float(lo), float(hi),
+                        float(m), max_iter)
 
 
 def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None, log=None,
