@@ -43,6 +43,12 @@ MAX_WINDOW = 4000
 MAX_GROW = 4
 #: model solves (one weighted Gram matrix each, window doublings included) of ``box_newton``
 MAX_OUTER = 6
+#: widest design (columns) the crossover runs on: each active-set change refactors the
+#: ``(|M| + 1)``-square KKT matrix (``|M| <= p + 1``) and a model solve takes ~10 p changes
+#: from a vertex (synthetic, p = 51: 542; adult, p = 101: 70-2,020), so the work grows like p^4
+MAX_FEATURES = 150
+#: active-set changes per model solve: at most this many per column, plus 200
+QP_ITER_PER_COLUMN = 30
 
 
 def _rows(X, idx):
@@ -88,19 +94,22 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
                max_grow=None, qp_iter=None):
     """Window SQP to the exact optimum of a box-spectrum risk at ``nu = 0`` from ``W`` (module
     docstring), at most ``max_outer`` model solves and ``max_grow`` window doublings (default
-    ``MAX_GROW``); ``qp_iter``: a cap on the active-set changes of each model solve, the run
-    ending when one does not finish. Returns ``dict(coef, z, q, bound, value,
+    ``MAX_GROW``); ``qp_iter``: a cap on the active-set changes of each model solve (default
+    ``QP_ITER_PER_COLUMN p + 200``), the run ending when one does not finish. Returns ``dict(coef, z, q, bound, value,
     steps)``: the point with the smallest certified gap (``q``: its dual point, ``None`` with
     ``bound = -inf`` if no step was taken) and ``steps`` the model solves done; ``None`` if
-    the spectrum is not a box, ``nu > 0`` or ``H`` is not positive definite."""
+    the spectrum is not a box, ``nu > 0``, ``p > MAX_FEATURES`` or ``H`` is not positive
+    definite."""
     from ._newton import _box_spectrum, _losses_derivs_z, _xt_vec, curvature, dual_bound, \
         weighted_gram
 
     sigma = objective.sigma
-    if not _box_spectrum(sigma) or objective.nu != 0:
+    if not _box_spectrum(sigma) or objective.nu != 0 or objective.p > MAX_FEATURES:
         return None
     lo, hi = float(sigma[0]), float(sigma[-1])
     X, n, reg, y = objective.X, objective.n, objective.reg, objective.y
+    if qp_iter is None:
+        qp_iter = QP_ITER_PER_COLUMN * objective.p + 200
     W = np.asarray(W, dtype=np.float64).reshape(-1).copy()
     z = np.asarray(X @ W, dtype=np.float64).ravel() if z is None else z
     ell, der = _losses_derivs_z(objective, z)
@@ -145,7 +154,7 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
             qi = q[widx].copy()  # the last model's weights: its active set is nearly right
         u, qw, ok, t = _model_qp(C, c_fix, l_w, qi, lo, hi, m_w, qp_iter)
         grow_from = None
-        if not ok and qp_iter is not None:
+        if not ok:  # the model's optimum was not reached: no step
             break
         d = solve_triangular(L.T, u, lower=False)
         Xd = np.asarray(X @ d, dtype=np.float64).ravel()
