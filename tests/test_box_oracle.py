@@ -17,7 +17,7 @@ tree (``ORACLE_TREE``) and the O(n) oracle (``ORACLE_FULL``) on the same index s
 """
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
@@ -26,7 +26,8 @@ from riskopt._kernels import box_oracle as bo
 from riskopt._kernels import oracles as ko
 from riskopt._kernels import prospect as kp
 
-from test_incremental_pav import DISTS, MOVES, _case, _objective
+from test_incremental_pav import DISTS, MOVES, PROP as IPAV_PROP, _case, _objective
+from test_incremental_pav import cases as IPAV_CASES
 
 TOL = 1e-12
 LEVELS = ("random", "integer", "all", "one")
@@ -51,14 +52,6 @@ def _update(S, i, v, div, stats):
 @njit(cache=True)
 def _weight(l, f, div):
     return bo._box_weight(l, f) if div == ko.CHI2 else bo._kl_weight(l, f)
-
-
-@njit(cache=True)
-def _weights(losses, S, div, q):
-    if div == ko.CHI2:
-        bo._box_weights(losses, S, q)
-    else:
-        bo._kl_weights(losses, S, q)
 
 
 @njit(cache=True)
@@ -90,7 +83,7 @@ def _replay_box(losses, sigma, nu, div, idx, vals, q0, check_every):
         if t % check_every == 0 or t == idx.shape[0] - 1:
             if not _consistent(losses, S, div):
                 return worst, 2, stats
-            _weights(losses, S, div, qb)
+            bo._box_weights(losses, S, qb, div != ko.CHI2)
             for m in range(n):
                 worst = max(worst, abs(qb[m] - qf[m]))
     return worst, 0, stats
@@ -173,18 +166,10 @@ def _check(seed, n, level, dist, move, div, nu_rel, start, steps, check_every=1)
     return stats
 
 
-PROP = settings(max_examples=300, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow])
-cases = dict(
-    seed=st.integers(0, 2**32 - 1),
-    n=st.integers(1, 300),
-    level=st.sampled_from(LEVELS),
-    dist=st.sampled_from(DISTS),
-    move=st.sampled_from(MOVES),
-    div=st.sampled_from([ko.CHI2, ko.KL]),
-    nu_rel=st.sampled_from([1e-3, 1e-2, 0.1, 1.0, 10.0]),
-    start=st.sampled_from(["exact", "uniform", "zeros"]),
-)
+PROP = settings(IPAV_PROP, max_examples=300)
+cases = {k: v for k, v in IPAV_CASES.items() if k not in ("spectrum", "B", "nu_rel")}
+cases.update(level=st.sampled_from(LEVELS), nu_rel=st.sampled_from([1e-3, 1e-2, 0.1, 1.0, 10.0]),
+             start=st.sampled_from(["exact", "uniform", "zeros"]))
 
 
 @PROP
@@ -204,8 +189,7 @@ def test_box_weights_at_larger_n(n, level, move, div):
 
 
 @pytest.mark.slow
-@settings(max_examples=1000, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(PROP, max_examples=1000)
 @given(**{**cases, "n": st.integers(1, 10000)})
 def test_box_weights_property_up_to_1e4(seed, n, level, dist, move, div, nu_rel, start):
     _check(seed, n, level, dist, move, div, nu_rel, start, steps=400,
@@ -366,7 +350,7 @@ def test_an_infinite_loss_gets_the_limit_weights():
             if np.isinf(table).sum() > k:  # more infinite losses than the cap allows
                 break
             qb = np.empty(n)
-            bo._box_weights(table, S, qb)
+            bo._box_weights(table, S, qb, False)
             qf = np.empty(n)
             ko.risk_weights(np.where(np.isinf(table), 1e12, table), sigma, 0.2, ko.CHI2, qf)
             np.testing.assert_allclose(qb, qf, rtol=0, atol=TOL)

@@ -101,6 +101,14 @@ def _box_alloc(n):
 
 
 # ----------------------------------------------------------------------- indexed heaps
+@njit(cache=True, _nrt=False, inline="always")
+def _put(hk, hi, pos, h, p, key, idx):
+    """Entry ``p`` of heap ``h`` becomes ``(key, idx)``."""
+    hk[h, p] = key
+    hi[h, p] = idx
+    pos[idx, h] = p
+
+
 @njit(cache=True, _nrt=False)
 def _sift_up(hk, hi, pos, h, p, key, idx):
     """Place ``(key, idx)`` at or above the hole ``p`` of min-heap ``h``; returns the levels
@@ -111,15 +119,10 @@ def _sift_up(hk, hi, pos, h, p, key, idx):
         kp = hk[h, par]
         if kp <= key:
             break
-        j = hi[h, par]
-        hk[h, p] = kp
-        hi[h, p] = j
-        pos[j, h] = p
+        _put(hk, hi, pos, h, p, kp, hi[h, par])
         p = par
         lv += 1
-    hk[h, p] = key
-    hi[h, p] = idx
-    pos[idx, h] = p
+    _put(hk, hi, pos, h, p, key, idx)
     return lv
 
 
@@ -136,16 +139,20 @@ def _sift_down(hk, hi, pos, h, m, p, key, idx):
         ka = hk[h, a]
         if ka >= key:
             break
-        j = hi[h, a]
-        hk[h, p] = ka
-        hi[h, p] = j
-        pos[j, h] = p
+        _put(hk, hi, pos, h, p, ka, hi[h, a])
         p = a
         lv += 1
-    hk[h, p] = key
-    hi[h, p] = idx
-    pos[idx, h] = p
+    _put(hk, hi, pos, h, p, key, idx)
     return lv
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _append(S, h, key, idx):
+    """Add ``(key, idx)`` at the end of heap ``h`` without sifting (``_box_build`` and
+    ``_kl_build`` heapify after)."""
+    hk, hi, pos, size, f = S
+    _put(hk, hi, pos, h, size[h], key, idx)
+    size[h] += 1
 
 
 @njit(cache=True, _nrt=False)
@@ -323,6 +330,18 @@ def _heapify(S, h):
         _sift_down(hk, hi, pos, h, m, p, hk[h, p], hi[h, p])
 
 
+@njit(cache=True, _nrt=False)
+def _reset(S, t, ref, a, c, r, w, k):
+    """``f = [t, 0, 0, ref, a, c, r, w, 0]``, every heap empty and every index in none,
+    ``size[4] = k``."""
+    hk, hi, pos, size, f = S
+    for j, v in enumerate((t, 0.0, 0.0, ref, a, c, r, w, 0.0)):
+        f[j] = v
+    size[:4] = 0
+    size[4] = k
+    pos[:, :] = -1
+
+
 @njit(cache=True, _nrt=False, error_model="numpy")
 def _box_build(losses, q, nu, c, k, r, S, stats):
     """Fill the structure for the loss table ``losses``; ``q`` (the weights of the table, if
@@ -362,44 +381,17 @@ def _box_build(losses, q, nu, c, k, r, S, stats):
         L0 = 0.0
         tau = 0.0
     t = tau - L0
-    f[0] = t
-    f[1] = 0.0
-    f[2] = 0.0
-    f[3] = L0
-    f[4] = A
-    f[5] = c
-    f[6] = r
-    f[7] = W
-    for h in range(4):
-        size[h] = 0
-    size[4] = k
+    _reset(S, t, L0, A, c, r, W, k)
     for i in range(n):
         li = losses[i]
         d = li - L0
-        for h in range(4):
-            pos[i, h] = -1
         if d <= t:
-            p = size[LOW]
-            hk[LOW, p] = -li
-            hi[LOW, p] = i
-            pos[i, LOW] = p
-            size[LOW] = p + 1
+            _append(S, LOW, -li, i)
         elif d >= t + W:
-            p = size[TOP]
-            hk[TOP, p] = li
-            hi[TOP, p] = i
-            pos[i, TOP] = p
-            size[TOP] = p + 1
+            _append(S, TOP, li, i)
         else:
-            p = size[MIDMIN]
-            hk[MIDMIN, p] = li
-            hi[MIDMIN, p] = i
-            pos[i, MIDMIN] = p
-            hk[MIDMAX, p] = -li
-            hi[MIDMAX, p] = i
-            pos[i, MIDMAX] = p
-            size[MIDMIN] = p + 1
-            size[MIDMAX] = p + 1
+            _append(S, MIDMIN, li, i)
+            _append(S, MIDMAX, -li, i)
             _neumaier(f, d)
     for h in range(4):
         _heapify(S, h)
@@ -443,14 +435,6 @@ def _box_weight(l, f):
     if v <= 0.0:
         return 0.0
     return v if v < f[5] else f[5]
-
-
-@njit(cache=True, _nrt=False)
-def _box_weights(losses, S, q):
-    """All weights (sample order)."""
-    f = S[4]
-    for i in range(losses.shape[0]):
-        q[i] = _box_weight(losses[i], f)
 
 
 # ------------------------------------------------------------------------ KL penalty
@@ -523,17 +507,11 @@ def _kl_settle(S, stats):
     """Walk ``t = m - R`` (``f[0]``, a consistent position) to the root; returns the number of
     elements that crossed the threshold."""
     hk, hi, pos, size, f = S
+    E = _kl_sum(S)  # (may re-centre: f read after)
+    t0, R, nu, c, r, h = f[0], f[3], f[4], f[5], f[6], f[7]
     k = size[4]
-    nu = f[4]
-    c = f[5]
-    r = f[6]
-    h = f[7]
-    R = f[3]
     M = size[MIDMAX]
     T = size[TOP]
-    E = _kl_sum(S)
-    R = f[3]
-    t0 = f[0]
     up = True
     mass = (k - T) * c + r
     if M > 0 and mass > 0.0:
@@ -619,33 +597,13 @@ def _kl_build(losses, q, nu, c, k, r, S, stats):
     if abs(t) > KL_SHIFT * nu:
         R = m
         t = 0.0
-    f[0] = t
-    f[1] = 0.0
-    f[2] = 0.0
-    f[3] = R
-    f[4] = nu
-    f[5] = c
-    f[6] = r
-    f[7] = h
-    for j in range(4):
-        size[j] = 0
-    size[4] = k
+    _reset(S, t, R, nu, c, r, h, k)
     for i in range(n):
         li = losses[i]
-        for j in range(4):
-            pos[i, j] = -1
         if (li - R) - t >= h:
-            p = size[TOP]
-            hk[TOP, p] = li
-            hi[TOP, p] = i
-            pos[i, TOP] = p
-            size[TOP] = p + 1
+            _append(S, TOP, li, i)
         else:
-            p = size[MIDMAX]
-            hk[MIDMAX, p] = -li
-            hi[MIDMAX, p] = i
-            pos[i, MIDMAX] = p
-            size[MIDMAX] = p + 1
+            _append(S, MIDMAX, -li, i)
             _neumaier(f, np.exp((li - R) / nu))
     f[8] = f[1] + f[2]
     _heapify(S, TOP)
@@ -687,7 +645,8 @@ def _kl_weight(l, f):
 
 
 @njit(cache=True, _nrt=False)
-def _kl_weights(losses, S, q):
+def _box_weights(losses, S, q, kl):
+    """All weights (sample order), of the KL cost if ``kl`` else of the chi-square one."""
     f = S[4]
     for i in range(losses.shape[0]):
-        q[i] = _kl_weight(losses[i], f)
+        q[i] = _kl_weight(losses[i], f) if kl else _box_weight(losses[i], f)

@@ -50,7 +50,7 @@ import numpy as np
 from numba import njit, objmode
 
 from .box_oracle import (_box_alloc, _box_build, _box_spectrum, _box_update, _box_weight,
-                         _box_weights, _kl_build, _kl_update, _kl_weight, _kl_weights)
+                         _box_weights, _kl_build, _kl_update, _kl_weight)
 from .losses import ABSOLUTE, LOGISTIC, SQUARED, _add_outer, _loss_deriv, _predict_row
 from .incremental_pav import BUCKET, _ipav_alloc, _ipav_build, _ipav_update, _ipav_weight
 from .oracles import (CHI2, _bubble, _chi2_weight_at,
@@ -153,6 +153,49 @@ def _prefetch_rank(r, ls, order, sigma, S, tree):
 
 
 @njit(cache=True)
+def _step_scratch(K, lr, reg):
+    """A step's work vectors ``z``, ``dz``, ``c`` (length ``K``) and the prox factors
+    ``shrink[j] = 1 / (1 + lr reg[j])``."""
+    shrink = np.empty(reg.shape[0])
+    for j in range(reg.shape[0]):
+        shrink[j] = 1.0 / (1.0 + lr * reg[j])
+    return np.empty(K), np.empty(K), np.empty(K), shrink
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _prefetch_row(X, D, y, losses, rho, i):
+    """Cache hints for step of index ``i``: its row of ``X`` and its table entries."""
+    p = X.shape[1]
+    for j in range(0, p, 8):
+        _prefetch(X, i, j)
+    _prefetch(X, i, p - 1)
+    _prefetch(D, i, 0)
+    _prefetch(y, i, 0)
+    _prefetch(losses, i, 0)
+    _prefetch(rho, i, 0)
+
+
+@njit(cache=True, inline="always")
+def _step_update(X, i, W, gbar, D, c, dz, qi, ri, lr, shrink):
+    """Steps 2-4 of the module docstring for index ``i`` (``dz`` = dloss/dz at ``W``):
+    ``c = q_i d - rho_i D[i]``, the prox-gradient step on ``W``, ``gbar += outer(X[i], c)``,
+    ``D[i] <- d``."""
+    n, p = X.shape
+    K = W.shape[1]
+    for k in range(K):
+        c[k] = qi * dz[k] - ri * D[i, k]
+    # iterate update: v = outer(x_i, n c) + gbar, then the prox of the l2 term
+    for j in range(p):
+        a = n * X[i, j]
+        for k in range(K):
+            W[j, k] = (W[j, k] - lr * (a * c[k] + gbar[j, k])) * shrink[j]
+    # variance-reducing update (tables at w^(t), rho_i <- q_i^(t))
+    _add_outer(X, i, 1.0, c, gbar)
+    for k in range(K):
+        D[i, k] = dz[k]
+
+
+@njit(cache=True)
 def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, q, rho, gbar,
                     order, rank, oracle, stats):
     """One pass of Prospect over ``indices`` (in-place on W and the tables).
@@ -186,16 +229,11 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
             return
     n, p = X.shape
     K = W.shape[1]
-    z = np.empty(K)
-    dz = np.empty(K)
-    c = np.empty(K)
+    z, dz, c, shrink = _step_scratch(K, lr, reg)
     ls = np.empty(n)
     qs = np.empty(n)
     work = np.empty(2 * n)
     iwork = np.empty(n, dtype=np.int64)
-    shrink = np.empty(p)
-    for j in range(p):
-        shrink[j] = 1.0 / (1.0 + lr * reg[j])
     _sorted_tables(losses, q, order, ls, qs)
     # 0: nu = 0 lookup, 1: chi2 PAV resume, 2: full PAV, 3: hull tree
     mode = 0
@@ -231,14 +269,7 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     for t in range(T):
         i = indices[t]
         if inc and t + 1 < T:  # the next step's row and table entries (a hint, no values)
-            i2 = indices[t + 1]
-            for j in range(0, p, 8):
-                _prefetch(X, i2, j)
-            _prefetch(X, i2, p - 1)
-            _prefetch(D, i2, 0)
-            _prefetch(y, i2, 0)
-            _prefetch(losses, i2, 0)
-            _prefetch(rho, i2, 0)
+            _prefetch_row(X, D, y, losses, rho, indices[t + 1])
         _predict_row(X, i, W, z)
         li = _loss_deriv(code, y[i], z, dz)
         # the incremental path keeps no rank array during the pass (its updates are random
@@ -256,18 +287,7 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
             qi = _nu0_weight_at(ls, sigma, ri0)
         else:
             qi = qs[ri0]
-        ri = rho[i]
-        for k in range(K):
-            c[k] = qi * dz[k] - ri * D[i, k]
-        # iterate update: v = outer(x_i, n c) + gbar, then the prox of the l2 term
-        for j in range(p):
-            a = n * X[i, j]
-            for k in range(K):
-                W[j, k] = (W[j, k] - lr * (a * c[k] + gbar[j, k])) * shrink[j]
-        # variance-reducing update (tables at w^(t), rho_i <- q_i^(t))
-        _add_outer(X, i, 1.0, c, gbar)
-        for k in range(K):
-            D[i, k] = dz[k]
+        _step_update(X, i, W, gbar, D, c, dz, qi, rho[i], lr, shrink)
         rho[i] = qi
         # bias-reducing update: loss table, incremental sort, exact weights
         losses[i] = li
@@ -329,12 +349,7 @@ def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, 
     set (the updated index re-filed, or crossed by the walk), ``[9]`` heap levels sifted."""
     n, p = X.shape
     K = W.shape[1]
-    z = np.empty(K)
-    dz = np.empty(K)
-    c = np.empty(K)
-    shrink = np.empty(p)
-    for j in range(p):
-        shrink[j] = 1.0 / (1.0 + lr * reg[j])
+    z, dz, c, shrink = _step_scratch(K, lr, reg)
     B = _box_alloc(n)
     kl = div != CHI2
     if kl:
@@ -366,15 +381,8 @@ def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, 
     for t in range(T):
         i = indices[t]
         if t + 1 < T:  # the next step's row and table entries (a hint, no values)
-            i2 = indices[t + 1]
-            for j in range(0, p, 8):
-                _prefetch(X, i2, j)
-            _prefetch(X, i2, p - 1)
-            _prefetch(D, i2, 0)
-            _prefetch(y, i2, 0)
-            _prefetch(losses, i2, 0)
-            _prefetch(rho, i2, 0)
-            _prefetch(pos, i2, 0)
+            _prefetch_row(X, D, y, losses, rho, indices[t + 1])
+            _prefetch(pos, indices[t + 1], 0)
         qi = _kl_weight(losses[i], f) if kl else _box_weight(losses[i], f)
         ri = rho[i]
         if one:
@@ -392,15 +400,7 @@ def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, 
         else:
             _predict_row(X, i, W, z)
             li = _loss_deriv(code, y[i], z, dz)
-            for k in range(K):
-                c[k] = qi * dz[k] - ri * D[i, k]
-            for j in range(p):
-                a = n * X[i, j]
-                for k in range(K):
-                    W[j, k] = (W[j, k] - lr * (a * c[k] + gbar[j, k])) * shrink[j]
-            _add_outer(X, i, 1.0, c, gbar)
-            for k in range(K):
-                D[i, k] = dz[k]
+            _step_update(X, i, W, gbar, D, c, dz, qi, ri, lr, shrink)
         rho[i] = qi
         losses[i] = li
         if kl:
@@ -413,10 +413,7 @@ def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, 
         for j in range(p):
             W[j, 0] = w1[j]
             gbar[j, 0] = g1[j]
-    if kl:
-        _kl_weights(losses, B, q)
-    else:
-        _box_weights(losses, B, q)
+    _box_weights(losses, B, q, kl)
     with objmode():
         _sort_state(losses, order)
     for r in range(n):
