@@ -501,7 +501,8 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
     X = objective.X
     reg = objective.reg
     W = np.asarray(W0, dtype=np.float64).reshape(-1).copy()
-    z = np.asarray(X @ W, dtype=np.float64).ravel()
+    # the estimators start at w = 0: no product (the designs are linear)
+    z = np.asarray(X @ W, dtype=np.float64).ravel() if np.any(W) else np.zeros(objective.n)
     target_nu = float(objective.nu)
     ell, der = _losses_derivs_z(objective, z)
     F0 = objective.risk_weights(ell)[0] + objective._reg_value(W.reshape(-1, 1))
@@ -571,7 +572,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
                 # an early crossover from the first stage's point once its steps are full and
                 # small: a fixed window, two model solves; the stage goes on if not certified
                 tried_early = True
-                xo_hit, k = _crossover(objective, W, None, bound, max(rtol, accept or rtol),
+                xo_hit, k = _crossover(objective, W, z, bound, max(rtol, accept or rtol),
                                        min(EARLY_STEPS, max_iter - it), max_grow=0,
                                        qp_iter=int(EARLY_QP_PER_COLUMN * objective.p))
                 it += k
