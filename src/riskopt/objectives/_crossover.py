@@ -96,8 +96,9 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     docstring), at most ``max_outer`` model solves and ``max_grow`` window doublings (default
     ``MAX_GROW``); ``qp_iter``: a cap on the active-set changes of each model solve (default
     ``QP_ITER_PER_COLUMN p + 200``), the run ending when one does not finish. Returns ``dict(coef, z, q, bound, value,
-    steps)``: the point with the smallest certified gap (``q``: its dual point, ``None`` with
-    ``bound = -inf`` if no step was taken) and ``steps`` the model solves done; ``None`` if
+    steps, stuck)``: the point with the smallest certified gap (``q``: its dual point, ``None``
+    with ``bound = -inf`` if no step was taken), ``steps`` the model solves done and ``stuck``
+    whether a model solve ran out of ``qp_iter`` (e.g. a massive tie); ``None`` if
     the spectrum is not a box, ``nu > 0``, ``p > MAX_FEATURES`` or ``H`` is not positive
     definite."""
     from ._newton import _box_spectrum, _losses_derivs_z, _xt_vec, curvature, dual_bound, \
@@ -120,6 +121,7 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         half = int(min(max(WINDOW_PER_COLUMN * objective.p, 50), MAX_WINDOW // 2))
     q = None
     best = {"coef": W.copy(), "z": z, "q": None, "bound": -np.inf, "value": F}
+    stuck = False
     grown, step, grow_from = 0, 0, None
     max_grow = MAX_GROW if max_grow is None else max_grow
     while step < max_outer:
@@ -155,6 +157,7 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         u, qw, ok, t = _model_qp(C, c_fix, l_w, qi, lo, hi, m_w, qp_iter)
         grow_from = None
         if not ok:  # the model's optimum was not reached: no step
+            stuck = True
             break
         d = solve_triangular(L.T, u, lower=False)
         Xd = np.asarray(X @ d, dtype=np.float64).ravel()
@@ -200,7 +203,7 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
             best = {"coef": W.copy(), "z": z, "q": q, "bound": float(bound), "value": float(F)}
         if F - bound <= accept * max(abs(F), 1e-12):
             break
-    best["steps"] = step
+    best["steps"], best["stuck"] = step, stuck
     return best
 
 
