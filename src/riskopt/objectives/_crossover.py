@@ -24,7 +24,7 @@ Gram matrix of the top and window rows) and ``A_V`` the window's loss gradients.
 the new point with the model's weights (a valid dual point, :func:`riskopt.objectives._newton.
 dual_bound`). If the step would carry a frozen sample across ``t`` (to first order) the window
 was too narrow: it is doubled and the model solved again. The squared loss is quadratic, so
-two outer steps reach the exact tie set (a certified gap of 4e-13 on the synthetic case);
+two outer steps reach the exact tie set (a certified gap of 3e-13 on the synthetic case);
 ``newton`` keeps the point only when its certificate is within the goal, and continues the
 continuation otherwise (a wrong window costs time, never accuracy).
 """

@@ -42,8 +42,9 @@ to a few thousand (``MAX_FEATURES``).
 optimum) and ends with its point when that point is certified within the goal: on
 ``benchmarks/estimator_vs_sklearn.py`` the synthetic CVaR 0.1 fit went from 16 Newton steps to
 4 (2 of the first stage, then the crossover tried early: 2 model solves, certified to 3e-13)
-and adult CVaR 0.5 from 48 to 16 (the early try fails in 2, the stage ends after 13, and the
-crossover needs 1). Each model solve counts as a Newton step (one weighted Gram matrix).
+and adult CVaR 0.5 from 48 to 15 (the early try fails after 2 model solves, the first stage
+ends after 12 steps and the crossover needs 1). Each model solve counts as a Newton step (one
+weighted Gram matrix).
 """
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
