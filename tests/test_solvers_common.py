@@ -500,23 +500,49 @@ def test_unknown_solver_name():
 
 
 def test_divergence_is_judged_against_the_starting_value():
-    """Prospect with lr = 3 on concrete keeps finite but astronomically large iterates for 20
-    passes (the objective overflows): the run loop reports it as diverged (message, flag and
-    DivergenceWarning), not as "max_epochs reached"; a sane step is not flagged."""
+    """Prospect (the hull-tree oracle) with lr = 3 on concrete keeps finite but astronomically
+    large iterates for 20 passes (the objective overflows): the run loop reports it as diverged
+    (message, flag and DivergenceWarning), not as "max_epochs reached"; so does the default
+    (box-oracle) path, whose iterates overflow to inf; a sane step is not flagged."""
     import warnings
 
+    from riskopt._kernels import prospect as _kp
     from riskopt.callbacks import DivergenceWarning
 
     d = ro.datasets.load("concrete")
     obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=1.0), d.X_train, d.y_train,
                        l2_reg=1 / len(d.y_train))
+    tree = ro.solvers.get("prospect", lr=3.0)
+    tree._oracle = _kp.ORACLE_TREE
     with pytest.warns(DivergenceWarning, match="objective rose from"):
-        res = ro.solvers.get("prospect", lr=3.0).run(obj, 20)
+        res = tree.run(obj, 20)
     assert res.diverged and "use a smaller lr" in res.message
+    with pytest.warns(DivergenceWarning):
+        res = ro.solvers.get("prospect", lr=3.0).run(obj, 20)
+    assert res.diverged and "smaller lr" in res.message
     with warnings.catch_warnings():
         warnings.simplefilter("error", DivergenceWarning)
         res = ro.solvers.get("prospect", lr=0.03).run(obj, 5)
     assert not res.diverged and res.message == "max_epochs reached"
+
+
+@pytest.mark.parametrize("risk", [ro.ESRM(1.0, shift_cost=1.0),
+                                  ro.Extremile(2.0, shift_cost=1.0, divergence="kl")])
+def test_prospect_hull_tree_stops_before_an_overflowing_loss(risk):
+    """A loss that overflows (inf) never enters the sorted table of the hull-tree oracle (it
+    corrupted memory: LOSS_LIMIT): the pass ends there, the run is reported as diverged, and
+    the state's weights stay finite."""
+    import warnings
+
+    from riskopt._kernels.prospect import LOSS_LIMIT
+
+    d = ro.datasets.load("concrete")
+    obj = ro.Objective("squared", risk, d.X_train, d.y_train, l2_reg=1 / len(d.y_train))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ro.solvers.get("prospect", lr=1e3, random_state=0).run(obj, 10)
+    assert res.diverged
+    assert np.all(np.isfinite(res.state.q)) and np.all(res.state.losses <= LOSS_LIMIT)
 
 
 @pytest.mark.parametrize("name", ["saddlesaga", "prospect_moreau"])

@@ -61,6 +61,10 @@ from .prefetch import _prefetch
 ORACLE_FULL = 0         #: O(n) per step: PAV resumed at the lowest moved rank (chi2), full PAV (KL)
 ORACLE_INCREMENTAL = 1  #: the box oracle where it applies (CVaR, nu > 0), else the hull tree
 ORACLE_TREE = 2         #: O(s + log^2 n) per step: the hull tree of ``incremental_pav`` always
+#: a loss above this (or inf / nan) ends the sorted-table pass before it enters the table: the
+#: run has diverged, and the hull tree's geometry (prefix sums of losses) is not defined there
+#: (an infinite loss corrupted memory)
+LOSS_LIMIT = 1e150
 
 _TWO_M53 = 2.0 ** -53
 
@@ -272,6 +276,8 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
             _prefetch_row(X, D, y, losses, rho, indices[t + 1])
         _predict_row(X, i, W, z)
         li = _loss_deriv(code, y[i], z, dz)
+        if not li <= LOSS_LIMIT:  # diverged (LOSS_LIMIT): the tables stay as they are
+            break
         # the incremental path keeps no rank array during the pass (its updates are random
         # writes, the cost of the bubbling at large n): i's rank is found in the sorted table,
         # at the end of the previous step (the same table) so that its entries are prefetched

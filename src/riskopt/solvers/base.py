@@ -298,7 +298,7 @@ class Solver:
             if not finite:
                 diverged = True
                 message = (f"diverged after {state.epoch} updates ({progress:g} {unit}): "
-                           "non-finite iterates")
+                           "non-finite iterates; use a smaller lr")
                 warnings.warn(message, DivergenceWarning, stacklevel=3)
                 break
         if rise_check and not diverged and np.isfinite(f_start):

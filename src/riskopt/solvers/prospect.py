@@ -38,16 +38,22 @@ call per step), and :math:`\rho_i` receives the weight :math:`q_i^{(t)}` used in
 ``dloss/dz`` at the iterate of the last step that drew ``i`` (the starting point if none did),
 ``rho[i]`` the weight that step used, ``q`` the exact weights of the loss table.
 
-Implementation (Appendix C): the loss table's sorting permutation ``order`` and its inverse
-``rank`` are kept up to date by bubbling the changed entry (Subroutine 4, O(swaps)); the
-weights are the exact PAV solution (Subroutines 1-3) on the sorted table, kept incrementally
-rather than re-solved: a tree of convex-minorant hulls (``riskopt._kernels.incremental_pav``)
-is refreshed on the ranks the bubbling moved and the weight of the sampled index is read off
-it, so a step costs O(swaps + log^2 n) instead of O(n) (the O(n) re-solve is kept as the twin,
-``Prospect._oracle = ORACLE_FULL``); the gradient table stores only ``dloss/dz`` (``n x K``
+Implementation (Appendix C): the weights are the exact PAV solution (Subroutines 1-3) of the
+loss table, kept incrementally rather than re-solved. For a CVaR spectrum (a box: every weight
+in ``[0, c]``) with ``shift_cost > 0`` they are a clipped function of the loss with one scalar
+threshold (chi-square: ``clip((l - tau) / (2 n nu), 0, c)``; KL: ``min(c, exp((l - m) / nu))``),
+and ``riskopt._kernels.box_oracle`` keeps that scalar under a change of one loss with indexed
+heaps: O(log n) per step whatever the ranks the loss moves by, no sorted table (``order`` and
+``rank`` are rebuilt by one sort at the end of the pass). For the other spectra the sorting
+permutation ``order`` and its inverse ``rank`` are kept up to date by bubbling the changed entry
+(Subroutine 4, O(swaps)) and a tree of convex-minorant hulls
+(``riskopt._kernels.incremental_pav``) is refreshed on the ranks the bubbling moved, the weight
+of the sampled index read off it: O(swaps + log^2 n) per step. The O(n) re-solve is kept as
+the twin (``Prospect._oracle = ORACLE_FULL``; ``ORACLE_TREE`` forces the hull tree); the
+gradient table stores only ``dloss/dz`` (``n x K``
 scalars) since :math:`\nabla \ell_i(w) = x_i \otimes \ell'(x_i^\top W)`; :math:`\bar g` is
 updated in O(pK) from ``X[i]`` (and recomputed exactly at the start of each pass to remove
-round-off drift). Work per step: O(swaps + log^2 n + pK).
+round-off drift). Work per step: O(log n + pK) (box) or O(swaps + log^2 n + pK).
 
 The regulariser is handled exactly rather than through the table: the tables hold gradients of
 the unregularised losses and the l2 term is applied by its proximal operator (row-wise, so an
@@ -171,8 +177,10 @@ class Prospect(Solver):
     """
 
     name = "prospect"
-    #: private switch: ``_kp.ORACLE_INCREMENTAL`` (hull tree, O(s + log^2 n) per step) or
-    #: ``_kp.ORACLE_FULL`` (the O(n) PAV twin); benchmarks/prospect_incremental.py compares them
+    #: private switch: ``_kp.ORACLE_INCREMENTAL`` (the box oracle for CVaR with a shift cost,
+    #: O(log n) per step; the hull tree otherwise, O(s + log^2 n)), ``_kp.ORACLE_TREE`` (the
+    #: hull tree always) or ``_kp.ORACLE_FULL`` (the O(n) PAV twin);
+    #: benchmarks/prospect_incremental.py compares them
     _oracle = _kp.ORACLE_INCREMENTAL
     #: private: an int64 array of length 8 to accumulate counters into (swaps, tree nodes
     #: refreshed, bridge-descent steps, steps, tree rebuilds, nodes that kept their bridge,
