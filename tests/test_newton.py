@@ -17,6 +17,7 @@ import scipy.sparse as sp
 import riskopt as ro
 from riskopt._design import LinearDesign
 from riskopt._kernels import oracles as ko
+from riskopt.objectives import _dual as dual
 from riskopt.objectives import _newton as nt
 
 from test_degenerate import cvxpy_spectral_minimum, data
@@ -180,7 +181,7 @@ def test_plain_gram_blocks_match_numpy(n, monkeypatch):
     """The float32 blocks of ``_plain_gram`` (numba-scaled rows, several blocks, a short last
     one; all rows or a subset; C, Fortran and strided float64 / float32 designs) equal the
     float64 product to float32 rounding, and ``X' h`` (``sums``) to float64 rounding."""
-    monkeypatch.setattr(nt, "GRAM_BLOCK", 4096)
+    monkeypatch.setattr(dual, "GRAM_BLOCK", 4096)  # _plain_gram lives in _dual
     rng = np.random.default_rng(n)
     X = rng.normal(size=(n, 9)) * np.arange(1, 10) + 2.0
     for h in (rng.random(n), np.where(rng.random(n) < 0.8, 0.0, rng.random(n))):

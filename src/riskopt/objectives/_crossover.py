@@ -101,7 +101,7 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     whether a model solve ran out of ``qp_iter`` (e.g. a massive tie); ``None`` if
     the spectrum is not a box, ``nu > 0``, ``p > MAX_FEATURES`` or ``H`` is not positive
     definite."""
-    from ._newton import _box_spectrum, _losses_derivs_z, _xt_vec, curvature, dual_bound, \
+    from ._dual import _box_spectrum, _losses_derivs_z, _xt_vec, curvature, dual_bound, \
         weighted_gram
 
     sigma = objective.sigma
@@ -139,11 +139,13 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         qh[widx] = np.clip(q[widx], lo, hi)
         H = weighted_gram(X, qh * curvature(objective.loss, y, z))
         H[np.diag_indices_from(H)] += reg + 1e-13 * max(1.0, float(np.trace(H)) / len(W))
+        Aw = _rows(X, widx) * der[widx][:, None]
+        if not (np.all(np.isfinite(H)) and np.all(np.isfinite(g)) and np.all(np.isfinite(Aw))):
+            return best if best["q"] is not None else None  # overflow (e.g. unscaled data)
         try:
             L = np.linalg.cholesky(H)
         except np.linalg.LinAlgError:
             return best if best["q"] is not None else None
-        Aw = _rows(X, widx) * der[widx][:, None]
         C = solve_triangular(L, Aw.T, lower=True)
         c_fix = solve_triangular(L, g, lower=True)
         l_w = ell[widx]

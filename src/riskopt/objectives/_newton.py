@@ -52,6 +52,9 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from .._kernels import gram as _kg
 from .._kernels import oracles as _ko
 from . import _crossover as _xo
+from ._dual import (GRAM_BLOCK, SPARSE_ROWS, _box_spectrum, _from_base,  # noqa: F401
+                    _intercept_index, _losses_derivs_z, _plain_gram, _scaled_sq, _xt_sparse,
+                    _xt_vec, curvature, dual_bound, weighted_gram)
 
 #: widest design (columns) the Newton solver accepts: one ``p x p`` Gram matrix per step
 MAX_FEATURES = 2000
@@ -66,19 +69,6 @@ NU0_PER_LOSS = 1e-2
 CAND_NU_PER_STAGE = 1e-2
 #: chi-square shift costs tried for the dual point of a ``nu = 0`` objective (and ``nu = 0``)
 CERT_NUS = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
-
-
-def curvature(loss, y, z):
-    """Second derivative of the loss in the prediction, per sample (``None`` if unknown)."""
-    name = getattr(loss, "name", "")
-    if name == "squared":
-        return np.ones_like(z)
-    if name == "logistic":
-        from scipy.special import expit
-
-        s = expit(z)
-        return s * (1.0 - s)
-    return None
 
 
 def applicable(objective):
@@ -99,128 +89,6 @@ def applicable(objective):
     if objective.sample_weight is not None:
         return "non-uniform sample weights"
     return ""
-
-
-def weighted_gram(X, h):
-    """``X.T @ diag(h) @ X`` (dense ``(p, p)``) for a dense, CSR or ``LinearDesign`` ``X``;
-    ``h >= 0``; only the rows with ``h > 0`` are read."""
-    if getattr(X, "_is_linear_design", False):
-        B = X.base
-        m, s = X.shift, X.scale
-        rows = np.flatnonzero(h > 0)
-        A, v = _plain_gram(B, h, rows, sums=True)
-        t = float(h.sum())
-        Ad = (A - np.outer(v, m) - np.outer(m, v) + t * np.outer(m, m)) / np.outer(s, s)
-        if not X.intercept:
-            return Ad
-        d = Ad.shape[0]
-        H = np.empty((d + 1, d + 1))
-        H[:d, :d] = Ad
-        H[:d, d] = H[d, :d] = (v - t * m) / s
-        H[d, d] = t
-        return H
-    return _plain_gram(X, h, np.flatnonzero(h > 0))
-
-
-def _plain_gram(X, h, rows, sums=False):
-    """``X.T @ diag(h) @ X`` over ``rows`` (those with ``h > 0``); with ``sums`` also
-    ``X.T @ h`` (float64), as ``(G, v)``."""
-    n = X.shape[0]
-    sub = len(rows) < 0.7 * n
-    if hasattr(X, "tocsr"):  # scipy.sparse
-        A = X.tocsr()[rows] if sub else X.tocsr()
-        hh = h[rows] if sub else h
-        G = (A.multiply(hh[:, None])).T @ A
-        G = np.asarray(G.toarray() if hasattr(G, "toarray") else G, dtype=np.float64)
-        return (G, np.asarray(A.T @ hh, dtype=np.float64).ravel()) if sums else G
-    # float32 products, float64 sums of blocks: the Hessian only steers the Newton step (the
-    # line search and the certificate use float64 values), and this halves its cost; blocks of
-    # GRAM_BLOCK rows scaled by sqrt(h) into one float32 buffer (no copy of X, float32 or
-    # float64; X' h summed in the same pass)
-    p = X.shape[1]
-    G = np.zeros((p, p))
-    v = np.zeros(p)
-    m = len(rows) if sub else n
-    if m == 0:
-        return (G, v) if sums else G
-    s = np.sqrt(h).astype(np.float32)
-    idx = rows.astype(np.int64, copy=False) if sub else np.empty(0, dtype=np.int64)
-    buf = np.empty((min(GRAM_BLOCK, m), p), dtype=np.float32)
-    Gb = np.empty((p, p), dtype=np.float32)
-    for a in range(0, m, GRAM_BLOCK):
-        b = min(a + GRAM_BLOCK, m)
-        B = buf[:b - a]
-        _kg.scaled_rows(X, s, h, idx, a, b, B, v, sums)
-        np.matmul(B.T, B, out=Gb)
-        G += Gb
-    return (G, v) if sums else G
-
-
-#: rows per float32 block of the weighted Gram matrix (``_plain_gram``)
-GRAM_BLOCK = 8192
-
-
-def _intercept_index(objective):
-    return objective.p - 1 if objective.fit_intercept else None
-
-
-def _losses_derivs_z(objective, z):
-    ell = np.empty(objective.n)
-    der = np.empty((objective.n, 1))
-    objective._kl._losses_derivs_z(objective.loss.code, objective.y, z.reshape(-1, 1), ell, der)
-    return ell, der[:, 0]
-
-
-def dual_bound(objective, W, q, penalty=0.0, z=None):
-    """Lower bound on ``min F`` from the dual point ``q`` (module docstring), evaluated at
-    ``W`` after the intercept is minimised out: ``(bound, intercept_shift)``."""
-    W = np.asarray(W, dtype=np.float64).reshape(-1)
-    z = objective.X @ W if z is None else z
-    y = objective.y
-    c = 0.0
-    if objective.fit_intercept:
-        # damped 1-D Newton on the convex G_q(w, b): a step that does not reduce |dG/db| is
-        # halved; no bound (-inf) when the intercept has no finite minimiser (e.g. the weighted
-        # samples of a logistic loss are of one class) or the solve does not converge, since
-        # the bound needs the intercept at its minimiser
-        der0 = _losses_derivs_z(objective, z)[1]
-        scale = float(q @ np.abs(der0)) + 1e-300
-        g1 = float(q @ der0)
-        solved = abs(g1) <= 1e-13 * scale
-        for _ in range(100):
-            if solved:
-                break
-            h1 = float(q @ curvature(objective.loss, y, z + c))
-            if not h1 > 0:
-                break
-            step = -g1 / h1
-            for _ in range(60):
-                g_new = float(q @ _losses_derivs_z(objective, z + c + step)[1])
-                if abs(g_new) < abs(g1):
-                    break
-                step *= 0.5
-            else:
-                break
-            c, g1 = c + step, g_new
-            solved = abs(g1) <= 1e-13 * scale
-        if not solved:
-            return -np.inf, c
-    zc = z + c
-    ell, der = _losses_derivs_z(objective, zc)
-    Wc = W.copy()
-    if objective.fit_intercept:
-        Wc[-1] += c
-    g = _xt_vec(objective.X, q * der) + objective.reg * Wc
-    val = float(q @ ell) + objective._reg_value(Wc.reshape(-1, 1)) - penalty
-    return val - 0.5 * _scaled_sq(g, objective.reg), c
-
-
-def _scaled_sq(g, reg):
-    """``sum_j g_j^2 / reg_j`` over the penalised coordinates: ``G_q`` is strongly convex with
-    the diagonal ``diag(reg)`` (``reg_j = mu / s_j^2`` on a standardised design, not ``mu``), so
-    ``min G_q >= G_q(w) - sum_j g_j^2 / (2 reg_j)``."""
-    pen = reg > 0
-    return float(np.sum(g[pen] ** 2 / reg[pen]))
 
 
 def newton_bound(objective, W, q, penalty=0.0, z=None):
@@ -286,13 +154,6 @@ BOX_WINDOWS = (1e-10, 1e-8, 1e-6, 1e-5, 1e-4, 1e-3)
 BOX_MAX_FREE = 4000
 
 
-def _box_spectrum(sigma):
-    """True when ``P(sigma) = {q: lo <= q_i <= hi, sum q = 1}`` (at most one entry of ``sigma``
-    strictly between its extremes: CVaR, the mean, the maximum)."""
-    lo, hi = sigma[0], sigma[-1]
-    return hi > lo and int(np.count_nonzero((sigma > lo) & (sigma < hi))) <= 1
-
-
 def _box_dual(objective, W, z, ell, q0, window):
     """A dual point for a box spectrum (CVaR): the weights of the samples whose losses lie
     within ``window`` of the boundary loss are re-chosen in ``[lo, hi]`` (same total) to make
@@ -339,45 +200,9 @@ def _box_dual(objective, W, z, ell, q0, window):
     return q
 
 
-def _xt_sparse(X, M):
-    """``X.T @ M`` (dense ``(p, k)``) for a scipy.sparse ``M`` ``(n, k)`` and a dense, CSR or
-    ``LinearDesign`` ``X``."""
-    if getattr(X, "_is_linear_design", False):
-        R = M.T @ X.base
-        B = np.asarray(R.toarray() if hasattr(R, "toarray") else R).T
-        return _from_base(X, B, np.asarray(M.sum(axis=0)).ravel())
-    R = M.T @ X
-    return np.asarray(R.toarray() if hasattr(R, "toarray") else R).T
-
-
-def _from_base(X, B, colsum):
-    """``X'.T @ M`` for a ``LinearDesign`` ``X' = [(X - m) / s, 1]`` from ``B = X.T @ M`` and
-    the column sums of ``M``."""
-    out = (B - np.outer(X.shift, colsum)) / X.scale[:, None]
-    return np.vstack([out, colsum[None, :]]) if X.intercept else out
-
-
-def _xt_vec(X, v):
-    """``X.T @ v`` (float64 ``(p,)``) for the weighted loss derivatives ``v``: when fewer than
-    ``SPARSE_ROWS`` of the entries are non-zero (the tail of a CVaR, the weights of the other
-    samples are 0) one numba pass over those rows of a dense (or ``LinearDesign`` over dense)
-    ``X``; the product otherwise."""
-    lin = getattr(X, "_is_linear_design", False)
-    base = X.base if lin else X
-    if isinstance(base, np.ndarray):
-        rows = np.flatnonzero(v)
-        if len(rows) < SPARSE_ROWS * len(v):
-            vals = v[rows]
-            B = _kg.pool_row_sums(base, rows, vals, np.zeros(len(rows), dtype=np.int64), 1).T
-            return (_from_base(X, B, np.array([vals.sum()])) if lin else B)[:, 0]
-    return np.asarray(X.T @ v, dtype=np.float64).ravel()
-
-
 #: relative rounding level of F's evaluation (sums over n samples of sorted, updated
 #: losses): a Newton stage whose predicted decrease is below it is solved to float64 accuracy
 NOISE_PER_F = 1e-11
-#: largest share of non-zero entries for which ``_xt_vec`` reads only those rows
-SPARSE_ROWS = 0.5
 
 
 def _pools(ell, q, sigma, scale):

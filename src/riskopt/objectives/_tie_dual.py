@@ -43,7 +43,7 @@ def lp_tie_dual(objective, W, z=None, window=1e-10):
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix, hstack, identity, vstack
 
-    from . import _newton as nw
+    from . import _dual as nw
 
     sigma = objective.sigma
     if objective.nu > 0 or not nw._box_spectrum(sigma):
