@@ -237,7 +237,7 @@ def check_comparable(reference, comparable, worse, factor=10.0, floor=1e-9):
         if scores is None:
             return None
         near = {c: 0 for c in comparable}
-        worst, total = 0, 0
+        worst, total, floored = 0, 0, 0
         for _, g in scores.groupby(["dataset", "objective"], sort=False):
             gap = dict(zip(g["solver"], np.maximum(g["gap"].astype(float), 0.0)))
             if reference not in gap or worse not in gap or not all(c in gap for c in comparable):
@@ -248,11 +248,13 @@ def check_comparable(reference, comparable, worse, factor=10.0, floor=1e-9):
                 near[c] += (gap[c] <= factor * ref or max(gap[c], ref) <= floor) \
                     and (ref <= factor * gap[c] or max(gap[c], ref) <= floor)
             worst += gap[worse] > max(gap[c] for c in (reference, *comparable))
+            floored += max(gap.values()) <= floor
         if not total:
             return None
         ours = ("final gap within " f"{factor:g}x of {reference}'s (or both below {floor:g}): "
                 + ", ".join(f"{c} on {v} of {total}" for c, v in near.items())
-                + f"; {worse} ends above all of them on {worst} of {total} problems")
+                + f"; {worse} ends above all of them on {worst} of {total} problems (every "
+                f"solver, {worse} included, below {floor:g} on {floored})")
         ok = all(v > total / 2 for v in near.values()) and worst > total / 2
         return ours, "agrees" if ok else "differs"
     return check
@@ -307,7 +309,9 @@ EXPERIMENTS = [
                check_comparable("prospect", ("prospect_moreau", "saddlesaga"),
                                 "saddlesaga_equal"),
                notes="'comparably' read as final gaps within 10x of Prospect's; the 'Search "
-                     "Dual LR' variant is not run (spec header).",
+                     "Dual LR' variant is not run (spec header). On the full grid the original "
+                     "variant is worse on yacht and concrete only: on energy, kin8nm and power "
+                     "it reaches 1e-9 within the budget like the others.",
                fallbacks=("prospect_fig13_variants_3sets",)),
     Experiment("prospect", "Fig. 14", "prospect_fig14_walltime",
                "Against wall time Prospect is also the fastest.",
