@@ -69,7 +69,9 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sizes", type=float, nargs="+", default=[1e4, 1e5, 1e6])
     p.add_argument("--d", type=int, default=20)
+    p.add_argument("--out", type=Path, default=OUT, help="results folder (default: %(default)s)")
     args = p.parse_args(argv)
+    out = args.out
     solvers = {"scdro": dict(lr=0.1, beta=0.1), "pgsmd2": dict(lr=0.1, dual_lr=1e-4),
                "sgd": dict(lr=0.1)}
     rows = []
@@ -86,7 +88,7 @@ def main(argv=None):
     for name in solvers:
         print(f"  {name:<8} " + "  ".join(f"n={r['n']:.0e}: {r['ratio_to_smallest_n']:.2f}x"
                                           for r in rows if r["solver"] == name))
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     import csv
     import io
 
@@ -94,7 +96,7 @@ def main(argv=None):
     w = csv.DictWriter(buf, fieldnames=list(rows[0]))
     w.writeheader()
     w.writerows(rows)
-    _atomic(OUT / "cost.csv", buf.getvalue())
+    _atomic(out / "cost.csv", buf.getvalue())
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip()
@@ -104,7 +106,7 @@ def main(argv=None):
             "steps": args.steps, "repeats": args.repeats, "batch_size": 64, "d": args.d,
             "git_commit": commit, "machine": platform.machine(), "cpus": os.cpu_count(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": rows}
-    _atomic(OUT / "cost.json", json.dumps(meta, indent=2))
+    _atomic(out / "cost.json", json.dumps(meta, indent=2))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,10 +126,10 @@ def main(argv=None):
                  fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    tmp = OUT / "cost.tmp.png"
+    tmp = out / "cost.tmp.png"
     fig.savefig(tmp, dpi=150)
-    os.replace(tmp, OUT / "cost.png")
-    print(f"\nwritten: {OUT}/cost.csv, cost.json, cost.png")
+    os.replace(tmp, out / "cost.png")
+    print(f"\nwritten: {out}/cost.csv, cost.json, cost.png")
     return 0
 
 

@@ -126,7 +126,7 @@ def test_every_script_entry_names_a_script_of_the_repository():
     scripts = [e for e in rep.EXPERIMENTS if e.script]
     assert {e.spec for e in scripts} >= {"scdro_nonconvex", "fcco_group_dro_mlp",
                                          "fcco_auc_fairness", "fcco_continual_digits",
-                                         "fstar_certified"}
+                                         "fstar_certified", "kl_dro_cost"}
     for e in scripts:
         assert (REPO / e.script).is_file(), e.script
         assert "--out" in (REPO / e.script).read_text(), f"{e.script} takes no --out"
@@ -239,3 +239,17 @@ def test_comparable_variants_and_the_worse_one(tmp_path):
     write({"a": {"prospect": 1e-8, "prospect_moreau": 1e-5, "saddlesaga_equal": 1e-3},
            "b": {"prospect": 1e-8, "prospect_moreau": 1e-6, "saddlesaga_equal": 1e-4}})
     assert check(folder)[1] == "differs"
+
+
+def test_kl_cost_gap_grows_with_n(tmp_path):
+    def write(pg_big):
+        rows = [{"solver": s, "n": n, "seconds_per_iteration": v}
+                for s, n, v in (("scdro", 100, 1e-5), ("scdro", 10000, 2e-5),
+                                ("pgsmd2", 100, 1e-4), ("pgsmd2", 10000, pg_big))]
+        (tmp_path / "cost.json").write_text(json.dumps({"rows": rows}))
+
+    write(1e-2)  # PG-SMD2 grows 100x, SCDRO 2x
+    ours, verdict = sc.check_kl_cost(tmp_path)
+    assert verdict == "agrees" and "pgsmd2 / scdro at n = 10,000: 500x" in ours
+    write(2e-4)  # both grow 2x
+    assert sc.check_kl_cost(tmp_path)[1] == "differs"

@@ -234,3 +234,25 @@ def check_scdro_tables(folder, ours=("rscdro", "rascdro"), metric="m_test_accura
     ours_text = (f"test accuracy, mean over seeds: {'; '.join(lines)}; KL-constrained DRO by "
                  f"{' / '.join(ours)} best on {wins} of {total} data sets")
     return ours_text, "agrees" if wins == total else "differs"
+
+
+def check_kl_cost(folder, ours="scdro", rival="pgsmd2", factor=10.0):
+    """SCDRO paper, Fig. 5 (per-iteration cost): the primal-dual PG-SMD2 costs more per
+    iteration than SCDRO, and the gap grows with n (its dual variable has n entries): at the
+    largest n PG-SMD2's cost has grown ``factor`` times more than SCDRO's since the smallest."""
+    path = Path(folder) / "cost.json"
+    if not path.exists():
+        return None
+    rows = json.loads(path.read_text())["rows"]
+    t = {(r["solver"], r["n"]): r["seconds_per_iteration"] for r in rows}
+    ns = sorted({n for s, n in t if s in (ours, rival)})
+    if len(ns) < 2 or any((s, n) not in t for s in (ours, rival) for n in ns):
+        return None
+    lo, hi = ns[0], ns[-1]
+    grow = {s: t[(s, hi)] / t[(s, lo)] for s in (ours, rival)}
+    text = (f"seconds per iteration (batch of the script's settings) at n = {lo:,} / {hi:,}: "
+            f"{ours} {t[(ours, lo)]:.2e} / {t[(ours, hi)]:.2e} ({grow[ours]:.1f}x), {rival} "
+            f"{t[(rival, lo)]:.2e} / {t[(rival, hi)]:.2e} ({grow[rival]:.1f}x); {rival} / "
+            f"{ours} at n = {hi:,}: {t[(rival, hi)] / t[(ours, hi)]:.0f}x")
+    ok = t[(rival, hi)] > t[(ours, hi)] and grow[rival] >= factor * grow[ours]
+    return text, "agrees" if ok else "differs"
