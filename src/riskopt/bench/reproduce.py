@@ -28,7 +28,7 @@ Examples
 >>> sorted({e.spec for e in EXPERIMENTS if e.paper == "sorel" and not e.script})[:2]
 ['ood_adult', 'sorel_fig2']
 >>> [e.script for e in EXPERIMENTS if e.paper == "scdro" and e.script]
-['benchmarks/scdro_nonconvex.py']
+['benchmarks/kl_dro_cost.py', 'benchmarks/scdro_nonconvex.py']
 """
 import json
 import os
@@ -449,7 +449,7 @@ EXPERIMENTS = [
 
 
 # ---------------------------------------------------------------------------- report
-_RESULT_FILES = ("metadata.json", "results.json", "results.parquet", "results.csv")
+_RESULT_FILES = ("metadata.json", "results.json", "results.parquet", "results.csv", "cost.json")
 
 
 def _spec_entry(e, root, run, jobs, say):
