@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["check_scdro_nonconvex", "check_group_dro_mlp", "check_auc_fairness",
+__all__ = ["last_selected_points", "check_scdro_nonconvex", "check_group_dro_mlp", "check_auc_fairness",
            "check_continual", "check_fstar"]
 
 
@@ -91,7 +91,7 @@ def check_group_dro_mlp(folder, ours_name="sonex", rivals=("sonx", "ooa")):
 
 
 def check_auc_fairness(folder, ours_name="alexr2", kappa_slack=0.0):
-    """SONEX paper Fig. 3 (AUC with ROC-fairness constraints): ALEXR2 reaches a higher test
+    """SONEX paper Fig. 2 (AUC with ROC-fairness constraints): ALEXR2 reaches a higher test
     AUC than the baselines on every data set, with similar constraint satisfaction (its worst
     test constraint ``max_c |g_c| - kappa`` no larger than ``kappa_slack``)."""
     df = _parquet(folder)
@@ -179,10 +179,9 @@ def check_fstar(folder, tol=1e-8):
     return ours, "agrees" if not len(over) else "differs"
 
 
-def _final_metric(folder, metric):
-    """Mean over seeds of ``metric`` at the last recorded point of the selected configurations
-    of a spec's results: a DataFrame ``dataset, objective, solver, value``; None without
-    results."""
+def last_selected_points(folder):
+    """The last recorded row of every run of the selected configurations in a spec's
+    ``results.parquet`` (one row per dataset, objective, solver, seed); None without it."""
     import pandas as pd
 
     path = Path(folder) / "results.parquet"
@@ -190,8 +189,17 @@ def _final_metric(folder, metric):
         return None
     t = pd.read_parquet(path)
     t = t[t["selected"].astype(bool)]
-    last = t[t["update"] == t.groupby(["dataset", "objective", "solver", "seed"])["update"]
-             .transform("max")]
+    return t.sort_values("update").groupby(["dataset", "objective", "solver", "seed"],
+                                           sort=False).tail(1)
+
+
+def _final_metric(folder, metric):
+    """Mean over seeds of ``metric`` at the last recorded point of the selected configurations
+    of a spec's results: a DataFrame ``dataset, objective, solver, value``; None without
+    results."""
+    last = last_selected_points(folder)
+    if last is None:
+        return None
     return last.groupby(["dataset", "objective", "solver"])[metric].mean().rename("value") \
         .reset_index()
 

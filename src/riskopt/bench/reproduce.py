@@ -82,12 +82,8 @@ def final_scores(folder):
     import pandas as pd
 
     folder = Path(folder)
-    table = folder / "results.parquet"
-    if table.exists():
-        t = pd.read_parquet(table)
-        t = t[t["selected"].astype(bool)]
-        last = t.sort_values("update").groupby(["dataset", "objective", "solver", "seed"],
-                                               sort=False).tail(1)
+    last = sc.last_selected_points(folder)
+    if last is not None:
         last = last.assign(gap=last["value"] - last["f_star"])
         return last.groupby(["dataset", "objective", "solver"], sort=False)["gap"].median() \
             .reset_index()
@@ -144,19 +140,13 @@ def check_best(solver, rivals=None, share=0.5, skip_objectives=()):
 def check_fairness_gain(min_share=0.5):
     """A check: the spectral risks' test fairness metric is closer to 0 than ERM's."""
     def check(folder):
-        import pandas as pd
-
-        path = Path(folder) / "results.parquet"
-        if not path.exists():
+        last = sc.last_selected_points(folder)
+        if last is None:
             return None
-        t = pd.read_parquet(path)
-        cols = [c for c in t.columns if c.startswith("m_test_") and ":" in c]
+        cols = [c for c in last.columns if c.startswith("m_test_") and ":" in c]
         if not cols:
             return None
         col = cols[0]
-        t = t[t["selected"].astype(bool)]
-        last = t.sort_values("update").groupby(["dataset", "objective", "solver", "seed"],
-                                               sort=False).tail(1)
         erm = float(np.abs(last.loc[last["objective"] == "mean", col]).mean())
         per = last[last["objective"] != "mean"].groupby("objective")[col].apply(
             lambda v: float(np.abs(v).mean()))
