@@ -32,7 +32,6 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from .._kernels import crossover as _kc
-from .._kernels import oracles as _ko
 
 #: half-width of the window (samples each side of the threshold's rank) per design column
 #: (the synthetic CVaR 0.1 needed a half-width of 816 = 16 x 51 after the first stage)
@@ -114,7 +113,9 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     W = np.asarray(W, dtype=np.float64).reshape(-1).copy()
     z = np.asarray(X @ W, dtype=np.float64).ravel() if z is None else z
     ell, der = _losses_derivs_z(objective, z)
-    F = objective.risk_weights(ell)[0] + objective._reg_value(W.reshape(-1, 1))
+    # q0: the exact weights at W (the oracle that gives F), a feasible vertex of the model
+    R, q0 = objective.risk_weights(ell)
+    F = R + objective._reg_value(W.reshape(-1, 1))
     k_top = int(np.floor((1.0 - n * lo) / (hi - lo) * (1 + 1e-12)))
     k_top = min(max(k_top, 0), n - 1)
     if half is None:
@@ -128,8 +129,6 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         step += 1  # one weighted Gram matrix and one X @ d per pass
         top, win = _window(ell, k_top, half)
         widx = np.flatnonzero(win)
-        q0 = np.empty(n)  # the exact weights at W: a feasible vertex of the window's model
-        _ko.spectral_risk_weights(ell, sigma, 0.0, _ko.CHI2, q0, None)
         if q is None:
             q = q0
         qfix = np.where(top, hi, lo)
@@ -178,13 +177,14 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
             W1 = W + s * d
             z1 = z + s * Xd
             ell1, der1 = _losses_derivs_z(objective, z1)
-            F1 = objective.risk_weights(ell1)[0] + objective._reg_value(W1.reshape(-1, 1))
+            R1, q1 = objective.risk_weights(ell1)
+            F1 = R1 + objective._reg_value(W1.reshape(-1, 1))
             if F1 <= F:
                 break
             s *= 0.5
         else:
             break
-        W, z, ell, der, F = W1, z1, ell1, der1, F1
+        W, z, ell, der, F, q0 = W1, z1, ell1, der1, F1, q1
         q = np.where(top, hi, lo)
         q[widx] = np.clip(qw, lo, hi)
         q = _restore_total(q, widx[(qw > lo) & (qw < hi)] if np.any((qw > lo) & (qw < hi))
@@ -196,7 +196,8 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
             # the proof on exact predictions (z drifts by the updates z + s X d)
             z = np.asarray(X @ W, dtype=np.float64).ravel()
             ell, der = _losses_derivs_z(objective, z)
-            F = objective.risk_weights(ell)[0] + objective._reg_value(W.reshape(-1, 1))
+            R, q0 = objective.risk_weights(ell)
+            F = R + objective._reg_value(W.reshape(-1, 1))
             bound, _ = dual_bound(objective, W, q, 0.0, z)
         if log is not None:
             log.append((step, len(widx), int(np.count_nonzero((qw > lo) & (qw < hi))), ok, s,
