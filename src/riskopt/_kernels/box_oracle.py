@@ -192,15 +192,21 @@ def _rekey(S, h, idx, key):
 
 # ------------------------------------------------------------------------------ sets
 @njit(cache=True, _nrt=False, inline="always")
-def _neumaier(f, x):
-    """``f[1] + f[2] += x`` (Neumaier's compensated summation)."""
-    s = f[1]
+def _nadd(a, j, x):
+    """``a[j] + a[j + 1] += x`` (Neumaier's compensated summation; ``box_table`` too)."""
+    s = a[j]
     t = s + x
     if abs(s) >= abs(x):
-        f[2] += (s - t) + x
+        a[j + 1] += (s - t) + x
     else:
-        f[2] += (x - t) + s
-    f[1] = t
+        a[j + 1] += (x - t) + s
+    a[j] = t
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _neumaier(f, x):
+    """``f[1] + f[2] += x``."""
+    _nadd(f, 1, x)
 
 
 @njit(cache=True, _nrt=False)

@@ -38,22 +38,10 @@ from numba import njit
 
 from .box_oracle import (LOW, MIDMAX, MIDMIN, TOP, _box_alloc, _box_build, _box_update,
                          _box_weight, _box_weights, _kl_build, _kl_update, _kl_weight,
-                         _set_of)
+                         _nadd, _set_of)
 
 # acc: [ref, top_d, comp, mid_d, comp, mid_d2, comp, updates since the last build]
 _REF, _TOP, _MID, _MID2, _COUNT = 0, 1, 3, 5, 7
-
-
-@njit(cache=True, inline="always")
-def _nadd(a, j, x):
-    """``a[j] + a[j + 1] += x`` (Neumaier)."""
-    s = a[j]
-    t = s + x
-    if abs(s) >= abs(x):
-        a[j + 1] += (s - t) + x
-    else:
-        a[j + 1] += (x - t) + s
-    a[j] = t
 
 
 @njit(cache=True)
