@@ -172,9 +172,7 @@ def _box_dual(objective, W, z, ell, q0, window):
         return None
     _, der = _losses_derivs_z(objective, z)
     X = objective.X
-    rows = X[free]
-    rows = np.asarray(rows.toarray() if hasattr(rows, "toarray") else rows, dtype=np.float64)
-    A = rows.T * der[free]  # (p, |free|): d grad / d q_free
+    A = _xo._rows(X, free).T * der[free]  # (p, |free|): d grad / d q_free
     g0 = _xt_vec(X, q0 * der) + objective.reg * W
     c = g0 - A @ q0[free]
     reg = objective.reg > 0
