@@ -50,13 +50,6 @@ MAX_FEATURES = 150
 QP_ITER_PER_COLUMN = 30
 
 
-def _rows(X, idx):
-    """Dense float64 rows ``X[idx]`` (``(len(idx), p)``) of a dense, CSR or ``LinearDesign``."""
-    R = X[idx]
-    R = R.toarray() if hasattr(R, "toarray") else R
-    return np.atleast_2d(np.asarray(R, dtype=np.float64))
-
-
 def _window(ell, k_top, half):
     """``(top, win)``: masks of the samples ranked above the window (by loss, descending) and of
     the window, about ``2 half`` samples around rank ``k_top`` (equal losses at its edges
@@ -100,8 +93,8 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     whether a model solve ran out of ``qp_iter`` (e.g. a massive tie); ``None`` if
     the spectrum is not a box, ``nu > 0``, ``p > MAX_FEATURES`` or ``H`` is not positive
     definite."""
-    from ._dual import _box_spectrum, _losses_derivs_z, _xt_vec, curvature, dual_bound, \
-        weighted_gram
+    from ._dual import _box_spectrum, _losses_derivs_z, _rows, _xt_vec, curvature, \
+        dual_bound, weighted_gram
 
     sigma = objective.sigma
     if not _box_spectrum(sigma) or objective.nu != 0 or objective.p > MAX_FEATURES:

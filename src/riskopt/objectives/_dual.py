@@ -178,3 +178,21 @@ def _xt_vec(X, v):
 
 #: largest share of non-zero entries for which ``_xt_vec`` reads only those rows
 SPARSE_ROWS = 0.5
+
+
+def _rows(X, idx):
+    """Dense float64 rows ``X[idx]`` (``(len(idx), p)``) of a dense, CSR or ``LinearDesign``."""
+    R = X[idx]
+    R = R.toarray() if hasattr(R, "toarray") else R
+    return np.atleast_2d(np.asarray(R, dtype=np.float64))
+
+
+def free_gradient(objective, W, der, q, free):
+    """``(A, c)``: the gradient of ``G_q`` at ``W`` as an affine function of the weights of
+    the samples ``free`` (the others held at ``q``), ``g = A @ q[free] + c``; ``der`` the loss
+    derivatives at ``W``'s predictions. The box dual points (:func:`_newton._box_dual`,
+    :func:`_tie_dual.lp_tie_dual`) re-choose ``q[free]`` to make ``g`` small."""
+    A = _rows(objective.X, free).T * der[free]  # (p, |free|): d g / d q_free
+    c = _xt_vec(objective.X, q * der) + objective.reg * W - A @ q[free]
+    return A, c
+

@@ -54,7 +54,7 @@ from .._kernels import oracles as _ko
 from . import _crossover as _xo
 from ._dual import (GRAM_BLOCK, SPARSE_ROWS, _box_spectrum, _from_base,  # noqa: F401
                     _intercept_index, _losses_derivs_z, _plain_gram, _scaled_sq, _xt_sparse,
-                    _xt_vec, curvature, dual_bound, weighted_gram)
+                    _xt_vec, curvature, dual_bound, free_gradient, weighted_gram)
 
 #: widest design (columns) the Newton solver accepts: one ``p x p`` Gram matrix per step
 MAX_FEATURES = 2000
@@ -171,10 +171,7 @@ def _box_dual(objective, W, z, ell, q0, window):
     if len(free) < 2 or len(free) > BOX_MAX_FREE:
         return None
     _, der = _losses_derivs_z(objective, z)
-    X = objective.X
-    A = _xo._rows(X, free).T * der[free]  # (p, |free|): d grad / d q_free
-    g0 = _xt_vec(X, q0 * der) + objective.reg * W
-    c = g0 - A @ q0[free]
+    A, c = free_gradient(objective, W, der, q0, free)
     reg = objective.reg > 0
     w2 = np.sqrt(2.0 * objective.reg[reg])[:, None]  # the bound's slack: sum g_j^2 / (2 reg_j)
     big = 1e3 / float(w2.min())

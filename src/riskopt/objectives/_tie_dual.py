@@ -63,10 +63,7 @@ def lp_tie_dual(objective, W, z=None, window=1e-10):
             lo * len(free) - 1e-12 <= total <= hi * len(free) + 1e-12):
         return None
     q0[free] = total / len(free)
-    rows = objective.X[free]
-    rows = np.asarray(rows.toarray() if hasattr(rows, "toarray") else rows, dtype=np.float64)
-    A = rows.T * der[free]                          # (p, free): d gradient / d q_free
-    c = nw._xt_vec(objective.X, q0 * der) + objective.reg * W - A @ q0[free]
+    A, c = nw.free_gradient(objective, W, der, q0, free)
     pen = objective.reg > 0
     scale = 1.0 / np.sqrt(2.0 * objective.reg[pen])
     Ap, cp = A[pen] * scale[:, None], c[pen] * scale
