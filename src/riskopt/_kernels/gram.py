@@ -3,8 +3,9 @@
 :func:`pool_row_sums` gives ``U[b] = sum_{k: pid[k] = b} vals[k] X[rows[k]]``: the sums of
 weighted design rows over the pools of the chi-square oracle (``riskopt.objectives._newton``),
 one pass over the rows concerned instead of a sparse ``(n, pools)`` product.
-:func:`scaled_rows` fills the float32 block ``sqrt(h_i) x_i`` of the weighted Gram matrix
-``X' diag(h) X`` (and adds ``X' h`` over the block), one pass over the rows.
+:func:`scaled_rows` fills the float32 block ``sqrt(h_i) z_i`` of the weighted Gram matrix
+``Z' diag(h) Z`` of the standardised rows ``z_i`` (and adds ``Z' h`` over the block), one pass
+over the rows.
 """
 import numpy as np
 from numba import njit
@@ -59,9 +60,12 @@ def pool_runs(order, ls, q, sigma, scale, thr):
 
 
 @njit(cache=True)
-def scaled_rows(X, s, h, rows, a, b, buf, v, sums):
-    """``buf[k - a] = s[i] * X[i]`` (float32) for ``i = rows[k]`` (``i = k`` if ``rows`` is
-    empty), ``a <= k < b``; with ``sums`` also ``v += h[i] * X[i]`` (float64)."""
+def scaled_rows(X, s, h, rows, a, b, buf, v, sums, shift, inv_scale):
+    """``buf[k - a] = s[i] * z_i`` (float32) for ``i = rows[k]`` (``i = k`` if ``rows`` is
+    empty), ``a <= k < b``, with ``z_ij = (X[i, j] - shift[j]) * inv_scale[j]`` formed in
+    float64 (standardised before the float32 store: raw columns of scale 1e18 would overflow
+    float32 products, and an offset column would lose its centred part); with ``sums`` also
+    ``v += h[i] * z_i`` (float64)."""
     p = X.shape[1]
     take = rows.shape[0] > 0
     for k in range(a, b):
@@ -71,9 +75,9 @@ def scaled_rows(X, s, h, rows, a, b, buf, v, sums):
         if sums:
             hi = h[i]
             for j in range(p):
-                x = X[i, j]
-                buf[r, j] = x * si
-                v[j] += hi * x
+                z = (X[i, j] - shift[j]) * inv_scale[j]
+                buf[r, j] = z * si
+                v[j] += hi * z
         else:
             for j in range(p):
-                buf[r, j] = X[i, j] * si
+                buf[r, j] = (X[i, j] - shift[j]) * inv_scale[j] * si

@@ -31,22 +31,27 @@ def weighted_gram(X, h):
         B = X.base
         m, s = X.shift, X.scale
         rows = np.flatnonzero(h > 0)
-        A, v = _plain_gram(B, h, rows, sums=True)
         t = float(h.sum())
-        Ad = (A - np.outer(v, m) - np.outer(m, v) + t * np.outer(m, m)) / np.outer(s, s)
+        if hasattr(B, "tocsr"):  # sparse base (float64 products): centre the Gram afterwards
+            A, v = _plain_gram(B, h, rows, sums=True)
+            Ad = (A - np.outer(v, m) - np.outer(m, v) + t * np.outer(m, m)) / np.outer(s, s)
+            vd = (v - t * m) / s
+        else:  # dense base: the rows are standardised before their float32 products
+            Ad, vd = _plain_gram(B, h, rows, sums=True, shift=m, scale=s)
         if not X.intercept:
             return Ad
         d = Ad.shape[0]
         H = np.empty((d + 1, d + 1))
         H[:d, :d] = Ad
-        H[:d, d] = H[d, :d] = (v - t * m) / s
+        H[:d, d] = H[d, :d] = vd
         H[d, d] = t
         return H
     return _plain_gram(X, h, np.flatnonzero(h > 0))
 
-def _plain_gram(X, h, rows, sums=False):
-    """``X.T @ diag(h) @ X`` over ``rows`` (those with ``h > 0``); with ``sums`` also
-    ``X.T @ h`` (float64), as ``(G, v)``."""
+def _plain_gram(X, h, rows, sums=False, shift=None, scale=None):
+    """``Z.T @ diag(h) @ Z`` over ``rows`` (those with ``h > 0``), ``Z = (X - shift) / scale``
+    (``X`` itself by default; dense ``X`` only); with ``sums`` also ``Z.T @ h`` (float64), as
+    ``(G, v)``."""
     n = X.shape[0]
     sub = len(rows) < 0.7 * n
     if hasattr(X, "tocsr"):  # scipy.sparse
@@ -66,13 +71,15 @@ def _plain_gram(X, h, rows, sums=False):
     if m == 0:
         return (G, v) if sums else G
     s = np.sqrt(h).astype(np.float32)
+    shift = np.zeros(p) if shift is None else np.asarray(shift, dtype=np.float64)
+    inv = np.ones(p) if scale is None else 1.0 / np.asarray(scale, dtype=np.float64)
     idx = rows.astype(np.int64, copy=False) if sub else np.empty(0, dtype=np.int64)
     buf = np.empty((min(GRAM_BLOCK, m), p), dtype=np.float32)
     Gb = np.empty((p, p), dtype=np.float32)
     for a in range(0, m, GRAM_BLOCK):
         b = min(a + GRAM_BLOCK, m)
         B = buf[:b - a]
-        _kg.scaled_rows(X, s, h, idx, a, b, B, v, sums)
+        _kg.scaled_rows(X, s, h, idx, a, b, B, v, sums, shift, inv)
         np.matmul(B.T, B, out=Gb)
         G += Gb
     return (G, v) if sums else G
