@@ -573,13 +573,15 @@ def test_scale_aware_fit_is_the_same_problem():
 
 
 @pytest.mark.parametrize("risk", ["cvar:0.1", "esrm:1", "extremile:2"])
-def test_max_iter_is_a_hard_cap_for_lbfgs(risk):
+@pytest.mark.parametrize("solver,max_iter", [("lbfgs", 5), ("auto", 2)])
+def test_max_iter_is_a_hard_cap_for_lbfgs(risk, solver, max_iter):
     """shift_cost = 0 runs L-BFGS over a continuation in nu (several solves): max_iter caps
-    their total (before: n_iter_ 45 for max_iter=5 on CVaR), with a ConvergenceWarning."""
+    their total (before: n_iter_ 45 for max_iter=5 on CVaR), with a ConvergenceWarning; the
+    default solver too (Newton, which certifies ESRM 1 here in 5 steps, then L-BFGS)."""
     X, y = _unit_problem(n=200, seed=2)
-    with pytest.warns(ConvergenceWarning, match="max_iter=5"):
-        est = RiskRegressor(risk=risk, max_iter=5).fit(X, y)
-    assert 1 <= est.n_iter_ <= 5
+    with pytest.warns(ConvergenceWarning, match=f"max_iter={max_iter}"):
+        est = RiskRegressor(risk=risk, solver=solver, max_iter=max_iter).fit(X, y)
+    assert 1 <= est.n_iter_ <= max_iter
 
 
 @pytest.mark.parametrize("make", [

@@ -77,6 +77,17 @@ def test_newton_bound_is_below_the_optimum_and_exact_for_the_squared_loss(loss, 
             ko.spectral_risk_weights(ell, obj.sigma, nu, ko.CHI2, q, None)
             b = nt.newton_bound(obj, W, q)
             assert b <= v_cvx + 1e-9 * abs(v_cvx)
+            # its Newton step is a candidate point: the same bound, the point's predictions,
+            # its intercept at the minimiser of G_q (d G_q / d b = 0), F there >= the optimum
+            b1, W1, z1 = nt.newton_bound(obj, W, q, point=True)
+            assert b1 == b
+            np.testing.assert_allclose(z1, X @ W1, rtol=1e-12, atol=1e-12)
+            der = nt._losses_derivs_z(obj, z1)[1]
+            der0 = nt._losses_derivs_z(obj, X @ (W + 0.0))[1]  # dual_bound's scale at W
+            if np.isfinite(b):  # (-inf: the intercept has no finite minimiser, e.g. q on
+                # one class of a logistic loss)
+                assert abs(q @ der) <= 1e-10 * max(q @ np.abs(der0), 1e-300)
+            assert obj.value(W1) >= v_cvx - 1e-9 * abs(v_cvx)
             assert b >= nt.dual_bound(obj, W, q)[0] - 1e-12 * abs(v_cvx)
             if loss == "squared":  # G_q(w) = sum q (x w - y)^2 / 2 + reg w^2 / 2
                 w = np.linalg.solve(X.T @ (q[:, None] * X) + np.diag(obj.reg), X.T @ (q * y))
@@ -174,6 +185,71 @@ def test_weighted_gram_of_operator_and_sparse_designs(intercept):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     np.testing.assert_allclose(nt.weighted_gram(sp.csr_matrix(dense), h), want, rtol=1e-12,
                                atol=1e-12 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("intercept", [False, True])
+def test_weighted_gram_with_the_gradient_in_the_same_pass(intercept, monkeypatch):
+    """``weighted_gram(X, h, r)`` returns ``(X' diag(h) X, X' r)``: the gradient to float64
+    rounding, also over rows where ``h = 0`` but ``r != 0`` (a saturated logistic loss), for
+    the operator design over dense / float32 / CSR bases, a dense and a CSR ``X``, and over
+    several Gram blocks; the Gram matrix is the one without ``r`` (to float32 rounding: the
+    extra rows change the blocks)."""
+    monkeypatch.setattr(dual, "GRAM_BLOCK", 128)
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(500, 6)) * [1, 2, 3, 4, 5, 6] + 3.0
+    m, s = X.mean(0), X.std(0)
+    h = rng.random(500)
+    r = rng.normal(size=500)
+    for hz, rz in ((slice(0, 300), slice(0, 100)), (slice(0, 0), slice(0, 0)),
+                   (slice(0, 500), slice(0, 480))):
+        hh, rr = h.copy(), r.copy()
+        hh[hz] = 0.0
+        rr[rz] = 0.0
+        dense = (X - m) / s
+        if intercept:
+            dense = np.hstack([dense, np.ones((500, 1))])
+        for base in (X, sp.csr_matrix(X), X.astype(np.float32)):
+            des = LinearDesign(base, intercept, m, s)
+            H, g = nt.weighted_gram(des, hh, r=rr)
+            H0 = nt.weighted_gram(des, hh)  # (other rows per float32 block: rounding differs)
+            np.testing.assert_allclose(H, H0, rtol=1e-5, atol=1e-5 * max(np.abs(H0).max(), 1))
+            Xb = base.toarray() if sp.issparse(base) else base.astype(np.float64)
+            want = ((Xb - m) / s).T @ rr  # (the float32 base's own values)
+            if intercept:
+                want = np.append(want, rr.sum())
+            np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        for Z in (dense, sp.csr_matrix(dense)):
+            H, g = nt.weighted_gram(Z, hh, r=rr)
+            H0 = nt.weighted_gram(Z, hh)
+            np.testing.assert_allclose(H, H0, rtol=1e-5, atol=1e-5 * max(np.abs(H0).max(), 1))
+            np.testing.assert_allclose(g, dense.T @ rr, rtol=1e-12,
+                                       atol=1e-12 * np.abs(dense.T @ rr).max())
+
+
+def test_risk_weights_sorted_reuses_its_sort():
+    """``risk_weights_sorted`` gives the oracle's value and weights, and its returned sort,
+    passed back for other ``nu`` and to ``_pools``, gives the same results as a fresh sort
+    (ties included)."""
+    rng = np.random.default_rng(8)
+    for trial in range(50):
+        n = int(rng.integers(2, 300))
+        ell = rng.standard_normal(n) if trial % 2 else rng.integers(0, 5, n).astype(float)
+        sigma = np.sort(rng.random(n))
+        sigma /= sigma.sum()
+        q1, q2 = np.empty(n), np.empty(n)
+        v1, srt = ko.risk_weights_sorted(ell, sigma, 0.0, ko.CHI2, q1)
+        assert v1 == ko.risk_weights(ell, sigma, 0.0, ko.CHI2, q2)
+        np.testing.assert_array_equal(q1, q2)
+        np.testing.assert_array_equal(srt[0], np.argsort(ell, kind="stable"))
+        for nu in (1e-3, 0.1):
+            v3, srt3 = ko.risk_weights_sorted(ell, sigma, nu, ko.CHI2, q1, srt)
+            assert srt3 is srt
+            assert v3 == ko.risk_weights(ell, sigma, nu, ko.CHI2, q2)
+            np.testing.assert_array_equal(q1, q2)
+            scale = 1.0 / (2 * nu * n)
+            for a, b in zip(nt._pools(ell, q1, sigma, scale, srt),
+                            nt._pools(ell, q1, sigma, scale)):
+                np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8192, 8193, 20000])

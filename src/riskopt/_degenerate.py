@@ -50,7 +50,9 @@ def warn_if_degenerate(est, X, y_enc, W, obj, W_fit):
         return
     if getattr(obj, "family", None) == "spectral" and n >= 10 * _DEGENERATE_MIN_SAMPLES \
             and not isinstance(risk, MaxLoss) and getattr(obj, "sample_weight", None) is None:
-        q = obj.weights(obj.as_coef(W_fit))
+        q = getattr(obj, "_solution_weights", None)  # the solver's own (Newton), else here
+        if q is None:
+            q = obj.weights(obj.as_coef(W_fit))
         n_eff = 1.0 / float(np.sum(q * q))
         if n_eff < _DEGENERATE_MIN_SAMPLES:
             warnings.warn(

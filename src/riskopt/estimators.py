@@ -414,8 +414,8 @@ class _RiskEstimatorBase(BaseEstimator):
         solver = _solvers.Newton(**{"tol": max(1e-2 * tol, 1e-12), "max_iter": self._max_iter(),
                                     "accept": tol, **params})
         W0 = obj.zeros() if coef0 is None else coef0
-        f0 = float(obj.value(W0))
         res = solver.run(obj, coef0=W0)
+        f0 = float(res.extra["value0"])
         self.solver_params_ = params
         self.lr_, self.lr_search_ = None, None
         self.dual_gap_ = float(res.extra["gap"])
@@ -431,6 +431,7 @@ class _RiskEstimatorBase(BaseEstimator):
             return W, converged
         self.n_iter_ = max(int(res.n_epochs), 1)
         self.objective_trace_ = np.array([f0, float(res.value)])
+        obj._solution_weights = res.extra["weights"]  # (for warn_if_degenerate: no oracle call)
         return obj.as_matrix(res.coef), True
 
     def _fit_stochastic(self, obj, risk, name, params, coef0, prev_lr):

@@ -60,24 +60,27 @@ def pool_runs(order, ls, q, sigma, scale, thr):
 
 
 @njit(cache=True)
-def scaled_rows(X, s, h, rows, a, b, buf, v, sums, shift, inv_scale):
+def scaled_rows(X, s, h, rows, a, b, buf, v, sums, shift, inv_scale, r, g, rsums):
     """``buf[k - a] = s[i] * z_i`` (float32) for ``i = rows[k]`` (``i = k`` if ``rows`` is
     empty), ``a <= k < b``, with ``z_ij = (X[i, j] - shift[j]) * inv_scale[j]`` formed in
     float64 (standardised before the float32 store: raw columns of scale 1e18 would overflow
     float32 products, and an offset column would lose its centred part); with ``sums`` also
-    ``v += h[i] * z_i`` (float64)."""
+    ``v += h[i] * z_i`` and with ``rsums`` ``g += r[i] * z_i`` (float64: a gradient ``Z' r``
+    in the same pass over the rows)."""
     p = X.shape[1]
     take = rows.shape[0] > 0
     for k in range(a, b):
         i = rows[k] if take else k
         si = s[i]
-        r = k - a
-        if sums:
-            hi = h[i]
+        t = k - a
+        if sums or rsums:
+            hi = h[i] if sums else 0.0
+            ri = r[i] if rsums else 0.0
             for j in range(p):
                 z = (X[i, j] - shift[j]) * inv_scale[j]
-                buf[r, j] = z * si
+                buf[t, j] = z * si
                 v[j] += hi * z
+                g[j] += ri * z
         else:
             for j in range(p):
-                buf[r, j] = (X[i, j] - shift[j]) * inv_scale[j] * si
+                buf[t, j] = (X[i, j] - shift[j]) * inv_scale[j] * si

@@ -24,34 +24,49 @@ def curvature(loss, y, z):
         return s * (1.0 - s)
     return None
 
-def weighted_gram(X, h):
+def weighted_gram(X, h, r=None):
     """``X.T @ diag(h) @ X`` (dense ``(p, p)``) for a dense, CSR or ``LinearDesign`` ``X``;
-    ``h >= 0``; only the rows with ``h > 0`` are read."""
+    ``h >= 0``; only the rows with ``h > 0`` are read. With ``r`` (length n) also ``X.T @ r``,
+    as ``(H, g)``: in the same pass over the rows of a dense design (the Newton step's
+    gradient with its Hessian), the rows with ``r != 0`` read too."""
+    rows = np.flatnonzero(h > 0 if r is None else (h > 0) | (r != 0))
     if getattr(X, "_is_linear_design", False):
         B = X.base
         m, s = X.shift, X.scale
-        rows = np.flatnonzero(h > 0)
         t = float(h.sum())
+        gd = None
         if hasattr(B, "tocsr"):  # sparse base (float64 products): centre the Gram afterwards
             A, v = _plain_gram(B, h, rows, sums=True)
             Ad = (A - np.outer(v, m) - np.outer(m, v) + t * np.outer(m, m)) / np.outer(s, s)
             vd = (v - t * m) / s
-        else:  # dense base: the rows are standardised before their float32 products
+        elif r is None:  # dense base: the rows are standardised before their float32 products
             Ad, vd = _plain_gram(B, h, rows, sums=True, shift=m, scale=s)
+        else:
+            Ad, vd, gd = _plain_gram(B, h, rows, sums=True, shift=m, scale=s, r=r)
+            if X.intercept:
+                gd = np.append(gd, r.sum())
         if not X.intercept:
-            return Ad
-        d = Ad.shape[0]
-        H = np.empty((d + 1, d + 1))
-        H[:d, :d] = Ad
-        H[:d, d] = H[d, :d] = vd
-        H[d, d] = t
-        return H
-    return _plain_gram(X, h, np.flatnonzero(h > 0))
+            H = Ad
+        else:
+            d = Ad.shape[0]
+            H = np.empty((d + 1, d + 1))
+            H[:d, :d] = Ad
+            H[:d, d] = H[d, :d] = vd
+            H[d, d] = t
+        if r is None:
+            return H
+        return H, (_xt_vec(X, r) if gd is None else gd)
+    if r is None:
+        return _plain_gram(X, h, rows)
+    if hasattr(X, "tocsr"):
+        return _plain_gram(X, h, rows), _xt_vec(X, r)
+    return _plain_gram(X, h, rows, r=r)
 
-def _plain_gram(X, h, rows, sums=False, shift=None, scale=None):
+def _plain_gram(X, h, rows, sums=False, shift=None, scale=None, r=None):
     """``Z.T @ diag(h) @ Z`` over ``rows`` (those with ``h > 0``), ``Z = (X - shift) / scale``
     (``X`` itself by default; dense ``X`` only); with ``sums`` also ``Z.T @ h`` (float64), as
-    ``(G, v)``."""
+    ``(G, v)``; with ``r`` (dense ``X``; ``rows`` must hold every ``r != 0``) also ``Z.T @ r``
+    (float64) last in the tuple: ``(G, g)`` or ``(G, v, g)``."""
     n = X.shape[0]
     sub = len(rows) < 0.7 * n
     if hasattr(X, "tocsr"):  # scipy.sparse
@@ -63,26 +78,29 @@ def _plain_gram(X, h, rows, sums=False, shift=None, scale=None):
     # float32 products, float64 sums of blocks: the Hessian only steers the Newton step (the
     # line search and the certificate use float64 values), and this halves its cost; blocks of
     # GRAM_BLOCK rows scaled by sqrt(h) into one float32 buffer (no copy of X, float32 or
-    # float64; X' h summed in the same pass)
+    # float64; X' h and X' r summed in the same pass)
     p = X.shape[1]
     G = np.zeros((p, p))
     v = np.zeros(p)
+    g = np.zeros(p)
     m = len(rows) if sub else n
+    out = ((G, v) if sums else (G,)) + ((g,) if r is not None else ())
     if m == 0:
-        return (G, v) if sums else G
+        return out if len(out) > 1 else G
     s = np.sqrt(h).astype(np.float32)
     shift = np.zeros(p) if shift is None else np.asarray(shift, dtype=np.float64)
     inv = np.ones(p) if scale is None else 1.0 / np.asarray(scale, dtype=np.float64)
     idx = rows.astype(np.int64, copy=False) if sub else np.empty(0, dtype=np.int64)
+    rr = h if r is None else np.ascontiguousarray(r, dtype=np.float64)
     buf = np.empty((min(GRAM_BLOCK, m), p), dtype=np.float32)
     Gb = np.empty((p, p), dtype=np.float32)
     for a in range(0, m, GRAM_BLOCK):
         b = min(a + GRAM_BLOCK, m)
         B = buf[:b - a]
-        _kg.scaled_rows(X, s, h, idx, a, b, B, v, sums, shift, inv)
+        _kg.scaled_rows(X, s, h, idx, a, b, B, v, sums, shift, inv, rr, g, r is not None)
         np.matmul(B.T, B, out=Gb)
         G += Gb
-    return (G, v) if sums else G
+    return out if len(out) > 1 else G
 
 #: rows per float32 block of the weighted Gram matrix (``_plain_gram``)
 GRAM_BLOCK = 8192

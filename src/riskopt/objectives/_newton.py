@@ -34,8 +34,10 @@ the order of the losses is fixed; ``F`` is piecewise smooth), an Armijo backtrac
 on ``F`` itself, and stops when the certified relative gap ``(F - bound) / max(|F|, 1e-12)`` is
 at most ``rtol``, or reports that it stalled (no decrease along ``d``) with the gap reached.
 Each step costs one weighted Gram matrix ``X' diag(h) X`` (only the rows with ``h > 0``: the
-tail of a CVaR), a ``p x p`` Cholesky solve and a few oracle calls, so it is meant for ``p`` up
-to a few thousand (``MAX_FEATURES``).
+tail of a CVaR; the gradient ``X' (q l')`` is summed in the same pass over the rows when the
+next step is certain to be taken), a ``p x p`` Cholesky solve and a few oracle calls (one sort
+of the losses per point, shared by the oracle and the Hessian's pools), so it is meant for
+``p`` up to a few thousand (``MAX_FEATURES``).
 
 **Box spectra (CVaR).** After each stage :func:`newton` tries the exact finish of
 :mod:`riskopt.objectives._crossover` (a window SQP that finds the tie set of the ``nu = 0``
@@ -91,28 +93,39 @@ def applicable(objective):
     return ""
 
 
-def newton_bound(objective, W, q, penalty=0.0, z=None):
+def newton_bound(objective, W, q, penalty=0.0, z=None, point=False):
     """:func:`dual_bound` for the dual point ``q`` at ``W + d``, ``d = -H^-1 g`` one Newton step
     on ``G_q`` from ``W`` (``H`` its Hessian, ``g`` its gradient): the exact ``min G_q`` for the
     squared loss (``G_q`` quadratic), close to it for the logistic loss. The bound is valid at any
     point; the step removes the ``sum g_j^2 / 2 reg_j`` slack of :func:`dual_bound` at ``W``, which
     dominates when ``reg`` is well below the curvature of ``G_q``. ``-inf`` when the Newton
-    system cannot be solved."""
+    system cannot be solved. With ``point``: ``(bound, W1, z1)``, the point ``W + d`` (its
+    intercept moved to the minimiser of ``G_q``, as for the bound) and its predictions, or
+    ``(-inf, None, None)``: a candidate solution (:func:`newton` keeps it when it lowers
+    ``F``)."""
     W = np.asarray(W, dtype=np.float64).reshape(-1)
     X = objective.X
     z = np.asarray(X @ W, dtype=np.float64).ravel() if z is None else z
-    H = weighted_gram(X, q * curvature(objective.loss, objective.y, z))
-    H[np.diag_indices_from(H)] += objective.reg + 1e-12 * max(1.0, float(np.trace(H)) / len(W))
+    fail = (-np.inf, None, None) if point else -np.inf
     _, der = _losses_derivs_z(objective, z)
-    g = _xt_vec(X, q * der) + objective.reg * W
+    H, g = weighted_gram(X, q * curvature(objective.loss, objective.y, z), r=q * der)
+    H[np.diag_indices_from(H)] += objective.reg + 1e-12 * max(1.0, float(np.trace(H)) / len(W))
+    g += objective.reg * W
     if not (np.all(np.isfinite(H)) and np.all(np.isfinite(g))):
-        return -np.inf
+        return fail
     try:
         d = cho_solve(cho_factor(H, lower=False), -g)
     except (LinAlgError, ValueError):
-        return -np.inf
+        return fail
     W1 = W + d
-    return dual_bound(objective, W1, q, penalty, np.asarray(X @ W1, dtype=np.float64).ravel())[0]
+    z1 = np.asarray(X @ W1, dtype=np.float64).ravel()
+    lb, c = dual_bound(objective, W1, q, penalty, z1)
+    if not point:
+        return lb
+    if c != 0.0:  # (the intercept is the last coefficient when fitted: dual_bound moved it)
+        W1[-1] += c
+        z1 += c
+    return lb, W1, z1
 
 
 def certify(objective, W, z=None, value=None):
@@ -200,13 +213,14 @@ def _box_dual(objective, W, z, ell, q0, window):
 NOISE_PER_F = 1e-11
 
 
-def _pools(ell, q, sigma, scale):
+def _pools(ell, q, sigma, scale, srt=None):
     """Pools of the chi-square oracle's solution (sorted order). In the projection onto
     ``P(sigma)`` a singleton keeps ``q = sigma_rank`` and a pool ``B`` has ``q_i = l_i scale -
     mean_B(l scale) + mean_B(sigma)``: a pool is a maximal run of consecutive sorted samples off
     their ``sigma_rank`` with equal ``q_i - l_i scale`` (``scale = 1 / (2 nu n)``). Returns
-    ``(order, starts, ends)`` of the pools of size >= 2."""
-    order, ls = _ko.sorted_order(ell)
+    ``(order, starts, ends)`` of the pools of size >= 2; ``srt``: the oracle's sort of ``ell``
+    (:func:`riskopt._kernels.oracles.risk_weights_sorted`), else ``ell`` is sorted here."""
+    order, ls = _ko.sorted_order(ell) if srt is None else srt
     thr = 1e-9 * float(sigma[-1] - sigma[0])
     starts, ends = _kg.pool_runs(order, ls, np.ascontiguousarray(q, dtype=np.float64),
                                  np.ascontiguousarray(sigma, dtype=np.float64), float(scale), thr)
@@ -237,20 +251,22 @@ def _pool_sums(X, member, vals, pid, n_pools):
     return _from_base(X, B, np.bincount(pid, weights=vals, minlength=n_pools)) if lin else B
 
 
-def _smoothed_hessian(objective, z, q, der, nu, ell=None):
+def _smoothed_hessian(objective, z, q, der, nu, ell=None, srt=None, grad=False):
     """Generalised Hessian of the chi-square-smoothed ``F_nu`` (``nu > 0``): ``X' diag(q l'')
     X`` plus the oracle's Jacobian term ``X' diag(l') dq/dl diag(l') X``, where ``dq/dl =
-    (I - 11'/|B|) / (2 nu n)`` on each pool ``B`` of the projection onto ``P(sigma)``."""
+    (I - 11'/|B|) / (2 nu n)`` on each pool ``B`` of the projection onto ``P(sigma)``.
+    ``srt``: the oracle's sort of ``ell`` (:func:`_pools`). With ``grad``: ``(H, X' (q l'))``,
+    the loss part of the gradient from the same pass over the rows (:func:`weighted_gram`)."""
     X, n = objective.X, objective.n
     scale = 1.0 / (2.0 * nu * n)
     h = q * curvature(objective.loss, objective.y, z)
     ell = _losses_derivs_z(objective, z)[0] if ell is None else ell
-    order, starts, ends = _pools(ell, q, objective.sigma, scale)
+    order, starts, ends = _pools(ell, q, objective.sigma, scale, srt)
     if len(starts):
         sizes = ends - starts
         member, pid = _pool_members(order, starts, ends)
         h[member] += scale * der[member] ** 2
-    H = weighted_gram(X, h)
+    H, g = weighted_gram(X, h, r=q * der) if grad else (weighted_gram(X, h), None)
     # the pools' rank-one terms by blocks of POOL_BLOCK pools: U is (p, pools) and there can
     # be ~n / 2 pools (a copy of the design in memory otherwise)
     for b0 in range(0, len(starts), POOL_BLOCK):
@@ -258,19 +274,24 @@ def _smoothed_hessian(objective, z, q, der, nu, ell=None):
         k0, k1 = np.searchsorted(pid, [b0, b1])  # pid is sorted: the block's members
         U = _pool_sums(X, member[k0:k1], der[member[k0:k1]], pid[k0:k1] - b0, b1 - b0)
         H -= (U * (scale / sizes[b0:b1])) @ U.T
-    return H
+    return (H, g) if grad else H
 
 
 #: pools per block of the Hessian's pool term (memory: POOL_BLOCK x p doubles)
 POOL_BLOCK = 1024
 
 
-#: a stage of a nu = 0 objective with an ``accept`` ends after a full step that lowered the
-#: smoothed objective by at most this share of ``accept`` (the next step would lower it by
-#: about the square of that): its certificate decides whether the run ends there (estimator
-#: objectives of ``benchmarks/estimator_vs_sklearn.py``: synthetic ESRM 1 and extremile 2 3
-#: steps instead of 4, certified to 2.9e-10 and 1.35e-7; adult ESRM 1 8 instead of 12, 1.1e-7)
+#: a stage of a nu = 0 objective with an ``accept`` ends after a full step when the next
+#: step's decrease of the smoothed objective, predicted from the last two full steps (Newton's
+#: quadratic rate: ``dec^2 / dec_prev``), is at most this share of ``accept``; its certificate
+#: (whose Newton step on ``G_q`` is also a candidate point) decides whether the run ends there
+#: (``benchmarks/estimator_vs_sklearn.py``: synthetic ESRM 1 and extremile 2 2 steps instead of
+#: 3, certified to 1.6e-7 and 4.8e-7; adult ESRM 1 7 instead of 8. The earlier rule, the
+#: step's own decrease at most ``accept``, waited one step more)
 STAGE_DEC_PER_ACCEPT = 1.0
+#: the gradient of the next step is formed with its Hessian (one pass over the rows) when
+#: the predicted decrease is above this share of ``rtol`` (the gradient test cannot pass)
+FUSE_PRED_PER_RTOL = 10.0
 #: stage-end crossovers tried at most (each failure costs up to ``_crossover.MAX_OUTER`` steps)
 XO_MAX_FAILS = 3
 #: the first stage tries the crossover once after a full Newton step that lowered the smoothed
@@ -305,19 +326,21 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
     objective's own ``nu``) is at most ``rtol``. For an objective with ``nu > 0`` the stages stop
     at that ``nu``. The bound after a stage is the best of the stage's weights
     (:func:`dual_bound`) and, at ``nu = 0``, the weights of a ``CAND_NU_PER_STAGE`` smaller
-    smoothing at the stage's point (:func:`newton_bound`): the 200,000 x 50 synthetic ESRM
-    and extremile fits of ``benchmarks/estimator_vs_sklearn.py`` are certified after the
-    first stage (4 Newton steps, was 6 and 8; 3 with ``accept``). For a box spectrum (CVaR)
-    the exact crossover is tried in the first stage and after each stage (module docstring).
+    smoothing at the stage's point (:func:`newton_bound`, whose Newton step on ``G_q`` gives a
+    second candidate point, kept when it lowers ``F``): the 200,000 x 50 synthetic ESRM and
+    extremile fits of ``benchmarks/estimator_vs_sklearn.py`` are certified after the first
+    stage (2 Newton steps with ``accept``). For a box spectrum (CVaR) the exact crossover is
+    tried in the first stage and after each stage (module docstring).
     ``accept`` (``>= rtol``, optional): the run also ends after a stage whose certified gap is
     at most ``accept`` (each stage is solved to the ``rtol`` gradient test, or at ``nu = 0``
-    until a full step lowers the smoothed objective by at most ``STAGE_DEC_PER_ACCEPT
-    accept``; the estimators' default fit on adult, CVaR 0.5, went from 88 to 48 steps in
+    until the predicted next decrease is at most ``STAGE_DEC_PER_ACCEPT accept``; the
+    estimators' default fit on adult, CVaR 0.5, went from 88 to 48 steps in
     ``benchmarks/estimator_vs_sklearn.py``); the result then has ``converged = False`` and
     ``rel_gap <= accept``.
 
     Returns a dict: ``coef``, ``value``, ``bound``, ``gap`` (``value - bound``), ``rel_gap``,
-    ``n_iter`` (Newton steps), ``converged`` (``rel_gap <= rtol``), ``message``, ``dual_nu``.
+    ``n_iter`` (Newton steps), ``converged`` (``rel_gap <= rtol``), ``message``, ``dual_nu``,
+    ``value0`` (``F(W0)``) and ``weights`` (the oracle's ``q`` at ``coef``).
     """
     why = applicable(objective)
     if why:
@@ -329,7 +352,8 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
     z = np.asarray(X @ W, dtype=np.float64).ravel() if np.any(W) else np.zeros(objective.n)
     target_nu = float(objective.nu)
     ell, der = _losses_derivs_z(objective, z)
-    F0 = objective.risk_weights(ell)[0] + objective._reg_value(W.reshape(-1, 1))
+    F0, qF = objective.risk_weights(ell)
+    F0 += objective._reg_value(W.reshape(-1, 1))
     if not np.isfinite(F0):
         raise FloatingPointError(f"F(w0) = {F0}: the Newton solver needs a finite start")
     if nu0 is None:
@@ -342,27 +366,34 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
     eps_ridge = 1e-12
     converged = False
     stale, best_rel = 0, np.inf
+    div = objective.div if target_nu > 0 else _ko.CHI2
 
     def smoothed(zv, Wv, nuv, qv):
         ellv, derv = _losses_derivs_z(objective, zv)
-        val = _ko.spectral_risk_weights(ellv, objective.sigma, nuv, objective.div if target_nu
-                                        > 0 else _ko.CHI2, qv, None)
-        return val + objective._reg_value(Wv.reshape(-1, 1)), ellv, derv
+        val, srtv = _ko.risk_weights_sorted(ellv, objective.sigma, nuv, div, qv)
+        return val + objective._reg_value(Wv.reshape(-1, 1)), ellv, derv, srtv
+
+    def exact(zv, Wv):  # F at Wv (predictions zv), its weights and losses
+        ellv = _losses_derivs_z(objective, zv)[0]
+        val, qv = objective.risk_weights(ellv)
+        return val + objective._reg_value(Wv.reshape(-1, 1)), qv, ellv
 
     best_F, best_W = F0, W.copy()  # the start may beat every stage (a tie-heavy w0 = 0)
     box = target_nu == 0 and _box_spectrum(objective.sigma)
     xo_hit, tried_early, loose, xo_fails = None, False, True, 0
-    F = F0  # F at the current W (set at the end of each stage)
+    F = F0  # F at the current W (set at the end of each stage); qF its weights (None: unknown)
     while it < max_iter and not converged:
-        stage = objective if nu == target_nu else objective.with_shift(
-            nu, objective.div if target_nu > 0 else _ko.CHI2)
-        Fs, ell, der = smoothed(z, W, nu, q)
-        g, stopped_loose = None, False
+        stage = objective if nu == target_nu else objective.with_shift(nu, div)
+        Fs, ell, der, srt = smoothed(z, W, nu, q)
+        g, H, stopped_loose, prev_dec = None, None, False, None
         for _ in range(20):
             it += 1
-            if g is None:
-                g = _xt_vec(X, q * der) + reg * W
-            H = _smoothed_hessian(stage, z, q, der, nu, ell)
+            if H is None:  # (else formed with g at the end of the last step)
+                if g is None:
+                    H, g = _smoothed_hessian(stage, z, q, der, nu, ell, srt, grad=True)
+                    g += reg * W
+                else:
+                    H = _smoothed_hessian(stage, z, q, der, nu, ell, srt)
             H[np.diag_indices_from(H)] += reg + eps_ridge * max(1.0, float(np.trace(H)) / len(reg))
             if not (np.all(np.isfinite(H)) and np.all(np.isfinite(g))):
                 message = "non-finite gradient or Hessian (badly scaled data?)"
@@ -375,6 +406,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
                 except LinAlgError:
                     message = "the Newton system could not be solved"
                     break
+            H = None
             slope = float(g @ d)
             if not slope < 0:
                 break
@@ -382,7 +414,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
             t, accepted = 1.0, False
             q_new = np.empty_like(q)
             for _ in range(40):
-                F_new, ell_new, der_new = smoothed(z + t * Xd, W + t * d, nu, q_new)
+                F_new, ell_new, der_new, srt_new = smoothed(z + t * Xd, W + t * d, nu, q_new)
                 if F_new <= Fs + 1e-4 * t * slope:
                     accepted = True
                     break
@@ -390,7 +422,9 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
             if not accepted:
                 break
             dec = Fs - F_new
-            W, z, Fs, ell, der, q = W + t * d, z + t * Xd, F_new, ell_new, der_new, q_new
+            W, z, Fs, ell, der, q, srt = (W + t * d, z + t * Xd, F_new, ell_new, der_new, q_new,
+                                          srt_new)
+            qF = None
             if (box and not tried_early and t == 1.0 and dec <= EARLY_DEC * abs(Fs)
                     and it < max_iter):
                 # an early crossover from the first stage's point once its steps are full and
@@ -404,25 +438,33 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
                     break
             if it % 8 == 0:
                 z = np.asarray(X @ W, dtype=np.float64).ravel()
-                Fs, ell, der = smoothed(z, W, nu, q)
+                Fs, ell, der, srt = smoothed(z, W, nu, q)
             # the stage is solved when the Newton decrement is below the target accuracy, or
             # as far as float64 allows: a step had to backtrack while the predicted decrease
             # was at the rounding level of F (the gradient test then only measures noise)
             if dec <= 1e-15 * abs(Fs) or it >= max_iter or (
                     t < 1.0 and -slope <= NOISE_PER_F * abs(Fs)):
                 break
+            # the next full step's decrease, predicted from the last two (quadratic rate)
+            pred = min(dec, dec * dec / prev_dec) if prev_dec else dec
+            prev_dec = dec if t == 1.0 else None
             if (loose and accept is not None and target_nu == 0 and t == 1.0
-                    and dec <= STAGE_DEC_PER_ACCEPT * accept * abs(Fs)):
+                    and pred <= STAGE_DEC_PER_ACCEPT * accept * abs(Fs)):
                 stopped_loose = True  # converging fast, below the accepted gap: certificate
                 break
-            # solved when the gradient's share of the bound (sum g^2 / 2 reg) is below the target
-            g = _xt_vec(X, q * der) + reg * W
+            # solved when the gradient's share of the bound (sum g^2 / 2 reg) is below the
+            # target; the next step's Hessian comes with that gradient (one pass over the rows)
+            # unless the predicted decrease says the test may pass
+            if pred > FUSE_PRED_PER_RTOL * rtol * abs(Fs):
+                H, g = _smoothed_hessian(stage, z, q, der, nu, ell, srt, grad=True)
+                g += reg * W
+            else:
+                g = _xt_vec(X, q * der) + reg * W
             if _scaled_sq(g, reg) <= 0.2 * rtol * max(abs(Fs), 1e-12):
                 break
         if xo_hit is None:  # (an early crossover's point ends the run below)
             z = np.asarray(X @ W, dtype=np.float64).ravel()  # z drifts: z + t X d updates
-            ell = _losses_derivs_z(objective, z)[0]
-            F = objective.risk_weights(ell)[0] + objective._reg_value(W.reshape(-1, 1))
+            F, qF, ell = exact(z, W)
             if F < best_F:
                 best_F, best_W = F, W.copy()
         goal = max(rtol, accept or rtol) * max(abs(F), 1e-12)
@@ -436,7 +478,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
             it += k
             xo_fails = XO_MAX_FAILS if stuck else xo_fails + (xo_hit is None)
         if xo_hit is not None:  # certified within the goal: its point ends the run
-            W, z, F = xo_hit["coef"], xo_hit["z"], xo_hit["value"]
+            W, z, F, qF = xo_hit["coef"], xo_hit["z"], xo_hit["value"], None
             if xo_hit["bound"] >= bound:
                 bound, nu_used = xo_hit["bound"], "crossover"
             if F < best_F:
@@ -455,13 +497,19 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
             # the weights of a 100x smaller smoothing at W with the exact minimum of their
             # G_q (one Newton step on G_q): the stage's point is often already optimal to the
             # goal, while the stage's own weights (smoothed) and the sum g^2 / 2 reg slack (reg
-            # well below the curvature of G_q) certify it only a stage or two later
+            # well below the curvature of G_q) certify it only a stage or two later. That step
+            # is also a candidate point: kept when it lowers F (an extra Newton step for free)
             qc = np.empty(objective.n)
-            _ko.spectral_risk_weights(ell, objective.sigma, nu * CAND_NU_PER_STAGE, _ko.CHI2,
-                                      qc, None)
-            lbc = newton_bound(objective, W, qc, 0.0, z)
+            _ko.risk_weights_sorted(ell, objective.sigma, nu * CAND_NU_PER_STAGE, _ko.CHI2, qc)
+            lbc, W1, z1 = newton_bound(objective, W, qc, 0.0, z, point=True)
             if lbc > bound:
                 bound, nu_used = lbc, nu * CAND_NU_PER_STAGE
+            if W1 is not None:
+                F1, q1, ell1 = exact(z1, W1)
+                if F1 < F:
+                    W, z, F, qF, ell = W1, z1, F1, q1, ell1
+                    if F < best_F:
+                        best_F, best_W = F, W.copy()
         converged = (F - bound) <= rtol * max(abs(F), 1e-12)
         if converged or nu <= max(target_nu, nu_min) or message:
             break
@@ -485,13 +533,14 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
     if not converged and best_F < F:  # z (exact for W since the last stage end) moves with W
         W = best_W
         z = np.asarray(X @ W, dtype=np.float64).ravel()
+        qF = None
     accepted = accept is not None and best_rel <= accept
     if not converged and not accepted:  # the dual grid (and the box dual point) at the end
         lb, gap_f, nu_f = certify(objective, W, z)
         if lb > bound:
             bound, nu_used = lb, nu_f
-    ell, _ = _losses_derivs_z(objective, z)
-    F = objective.risk_weights(ell)[0] + objective._reg_value(W.reshape(-1, 1))
+    if qF is None:  # F and its weights at the final (W, z)
+        F, qF, _ = exact(z, W)
     gap = max(F - bound, 0.0)
     rel = gap / max(abs(F), 1e-12)
     converged = rel <= rtol
@@ -504,4 +553,4 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
                    + (f" ({message})" if message else ""))
     return {"coef": W, "value": float(F), "bound": float(bound), "gap": float(gap),
             "rel_gap": float(rel), "n_iter": it, "converged": bool(converged),
-            "message": message, "dual_nu": nu_used}
+            "message": message, "dual_nu": nu_used, "value0": float(F0), "weights": qF}

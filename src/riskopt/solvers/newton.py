@@ -37,7 +37,8 @@ class Newton(Solver):
     Notes
     -----
     ``Result.extra``: ``gap``, ``rel_gap``, ``bound``, ``certified`` (``rel_gap <= tol``),
-    ``dual_nu`` (the shift cost whose weights gave the bound), ``hit_limit``. An uncertified
+    ``dual_nu`` (the shift cost whose weights gave the bound), ``hit_limit``, ``value0``
+    (``F`` at the start) and ``weights`` (the oracle's ``q`` at the solution). An uncertified
     stop (``max_iter`` or no descent) is reported in ``Result.message`` with the gap reached.
     """
 
@@ -92,6 +93,7 @@ class Newton(Solver):
                       extra={"gap": out["gap"], "rel_gap": out["rel_gap"],
                              "bound": out["bound"], "certified": out["converged"],
                              "dual_nu": out["dual_nu"], "abnormal": False,
+                             "value0": out["value0"], "weights": out["weights"],
                              "hit_limit": (not out["converged"]
                                            and out["n_iter"] >= max_iter)})
 
