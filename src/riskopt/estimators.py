@@ -48,9 +48,9 @@ solver (:class:`riskopt.solvers.Newton`) to a certified relative duality gap ``1
 is then the gap of its final point to Newton's bound). ``"auto"`` picks it
 wherever it applies (``RiskClassifier``'s binary default and ``RiskRegressor``'s squared-loss
 default): certified to ``1e-6`` where the L-BFGS continuation at the default ``tol`` ended up
-to ``4.6e-6`` above the optimum (law_school, ``benchmarks/default_accuracy.py``), faster on adult
-and law_school, 1.6-1.8x slower than L-BFGS on a dense 200,000 x 50 regression
-(``benchmarks/estimator_vs_sklearn.py``). Otherwise the default is full-batch L-BFGS
+to ``4.6e-6`` above the optimum (law_school, ``benchmarks/default_accuracy.py``), and faster
+than L-BFGS on adult and on a dense 200,000 x 50 regression, where it takes 2.4-2.5x the time
+of scikit-learn's ``Ridge`` (``benchmarks/estimator_vs_sklearn.py``). Otherwise the default is full-batch L-BFGS
 (:class:`riskopt.solvers.LBFGS`, exact: the project's reference for ``f*``;
 the estimators skip its SLSQP tie polish at ``tol >= 1e-8``, see ``_fit_lbfgs``) for
 every built-in risk: it was faster than SOREL (``shift_cost = 0``) and far faster than Prospect
