@@ -291,7 +291,7 @@ POOL_BLOCK = 1024
 STAGE_DEC_PER_ACCEPT = 1.0
 #: the gradient of the next step is formed with its Hessian (one pass over the rows) when
 #: the predicted decrease is above this share of ``rtol`` ``|F|``: the gradient test is then
-#: not expected to pass (if it does, that Hessian is wasted: a cost, never a different result)
+#: not expected to pass (if it does, that Hessian is wasted: a cost, not a wrong step)
 FUSE_PRED_PER_RTOL = 10.0
 #: stage-end crossovers tried at most (each failure costs up to ``_crossover.MAX_OUTER`` steps)
 XO_MAX_FAILS = 3
