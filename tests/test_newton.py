@@ -283,7 +283,7 @@ def test_newton_solver_refuses_what_it_cannot_certify():
     assert res.extra["certified"] and res.extra["rel_gap"] <= 1e-10
 
 
-def test_estimators_fit_certified_newton_for_shift_cost_zero():
+def test_estimators_fit_certified_newton_for_shift_cost_zero(monkeypatch):
     X, y = data("logistic", 400, 5, 9)
     X[:, 0] += 2.0 * (y - 0.5)  # a separable direction: the CVaR optimum is not w = 0
     with warnings.catch_warnings():
@@ -307,9 +307,11 @@ def test_estimators_fit_certified_newton_for_shift_cost_zero():
     assert np.isnan(ref.dual_gap_)
     # Newton stopped short (2 steps): L-BFGS continues from its point, which keeps a valid
     # gap to Newton's bound (the bound lies below the certified optimum above)
-    with warnings.catch_warnings():
+    real = nt.newton
+    with monkeypatch.context() as m, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        short = ro.RiskClassifier(risk="cvar:0.5", solver="newton", max_iter=2).fit(X, y)
+        m.setattr(nt, "newton", lambda obj, W0, **kw: real(obj, W0, **{**kw, "max_iter": 2}))
+        short = ro.RiskClassifier(risk="cvar:0.5", solver="newton").fit(X, y)
     assert short.solver_ == "lbfgs" and "L-BFGS from its point" in short.solver_reason_
     assert np.isfinite(short.dual_gap_) and short.dual_gap_ >= 0
     assert short.objective_trace_[-1] - short.dual_gap_ <= clf.objective_trace_[-1] + 1e-12
@@ -400,3 +402,29 @@ def test_accept_ends_the_continuation_at_diminishing_returns():
     assert res["bound"] <= v_cvx + 1e-9 * abs(v_cvx) and res["value"] >= v_cvx - 1e-9
     with pytest.raises(ValueError, match="accept"):
         ro.solvers.Newton(tol=1e-6, accept=1e-8).run(obj)
+
+
+def test_lbfgs_after_an_uncertified_newton_run_shares_max_iter(monkeypatch):
+    """When Newton stops short of the accepted gap, L-BFGS continues from its point with what
+    is left of ``max_iter``: ``n_iter_`` counts both, never more than ``max_iter``; when
+    Newton spends the whole budget its point is returned, with a ConvergenceWarning."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    y = X @ rng.normal(size=4) + rng.standard_t(3, size=300)
+    real = nt.newton
+    monkeypatch.setattr(nt, "newton", lambda obj, W0, **kw: real(obj, W0, **{**kw,
+                                                                          "max_iter": 2}))
+    est = ro.RiskRegressor(risk="esrm:1", max_iter=40).fit(X, y)
+    assert est.solver_ == "lbfgs" and est.solver_reason_.startswith("Newton stopped")
+    assert 2 < est.n_iter_ <= 40
+    with pytest.warns(ConvergenceWarning, match="max_iter=6"):
+        capped = ro.RiskRegressor(risk="esrm:1", max_iter=6).fit(X, y)
+    assert capped.n_iter_ <= 6
+    monkeypatch.setattr(nt, "newton", real)
+    with pytest.warns(ConvergenceWarning, match="max_iter=1"):
+        one = ro.RiskRegressor(risk="esrm:1", max_iter=1).fit(X, y)
+    assert one.solver_ == "newton" and one.n_iter_ == 1
+    assert "max_iter = 1 reached at a relative gap" in one.solver_reason_
+    assert one.objective_trace_[-1] < one.objective_trace_[0]

@@ -373,14 +373,15 @@ class _RiskEstimatorBase(BaseEstimator):
             return self._fit_lbfgs(obj, params, coef0)
         return self._fit_stochastic(obj, risk, name, params, coef0, prev_lr)
 
-    def _fit_lbfgs(self, obj, params, coef0, _depth=0):
+    def _fit_lbfgs(self, obj, params, coef0, _depth=0, max_iter=None):
+        """L-BFGS from ``coef0``, at most ``max_iter`` iterations (default: the estimator's)."""
         tol = self.tol if self.tol else 1e-15
         # The tie polish (SLSQP on an epigraph program, shift_cost = 0) makes f* exact to
         # ~1e-12 but can cost seconds on small data with duplicated rows (14 s for one fit of
         # RiskClassifier(risk="esrm:1") on scikit-learn's sample-weight check data, 30 rows,
         # against 0.03 s without it): kept only when tol < _TIE_POLISH_TOL.
         solver = _solvers.LBFGS(polish_ties=tol < _TIE_POLISH_TOL, tol=tol,
-                                max_iter=self._max_iter(),
+                                max_iter=self._max_iter() if max_iter is None else max_iter,
                                 **{"nu_min": max(1e-9, _NU_MIN_PER_TOL * tol), **params})
         self.solver_params_ = params
         W0 = obj.zeros() if coef0 is None else coef0
@@ -406,7 +407,8 @@ class _RiskEstimatorBase(BaseEstimator):
 
     def _fit_newton(self, obj, params, coef0):
         """Newton to a certified relative gap ``1e-2 tol``; L-BFGS from its point if the gap
-        is not reached (``solver_`` and ``solver_reason_`` then say so)."""
+        is not reached (``solver_`` and ``solver_reason_`` then say so), with what is left of
+        ``max_iter``: ``n_iter_`` counts the Newton steps and the L-BFGS iterations."""
         tol = max(_NEWTON_GAP_PER_TOL * self.tol, 1e-12) if self.tol else 1e-12
         # each continuation stage is solved to a gradient test 100x below the accepted gap (its
         # weights then give a tight bound); the run ends after the first stage certified
@@ -419,18 +421,26 @@ class _RiskEstimatorBase(BaseEstimator):
         self.solver_params_ = params
         self.lr_, self.lr_search_ = None, None
         self.dual_gap_ = float(res.extra["gap"])
-        if not res.extra["rel_gap"] <= tol:
+        steps = int(res.n_epochs)
+        left = self._max_iter() - steps
+        if not res.extra["rel_gap"] <= tol and left >= 1:
             self.solver_ = "lbfgs"
             self.solver_reason_ = (f"Newton stopped at a relative gap {res.extra['rel_gap']:.3g}"
                                    f" > {tol:g} ({res.message}): L-BFGS from its point")
-            W, converged = self._fit_lbfgs(obj, {}, obj.as_coef(res.coef), _depth=1)
+            W, converged = self._fit_lbfgs(obj, {}, obj.as_coef(res.coef), 1, left)
+            self.n_iter_ += steps  # max_iter caps both together
+            self.objective_trace_[0] = f0
             # Newton's bound on the optimum still holds: the gap of the final point
             bound = float(res.extra["bound"])
             self.dual_gap_ = max(float(self.objective_trace_[-1]) - bound, 0.0) \
                 if np.isfinite(bound) else float("nan")
             return W, converged
-        self.n_iter_ = max(int(res.n_epochs), 1)
+        self.n_iter_ = max(steps, 1)
         self.objective_trace_ = np.array([f0, float(res.value)])
+        if not res.extra["rel_gap"] <= tol:  # max_iter spent by Newton: its point, uncertified
+            self.solver_reason_ += (f" (max_iter = {self._max_iter()} reached at a relative "
+                                    f"gap {res.extra['rel_gap']:.3g} > {tol:g})")
+            return obj.as_matrix(res.coef), False
         obj._solution_weights = res.extra["weights"]  # (for warn_if_degenerate: no oracle call)
         return obj.as_matrix(res.coef), True
 
@@ -557,8 +567,9 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
     fit_intercept : bool, default=True
     max_iter : int >= 1, default=1000
         Maximum number of solver updates (one pass over the data for Prospect, one outer
-        iteration = two passes for SOREL), or of L-BFGS iterations (a hard cap: the total
-        over L-BFGS's continuation solves).
+        iteration = two passes for SOREL), or of L-BFGS iterations and Newton steps (a hard
+        cap: the total over L-BFGS's continuation solves, and over Newton and the L-BFGS
+        run that continues an uncertified Newton fit).
     tol : float >= 0 or None, default=1e-4
         Stop when ``|grad F(w)| <= tol |grad F(0)|`` (stochastic solvers; plus an
         objective-change test for non-smooth problems), or L-BFGS's gradient tolerance.
