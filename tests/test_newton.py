@@ -317,7 +317,9 @@ def test_estimators_fit_certified_newton_for_shift_cost_zero(monkeypatch):
     assert short.objective_trace_[-1] - short.dual_gap_ <= clf.objective_trace_[-1] + 1e-12
     assert np.ptp(clf.decision_function(X)) > 1e-3  # a real model, not w = 0
     # sparse input: the same certified fit without densifying
-    sclf = ro.RiskClassifier(risk="cvar:0.5", solver="newton").fit(sp.csr_matrix(X), y)
+    with warnings.catch_warnings():  # (solver="newton" by name keeps X sparse too)
+        warnings.simplefilter("error", ro.SparseDensifyWarning)
+        sclf = ro.RiskClassifier(risk="cvar:0.5", solver="newton").fit(sp.csr_matrix(X), y)
     assert sclf.solver_ == "newton"
     np.testing.assert_allclose(sclf.coef_, clf.coef_, rtol=1e-4, atol=1e-6)
     # three classes (K > 1): L-BFGS, and the reason says why

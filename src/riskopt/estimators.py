@@ -45,12 +45,12 @@ Solver choice (``solver="auto"``)
 most 2,000 columns) fits a non-smooth spectral risk (``shift_cost = 0``) with the exact Newton
 solver (:class:`riskopt.solvers.Newton`) to a certified relative duality gap ``1e-2 tol``
 (``dual_gap_``; L-BFGS continues from its point if that gap is not reached, and ``dual_gap_``
-is then the gap of its final point to Newton's bound). ``"auto"`` picks it
-wherever it applies (``RiskClassifier``'s binary default and ``RiskRegressor``'s squared-loss
-default): certified to ``1e-6`` where the L-BFGS continuation at the default ``tol`` ended up
-to ``4.6e-6`` above the optimum (law_school, ``benchmarks/default_accuracy.py``), and faster
-than L-BFGS on adult and on a dense 200,000 x 50 regression, where it takes 2.4-2.5x the time
-of scikit-learn's ``Ridge`` (``benchmarks/estimator_vs_sklearn.py``). Otherwise the default is full-batch L-BFGS
+is then the gap of its final point to Newton's bound). ``"auto"`` picks it wherever it applies
+(``RiskClassifier``'s binary default and ``RiskRegressor``'s squared-loss default): certified
+to ``1e-6`` where the L-BFGS continuation at the default ``tol`` ended up to ``4.6e-6`` above
+the optimum (law_school, ``benchmarks/default_accuracy.py``), and faster than L-BFGS on adult
+and on a dense 200,000 x 50 regression, where it takes 2.4x the time of scikit-learn's
+``Ridge`` (``benchmarks/estimator_vs_sklearn.py``). Otherwise the default is full-batch L-BFGS
 (:class:`riskopt.solvers.LBFGS`, exact: the project's reference for ``f*``;
 the estimators skip its SLSQP tie polish at ``tol >= 1e-8``, see ``_fit_lbfgs``) for
 every built-in risk: it was faster than SOREL (``shift_cost = 0``) and far faster than Prospect
@@ -406,9 +406,8 @@ class _RiskEstimatorBase(BaseEstimator):
         return obj.as_matrix(res.coef), converged
 
     def _fit_newton(self, obj, params, coef0):
-        """Newton to a certified relative gap ``1e-2 tol``; L-BFGS from its point if the gap
-        is not reached (``solver_`` and ``solver_reason_`` then say so), with what is left of
-        ``max_iter``: ``n_iter_`` counts the Newton steps and the L-BFGS iterations."""
+        """Newton to a certified relative gap ``1e-2 tol``; if not reached, L-BFGS from its point
+        with what is left of ``max_iter`` (``solver_reason_`` says so; n_iter_ counts both)."""
         tol = max(_NEWTON_GAP_PER_TOL * self.tol, 1e-12) if self.tol else 1e-12
         # each continuation stage is solved to a gradient test 100x below the accepted gap (its
         # weights then give a tight bound); the run ends after the first stage certified
@@ -468,7 +467,8 @@ class _RiskEstimatorBase(BaseEstimator):
                 raise ValueError(f"groups must have shape ({X.shape[0]},) like y, got "
                                  f"{groups.shape}")
         # the full-batch path takes X as it is (an operator design: no copy, sparse kept)
-        lazy = isinstance(risk, _RiskBase) and groups is None and self.solver in ("auto", "lbfgs")
+        lazy = isinstance(risk, _RiskBase) and groups is None and \
+            self.solver in ("auto", "lbfgs", "newton")
         if is_sparse(X) and not lazy:
             X = densify(X, f"{type(self).__name__}.fit (risk {risk}, solver {self.solver!r})", 4)
         if sample_weight is not None:
