@@ -6,7 +6,8 @@
 #
 # Reads $RISKOPT_DATA/adult/adult.{data,test}.gz (no header; ' ?' for missing values), writes
 # train.csv / test.csv with a header and a person_id column into a temporary folder, then runs
-# `riskopt fit`, `riskopt evaluate` and `riskopt predict` and keeps their full output (and the
+# `riskopt fit` (the default risk, CVaR 0.5, and the degenerate CVaR 0.1), `riskopt evaluate`
+# and `riskopt predict` and keeps their full output (and the
 # first lines of the predictions) in OUT/transcript.txt, with the commit in OUT/metadata.txt.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,6 +45,11 @@ EOF
   echo "\$ riskopt fit train.csv --target income --group race --drop person_id --risk cvar:0.5 --out model_cvar.joblib"
   "${riskopt[@]}" fit "$work/train.csv" --target income --group race --drop person_id \
     --risk cvar:0.5 --out "$work/model_cvar.joblib" 2>&1
+  echo
+  echo "\$ riskopt fit train.csv --target income --drop person_id --risk cvar:0.1 --out model_tail.joblib"
+  echo "# (the logistic CVaR of the worst 10 %: w = 0 is optimal, a degenerate model that is reported)"
+  "${riskopt[@]}" fit "$work/train.csv" --target income --drop person_id \
+    --risk cvar:0.1 --out "$work/model_tail.joblib" 2>&1
   echo
   echo "\$ riskopt evaluate model.joblib test.csv --sensitive race"
   "${riskopt[@]}" evaluate "$work/model.joblib" "$work/test.csv" --sensitive race 2>&1
