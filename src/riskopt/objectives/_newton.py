@@ -374,10 +374,20 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
         val, srtv = _ko.risk_weights_sorted(ellv, objective.sigma, nuv, div, qv)
         return val + objective._reg_value(Wv.reshape(-1, 1)), ellv, derv, srtv
 
-    def exact(zv, Wv):  # F at Wv (predictions zv), its weights and losses
+    plan = objective._selection_plan() if target_nu == 0 else None
+
+    def exact(zv, Wv):
+        """F at Wv (predictions zv), its weights, losses and their sort (None where the
+        objective's oracle selects instead of sorting): the sort serves the next oracle call
+        on the same losses (the certificate's weights)."""
         ellv = _losses_derivs_z(objective, zv)[0]
-        val, qv = objective.risk_weights(ellv)
-        return val + objective._reg_value(Wv.reshape(-1, 1)), qv, ellv
+        if plan is not None:
+            (val, qv), srtv = objective.risk_weights(ellv), None
+        else:  # objective.risk_weights' own oracle, keeping its sort
+            qv = np.empty(objective.n)
+            val, srtv = _ko.risk_weights_sorted(ellv, objective.sigma, target_nu,
+                                                objective.div, qv)
+        return val + objective._reg_value(Wv.reshape(-1, 1)), qv, ellv, srtv
 
     best_F, best_W = F0, W.copy()  # the start may beat every stage (a tie-heavy w0 = 0)
     box = target_nu == 0 and _box_spectrum(objective.sigma)
@@ -465,7 +475,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
                 break
         if xo_hit is None:  # (an early crossover's point ends the run below)
             z = np.asarray(X @ W, dtype=np.float64).ravel()  # z drifts: z + t X d updates
-            F, qF, ell = exact(z, W)
+            F, qF, ell, srtF = exact(z, W)
             if F < best_F:
                 best_F, best_W = F, W.copy()
         goal = max(rtol, accept or rtol) * max(abs(F), 1e-12)
@@ -501,12 +511,13 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
             # well below the curvature of G_q) certify it only a stage or two later. That step
             # is also a candidate point: kept when it lowers F (an extra Newton step for free)
             qc = np.empty(objective.n)
-            _ko.risk_weights_sorted(ell, objective.sigma, nu * CAND_NU_PER_STAGE, _ko.CHI2, qc)
+            _ko.risk_weights_sorted(ell, objective.sigma, nu * CAND_NU_PER_STAGE, _ko.CHI2, qc,
+                                    srtF)
             lbc, W1, z1 = newton_bound(objective, W, qc, 0.0, z, point=True)
             if lbc > bound:
                 bound, nu_used = lbc, nu * CAND_NU_PER_STAGE
             if W1 is not None:
-                F1, q1, ell1 = exact(z1, W1)
+                F1, q1, ell1, _ = exact(z1, W1)
                 if F1 < F:
                     W, z, F, qF, ell = W1, z1, F1, q1, ell1
                     if F < best_F:
@@ -541,7 +552,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
         if lb > bound:
             bound, nu_used = lb, nu_f
     if qF is None:  # F and its weights at the final (W, z)
-        F, qF, _ = exact(z, W)
+        F, qF, _, _ = exact(z, W)
     gap = max(F - bound, 0.0)
     rel = gap / max(abs(F), 1e-12)
     converged = rel <= rtol
