@@ -57,6 +57,8 @@ from .oracles import (CHI2, _bubble, _chi2_weight_at,
                       _chi2_weights_from_blocks, _nu0_weight_at, _pav_chi2_resume,
                       _weights_sorted_ws, sorted_order)
 from .prefetch import _prefetch
+from .rank_oracle import (_rank_alloc, _rank_build, _rank_replace, _rank_weight,
+                          chunk_size as _rank_chunk)
 
 ORACLE_FULL = 0         #: O(n) per step: PAV resumed at the lowest moved rank (chi2), full PAV (KL)
 ORACLE_INCREMENTAL = 1  #: the box oracle where it applies (CVaR, nu > 0), else the hull tree
@@ -225,11 +227,11 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     tree rebuilds (KL range), ``[5]`` refreshed nodes that kept their bridge, ``[6]`` tangent
     walks, ``[7]`` buckets rebuilt.
     """
-    if oracle == ORACLE_INCREMENTAL and nu > 0.0:
-        bc, bk, br = _box_spectrum(sigma)
-        if bk > 0:
-            _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, rho,
-                                gbar, order, rank, bc, bk, br, stats)
+    if oracle == ORACLE_INCREMENTAL:
+        bc, bk, br = _box_spectrum(sigma) if nu > 0.0 else (0.0, 0, 0.0)
+        if bk >= 0:  # a box spectrum with a shift cost, or any spectrum without one
+            _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, q,
+                                rho, gbar, order, rank, bc, bk, br, stats)
             return
     n, p = X.shape
     K = W.shape[1]
@@ -343,12 +345,14 @@ def _sort_state(losses, order):
 
 
 @njit(cache=True)
-def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, rho, gbar,
-                        order, rank, bc, bk, br, stats):
-    """``_epoch_prospect`` for a box spectrum (``bk`` entries ``bc``, one ``br``: CVaR) with a
-    chi-square or KL cost: the same steps, with ``q_i`` read off ``box_oracle`` (O(log n) per
-    step, no sorted table); ``order`` / ``rank`` are rebuilt by one sort at the end of the
-    pass.
+def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, q, rho,
+                        gbar, order, rank, bc, bk, br, stats):
+    """``_epoch_prospect`` without a sorted table during the pass: for a box spectrum (``bk``
+    entries ``bc``, one ``br``: CVaR) with a chi-square or KL cost, ``q_i`` is read off
+    ``box_oracle`` (O(log n) per step); for ``nu = 0`` (any spectrum ``sigma``), off the
+    multiset of ``rank_oracle`` (O(log n + B) amortised per step, whatever the number of ranks
+    the loss crosses). The same steps as ``_epoch_prospect``; ``order`` / ``rank`` are
+    rebuilt by one sort at the end of the pass.
     For ``K = 1`` the iterate and ``gbar`` live in local vectors during the pass (the same
     operations in the same order as the general loops, so the same numbers, vectorised).
     ``stats`` (int64; length 10 to collect): ``[3]`` steps, ``[8]`` elements that changed
@@ -356,9 +360,16 @@ def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, 
     n, p = X.shape
     K = W.shape[1]
     z, dz, c, shrink = _step_scratch(K, lr, reg)
-    B = _box_alloc(n)
+    nu0 = nu == 0.0
+    B = _box_alloc(0 if nu0 else n)
     kl = div != CHI2
-    if kl:
+    R = _rank_alloc(n if nu0 else 1, _rank_chunk(n))
+    if nu0:  # ``order`` sorts the table at the start of a pass (rebuilt at every pass end)
+        ls0 = np.empty(n)
+        for r in range(n):
+            ls0[r] = losses[order[r]]
+        _rank_build(ls0, sigma, R)
+    elif kl:
         _kl_build(losses, q, nu, bc, bk, br, B, stats)
     else:
         _box_build(losses, q, nu, bc, bk, br, B, stats)
@@ -388,8 +399,13 @@ def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, 
         i = indices[t]
         if t + 1 < T:  # the next step's row and table entries (a hint, no values)
             _prefetch_row(X, D, y, losses, rho, indices[t + 1])
-            _prefetch(pos, indices[t + 1], 0)
-        qi = _kl_weight(losses[i], f) if kl else _box_weight(losses[i], f)
+            if not nu0:
+                _prefetch(pos, indices[t + 1], 0)
+        if nu0:
+            qi = _rank_weight(R, sigma, losses[i])
+        else:
+            qi = _kl_weight(losses[i], f) if kl else _box_weight(losses[i], f)
+        lold = losses[i]
         ri = rho[i]
         if one:
             zz = 0.0
@@ -397,6 +413,8 @@ def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, 
                 zz += X[i, j] * w1[j]
             z[0] = zz
             li = _loss_deriv(code, y[i], z, dz)
+            if nu0 and not li <= LOSS_LIMIT:  # diverged: the tables stay as they are
+                break
             c0 = qi * dz[0] - ri * D[i, 0]
             for j in range(p):
                 w1[j] = (w1[j] - lr * ((n * X[i, j]) * c0 + g1[j])) * shrink[j]
@@ -406,10 +424,14 @@ def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, 
         else:
             _predict_row(X, i, W, z)
             li = _loss_deriv(code, y[i], z, dz)
+            if nu0 and not li <= LOSS_LIMIT:
+                break
             _step_update(X, i, W, gbar, D, c, dz, qi, ri, lr, shrink)
         rho[i] = qi
         losses[i] = li
-        if kl:
+        if nu0:
+            _rank_replace(R, lold, li)
+        elif kl:
             _kl_update(B, i, li, stats)
         else:
             _box_update(B, i, li, stats)
@@ -419,11 +441,20 @@ def _epoch_prospect_box(code, X, y, reg, nu, div, lr, indices, W, losses, D, q, 
         for j in range(p):
             W[j, 0] = w1[j]
             gbar[j, 0] = g1[j]
-    _box_weights(losses, B, q, kl)
+    if not nu0:
+        _box_weights(losses, B, q, kl)
     with objmode():
         _sort_state(losses, order)
     for r in range(n):
         rank[order[r]] = r
+    if nu0:  # q = sigma by rank, averaged over ties (the sorted-table oracle's end of pass)
+        ls = np.empty(n)
+        qs = np.empty(n)
+        for r in range(n):
+            ls[r] = losses[order[r]]
+        _weights_sorted_ws(ls, sigma, 0.0, div, qs, np.empty(0), np.empty(0, dtype=np.int64))
+        for r in range(n):
+            q[order[r]] = qs[r]
 
 
 # --------------------------------------------------------------------------- proximal oracles

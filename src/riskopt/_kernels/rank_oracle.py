@@ -1,0 +1,337 @@
+"""Incremental exact oracle for every spectrum without a shift cost (``nu = 0``).
+
+With ``nu = 0`` the maximiser of ``q.l`` over the permutahedron ``P(sigma)`` gives the loss
+``l_i`` the weight
+
+    q_i = mean(sigma[a : a + m]),    a = #{j : l_j < l_i},    m = #{j : l_j == l_i},
+
+(``sigma`` by rank, averaged over a tie: ``oracles._weights_sorted_ws`` with ``nu = 0``), so
+only the *multiset* of the loss table is needed, never which sample holds which rank. The
+structure here keeps that multiset in a blocked sorted list (a two-level B-tree):
+
+* chunks of capacity ``2 B`` holding sorted runs of values, in value order (``lid[k]`` is the
+  physical chunk at logical position ``k``), with their largest values ``top[k]`` for a
+  binary search and a Fenwick tree ``fw`` of the chunk counts (``#{l < x}`` in O(log n));
+* an insertion into a full chunk splits it into two halves; a deletion that leaves a chunk
+  under ``B / 2`` merges it with a neighbour (or the two share their values evenly).
+
+Cost per update (one deletion and one insertion) and per query: ``O(log n + B)`` plus
+``O(n / B)`` for a split or a merge (they shift the logical order and rebuild the Fenwick
+tree), which happen at most once per ``B / 2`` updates of a chunk: ``O(log n + B + n / B^2)``
+amortised, **whatever the number of ranks the changed loss crosses** (the sorted table of the
+bubbling oracle pays one move per rank crossed, O(n) per step from a cold start). Worst case
+of one step: ``O(B + n / B)``. ``B ~ n^0.4``: 32 at 2e3, 64 at 2e4, 128 at 2e5, 256 at 1e6.
+
+A tie longer than ``TIE_SUM`` is not summed entry by entry: its spectrum mass comes from
+double-double prefix sums of ``sigma`` (``S = (hi, lo)``, each prefix exact to ~1e-32
+relative), so its weight is exact to a few ulps in O(1); shorter ties use
+``oracles._tie_mean`` (the very bits of the sorted-table oracle).
+
+State ``R = (V, cnt, lid, top, fw, meta, free, Shi, Slo)`` from :func:`_rank_alloc` /
+:func:`_rank_build`: ``V[p, :cnt[p]]`` the sorted values of physical chunk ``p``; ``meta =
+[number of chunks, B, number of free chunk ids, n]``; ``free`` the stack of free chunk ids.
+Everything after the allocation runs without reference counting (``_nrt=False``).
+
+Prospect uses it for ``nu = 0`` (``prospect._epoch_prospect_box`` with ``kind = RANK``): a
+step reads ``q_i`` for the sampled index's loss, then replaces that loss in the multiset.
+"""
+import numpy as np
+from numba import njit
+
+from .oracles import _tie_mean
+
+#: a tie longer than this takes its spectrum mass from the double-double prefix sums
+TIE_SUM = 64
+
+
+@njit(cache=True)
+def chunk_size(n):
+    """``B ~ n^0.4`` rounded down to a power of two, at least 8."""
+    t = max(8.0, float(n) ** 0.4)
+    b = 8
+    while b * 2 <= t:
+        b *= 2
+    return b
+
+
+@njit(cache=True)
+def _rank_alloc(n, B):
+    """Empty state for up to ``n`` values in chunks of capacity ``2 B`` (``n >= 1``)."""
+    nmax = 2 * (n // B) + 4
+    Shi = np.zeros(n + 1)
+    Slo = np.zeros(n + 1)
+    return (np.empty((nmax, 2 * B)), np.zeros(nmax, dtype=np.int64),
+            np.zeros(nmax, dtype=np.int64), np.empty(nmax), np.zeros(nmax + 1, dtype=np.int64),
+            np.array([0, B, 0, n], dtype=np.int64), np.zeros(nmax, dtype=np.int64), Shi, Slo)
+
+
+@njit(cache=True, _nrt=False)
+def _fw_rebuild(R):
+    """The Fenwick tree of the logical chunk counts, in O(number of chunks)."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    nc = meta[0]
+    for k in range(nc + 1):
+        fw[k] = 0
+    for k in range(nc):
+        fw[k + 1] += cnt[lid[k]]
+        j = (k + 1) + ((k + 1) & -(k + 1))
+        if j <= nc:
+            fw[j] += fw[k + 1]
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _fw_add(fw, nc, k, d):
+    j = k + 1
+    while j <= nc:
+        fw[j] += d
+        j += j & -j
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _fw_prefix(fw, k):
+    """Sum of the counts of logical chunks ``[0, k)``."""
+    s = 0
+    j = k
+    while j > 0:
+        s += fw[j]
+        j -= j & -j
+    return s
+
+
+@njit(cache=True, _nrt=False)
+def _rank_build(ls, sigma, R):
+    """Fill ``R`` with the sorted values ``ls`` (length ``n``) and the prefix sums of
+    ``sigma`` (same length)."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    n = ls.shape[0]
+    B = meta[1]
+    nmax = cnt.shape[0]
+    nc = (n + B - 1) // B
+    if nc > 1 and n - (nc - 1) * B < B // 2:
+        nc -= 1  # the short tail joins the last chunk (at most 1.5 B values)
+    pos = 0
+    for k in range(nc):
+        m = B if k < nc - 1 else n - pos
+        for j in range(m):
+            V[k, j] = ls[pos + j]
+        cnt[k] = m
+        lid[k] = k
+        top[k] = ls[pos + m - 1]
+        pos += m
+    # free ids: nc .. nmax-1 (popped from the end)
+    nf = 0
+    for p in range(nmax - 1, nc - 1, -1):
+        free[nf] = p
+        nf += 1
+    for p in range(nc, nmax):
+        cnt[p] = 0
+    meta[0] = nc
+    meta[2] = nf
+    _fw_rebuild(R)
+    # double-double prefix sums of sigma (TwoSum)
+    hi = 0.0
+    lo = 0.0
+    Shi[0] = 0.0
+    Slo[0] = 0.0
+    for j in range(n):
+        x = sigma[j]
+        s = hi + x
+        bb = s - hi
+        err = (hi - (s - bb)) + (x - bb)
+        hi = s
+        lo += err
+        Shi[j + 1] = hi
+        Slo[j + 1] = lo
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _first_chunk(top, nc, x, strict):
+    """The first logical chunk whose largest value is ``>= x`` (``> x`` if ``strict``), or
+    ``nc``."""
+    lo = 0
+    hi = nc
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        t = top[mid]
+        if t < x or (strict and t == x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _bound(V, p, m, x, strict):
+    """First position in chunk ``p`` (``m`` values) with value ``>= x`` (``> x`` if
+    ``strict``)."""
+    lo = 0
+    hi = m
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        t = V[p, mid]
+        if t < x or (strict and t == x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, _nrt=False)
+def _rank_count(R, x, strict):
+    """``#{l < x}`` (``#{l <= x}`` if ``strict``)."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    nc = meta[0]
+    k = _first_chunk(top, nc, x, strict)
+    if k == nc:
+        return meta[3]
+    p = lid[k]
+    return _fw_prefix(fw, k) + _bound(V, p, cnt[p], x, strict)
+
+
+@njit(cache=True, _nrt=False)
+def _rank_weight(R, sigma, x):
+    """The ``nu = 0`` weight of a loss ``x`` of the multiset: ``mean(sigma[a:a + m])``."""
+    a = _rank_count(R, x, False)
+    m = _rank_count(R, x, True) - a
+    if m <= TIE_SUM:
+        return _tie_mean(sigma, a, m)
+    Shi = R[7]
+    Slo = R[8]
+    return ((Shi[a + m] - Shi[a]) + (Slo[a + m] - Slo[a])) / m
+
+
+@njit(cache=True, _nrt=False)
+def _remove_logical(R, k):
+    """Drop logical chunk ``k`` (empty or merged away) and free its id."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    nc = meta[0]
+    free[meta[2]] = lid[k]
+    meta[2] += 1
+    cnt[lid[k]] = 0
+    for j in range(k, nc - 1):
+        lid[j] = lid[j + 1]
+        top[j] = top[j + 1]
+    meta[0] = nc - 1
+
+
+@njit(cache=True, _nrt=False)
+def _split(R, k):
+    """Split the full logical chunk ``k`` into two halves (the upper half at ``k + 1``)."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    nc = meta[0]
+    p = lid[k]
+    meta[2] -= 1
+    p2 = free[meta[2]]
+    m = cnt[p]
+    h = m // 2
+    for j in range(h, m):
+        V[p2, j - h] = V[p, j]
+    cnt[p2] = m - h
+    cnt[p] = h
+    for j in range(nc, k + 1, -1):
+        lid[j] = lid[j - 1]
+        top[j] = top[j - 1]
+    lid[k + 1] = p2
+    top[k + 1] = top[k]
+    top[k] = V[p, h - 1]
+    meta[0] = nc + 1
+    _fw_rebuild(R)
+
+
+@njit(cache=True, _nrt=False)
+def _rank_insert(R, x):
+    """Add the value ``x`` to the multiset."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    nc = meta[0]
+    k = _first_chunk(top, nc, x, True)
+    if k == nc:
+        k = nc - 1
+    p = lid[k]
+    m = cnt[p]
+    j = _bound(V, p, m, x, True)
+    for a in range(m, j, -1):
+        V[p, a] = V[p, a - 1]
+    V[p, j] = x
+    cnt[p] = m + 1
+    if j == m:
+        top[k] = x
+    _fw_add(fw, nc, k, 1)
+    if m + 1 == V.shape[1]:
+        _split(R, k)
+
+
+@njit(cache=True, _nrt=False)
+def _rank_delete(R, x):
+    """Remove one copy of the value ``x`` (which must be in the multiset)."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    nc = meta[0]
+    k = _first_chunk(top, nc, x, False)
+    p = lid[k]
+    m = cnt[p]
+    j = _bound(V, p, m, x, False)
+    for a in range(j, m - 1):
+        V[p, a] = V[p, a + 1]
+    m -= 1
+    cnt[p] = m
+    _fw_add(fw, nc, k, -1)
+    if m > 0:
+        top[k] = V[p, m - 1]
+    B = meta[1]
+    if m >= B // 2 or nc == 1:
+        return
+    if m == 0:
+        _remove_logical(R, k)
+        _fw_rebuild(R)
+        return
+    # merge with a neighbour, or share evenly when both would not fit in 1.5 B
+    kl = k if k + 1 < nc else k - 1
+    pl = lid[kl]
+    pr = lid[kl + 1]
+    ml = cnt[pl]
+    mr = cnt[pr]
+    if ml + mr <= (3 * B) // 2:
+        for j2 in range(mr):
+            V[pl, ml + j2] = V[pr, j2]
+        cnt[pl] = ml + mr
+        top[kl] = top[kl + 1]
+        _remove_logical(R, kl + 1)
+    else:
+        h = (ml + mr) // 2
+        if ml > h:  # move the top ml - h values of the left chunk to the front of the right
+            d = ml - h
+            for j2 in range(mr - 1, -1, -1):
+                V[pr, j2 + d] = V[pr, j2]
+            for j2 in range(d):
+                V[pr, j2] = V[pl, h + j2]
+        else:  # move the first h - ml values of the right chunk to the end of the left
+            d = h - ml
+            for j2 in range(d):
+                V[pl, ml + j2] = V[pr, j2]
+            for j2 in range(d, mr):
+                V[pr, j2 - d] = V[pr, j2]
+        cnt[pl] = h
+        cnt[pr] = ml + mr - h
+        top[kl] = V[pl, h - 1]
+    _fw_rebuild(R)
+
+
+@njit(cache=True, _nrt=False)
+def _rank_replace(R, old, new):
+    """One loss of the table changes from ``old`` to ``new``."""
+    if old == new:
+        return
+    _rank_insert(R, new)
+    _rank_delete(R, old)
+
+
+@njit(cache=True)
+def _rank_values(R, out):
+    """The multiset in sorted order (tests)."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    pos = 0
+    for k in range(meta[0]):
+        p = lid[k]
+        for j in range(cnt[p]):
+            out[pos] = V[p, j]
+            pos += 1
+    return pos
