@@ -21,7 +21,11 @@ updated in place; randomness enters only through the index arrays drawn in Pytho
        (``_nrt=False``, see ``incremental_pav``). For a box spectrum (CVaR) the default
        oracle is ``box_oracle`` instead (``_epoch_prospect_box``): ``q = clip((l - tau) /
        (2 n nu), 0, c)`` (chi-square) or ``min(c, exp((l - m) / nu))`` (KL) with one scalar
-       kept in O(log n) per step by heaps, and no sorted table during the pass.
+       kept in O(log n) per step by heaps, and no sorted table during the pass. Without a
+       shift cost (``nu = 0``, any spectrum) the default oracle is ``rank_oracle``, also in
+       ``_epoch_prospect_box``: ``q_i = mean(sigma[a:a + m])`` with ``a`` / ``m`` the numbers
+       of losses below / equal to ``l_i``, counted in a blocked sorted list of the loss
+       multiset (O(log n + B) amortised per step, whatever the number of ranks crossed).
 
     So after step ``t`` the tables hold: ``losses[i]`` and ``D[i]`` evaluated at the iterate
     ``w^(s)`` of the last step ``s <= t`` that drew ``i`` (before that step's update),
@@ -210,8 +214,9 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     step. ``oracle``:
 
     * ``ORACLE_INCREMENTAL`` (the solver's default): for a box spectrum (CVaR, detected by
-      ``box_oracle._box_spectrum``) with ``nu > 0``, ``_epoch_prospect_box`` (O(log n) per
-      step, no bubbling); otherwise as ``ORACLE_TREE``;
+      ``box_oracle._box_spectrum``) with ``nu > 0``, and for any spectrum with ``nu = 0``
+      (``rank_oracle``), ``_epoch_prospect_box`` (no bubbling); otherwise as
+      ``ORACLE_TREE``;
     * ``ORACLE_TREE``: for ``nu > 0`` (chi2 and KL) the hull
       tree of ``incremental_pav`` is built at the start of the pass, refreshed on the ranks
       the bubbling moved (O(s + log^2 n)) and ``q_i`` is read off it (O(log n)); a KL table
