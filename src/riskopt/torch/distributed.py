@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["is_distributed", "world_size", "rank", "all_gather_1d", "all_reduce_sum",
+           "ColumnGatherer", "all_reduce_mean_",
            "grad_scale"]
 
 
@@ -120,3 +121,88 @@ def all_reduce_sum(tensor, group=None):
     buf = tensor.to(dev, copy=True)
     dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group)
     return buf.to(tensor.device)
+
+
+def _active_group(process_group):
+    """The group to communicate over, or None when there is nothing to communicate:
+    ``process_group=False`` (local state by request), no initialised process group, or a
+    group of one rank. ``process_group=None`` means the default (world) group."""
+    if process_group is False or not is_distributed():
+        return None
+    group = dist.group.WORLD if process_group is None else process_group
+    return group if dist.get_world_size(group) > 1 else None
+
+
+class ColumnGatherer:
+    r"""All-gather of per-rank blocks of float64 columns (one row per local sample / index)
+    in **one collective per call** in steady state.
+
+    Every rank sends a buffer of ``1 + capacity * k`` float64 numbers: its row count ``b_r``
+    then its ``b_r`` rows of the ``k`` columns, zero-padded to ``capacity`` rows, the largest
+    per-rank row count seen so far. After the gather every rank knows every ``b_r``; if one
+    exceeds the capacity (the first call, or a larger batch than ever before) the capacity
+    grows to ``max_r b_r`` and a second gather sends the full blocks. All ranks take the same
+    decision from the same gathered headers, so they never disagree on the buffer size.
+    Integers (dataset indices, counts) travel exactly as float64 up to ``2**53``.
+
+    ``calls`` and ``bytes`` count the collectives issued and the bytes each rank received.
+    """
+
+    def __init__(self, group=None):
+        self.group = group
+        self.capacity = 0
+        self.calls = 0
+        self.bytes = 0
+
+    def __call__(self, columns, device):
+        r"""Gather ``columns`` (1-D tensors of a common local length ``b``; detached,
+        converted to float64).
+
+        Returns ``(table, sizes, offset)``: ``table`` of shape ``(sum_r b_r, k)`` (float64,
+        on ``device``), the rows of all ranks in rank order; ``sizes``, the list of ``b_r``;
+        ``offset``, where this rank's rows start.
+        """
+        group = self.group
+        cols = [c.detach().reshape(-1).to(torch.float64) for c in columns]
+        k = len(cols)
+        b = int(cols[0].numel()) if k else 0
+        if any(int(c.numel()) != b for c in cols):
+            raise ValueError("the gathered columns must have one entry per local row")
+        ws, me = dist.get_world_size(group), dist.get_rank(group)
+        dev = _comm_device(group)
+        block = (torch.stack(cols, 1).to(dev) if k
+                 else torch.zeros((b, 0), dtype=torch.float64, device=dev))
+        while True:
+            cap = self.capacity
+            buf = torch.zeros(1 + cap * k, dtype=torch.float64, device=dev)
+            buf[0] = b
+            r = min(b, cap)
+            if r and k:
+                buf[1:1 + r * k] = block[:r].reshape(-1)
+            parts = [torch.empty_like(buf) for _ in range(ws)]
+            dist.all_gather(parts, buf, group=group)
+            self.calls += 1
+            self.bytes += 8 * buf.numel() * ws
+            sizes = [int(x) for x in torch.stack([p[0] for p in parts]).tolist()]
+            if max(sizes) <= cap or k == 0:
+                break
+            self.capacity = max(sizes)
+        table = torch.cat([p[1:1 + s * k].reshape(s, k) for p, s in zip(parts, sizes)])
+        return table.to(device), sizes, sum(sizes[:me])
+
+
+def all_reduce_mean_(tensors, group=None):
+    """Average the tensors over the ranks in place, flattened into one buffer (one
+    collective); a no-op without an active group."""
+    if group is None or not tensors:
+        return tensors
+    dev = _comm_device(group)
+    flat = torch.cat([t.detach().reshape(-1).to(dev, torch.float64) for t in tensors])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    flat /= dist.get_world_size(group)
+    pos = 0
+    for t in tensors:
+        n = t.numel()
+        t.copy_(flat[pos:pos + n].view_as(t).to(t.device, t.dtype))
+        pos += n
+    return tensors

@@ -6,11 +6,16 @@ SOX / ALEXR2 / OOA and their outer functions in :mod:`~riskopt.torch.optim.fcco`
 ``torch.optim.Optimizer`` holding tables indexed by the dataset (or group) indices that the
 loader yields, on the parameters' device, saved in ``state_dict``. See :mod:`riskopt.torch.optim.base` for the conventions.
 """
+from ._guard import DivergenceError
 from .base import IndexedStateOptimizer
 from .fcco import (ALEXR2, OOA, SONEX, SONX, SOX, AbsHinge, GroupCVaR, Hinge, SquaredHinge,
                    project_capped_simplex)
 from .kl_dro import ASCDRO, PGSMD2, SCDRO
 
-__all__ = ["IndexedStateOptimizer", "SCDRO", "ASCDRO", "PGSMD2", "SONEX", "SONX", "SOX",
+#: every optimizer of this package, by name (the common test table has a row for each)
+OPTIMIZERS = {"SCDRO": SCDRO, "ASCDRO": ASCDRO, "PGSMD2": PGSMD2, "SONEX": SONEX, "SONX": SONX,
+              "SOX": SOX, "ALEXR2": ALEXR2, "OOA": OOA}
+
+__all__ = ["OPTIMIZERS", "DivergenceError", "IndexedStateOptimizer", "SCDRO", "ASCDRO", "PGSMD2", "SONEX", "SONX", "SOX",
            "ALEXR2", "OOA", "Hinge", "AbsHinge", "SquaredHinge", "GroupCVaR",
            "project_capped_simplex"]

@@ -38,11 +38,12 @@ checkpoint saved on a GPU loads on a CPU and back) after checking names and shap
 import torch
 
 from ..._validation import check_int
+from ._guard import GuardMixin
 
 __all__ = ["IndexedStateOptimizer"]
 
 
-class IndexedStateOptimizer(torch.optim.Optimizer):
+class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
     r"""A ``torch.optim.Optimizer`` with per-sample / per-group state indexed by dataset indices.
 
     Subclasses declare their tables in ``__init__`` with :meth:`add_indexed_state` and
@@ -61,6 +62,10 @@ class IndexedStateOptimizer(torch.optim.Optimizer):
     n_indices : int
         Number of rows of the indexed tables: the dataset size for per-sample state, the
         number of groups for per-group state; ``step`` accepts indices in ``[0, n_indices)``.
+    process_group, on_divergence, check_every, blowup
+        Data parallelism and the divergence check (:mod:`riskopt.torch.optim._guard`).
+        A subclass that keeps tables under DDP gathers its batch with ``self._gather``
+        and updates the tables from the gathered rows on every rank.
 
     Notes
     -----
@@ -107,10 +112,15 @@ class IndexedStateOptimizer(torch.optim.Optimizer):
     True
     """
 
-    def __init__(self, params, defaults, n_indices):
+    def __init__(self, params, defaults, n_indices, *, process_group=None,
+                 on_divergence="warn", check_every=10, blowup=1e6):
         super().__init__(params, defaults)
         self.n_indices = check_int("n_indices", n_indices, minimum=1)
         self._indexed = {}
+        self._init_guard(process_group, on_divergence, check_every, blowup)
+
+    def _extra_tensors(self):
+        return tuple(t for t in self._indexed.values() if t.is_floating_point())
 
     # ------------------------------------------------------------------ device
     def _first_param(self):
@@ -225,6 +235,7 @@ class IndexedStateOptimizer(torch.optim.Optimizer):
                 loss = closure()
         self._sync_device()
         self._update(self.check_indices(indices), **batch)
+        self._end_step()
         return loss
 
     def _update(self, indices, **batch):
@@ -238,6 +249,7 @@ class IndexedStateOptimizer(torch.optim.Optimizer):
         out = super().state_dict()
         out["indexed_state"] = {k: v.detach().clone() for k, v in self._indexed.items()}
         out["n_indices"] = self.n_indices
+        out["guard"] = self._guard_state()
         return out
 
     def load_state_dict(self, state_dict):
@@ -245,6 +257,7 @@ class IndexedStateOptimizer(torch.optim.Optimizer):
         state_dict = dict(state_dict)
         tables = state_dict.pop("indexed_state", None)
         n = state_dict.pop("n_indices", None)
+        guard = state_dict.pop("guard", None)
         if tables is None:
             raise ValueError("state_dict has no 'indexed_state': not from an "
                              "IndexedStateOptimizer")
@@ -263,6 +276,7 @@ class IndexedStateOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for name, t in tables.items():
                 self._indexed[name].copy_(t)
+        self._load_guard_state(guard)
 
 
 def _last_occurrence(indices):

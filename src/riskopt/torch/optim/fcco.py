@@ -244,7 +244,7 @@ class _FCCOBase(IndexedStateOptimizer):
     _keys = ("prev", "v", "m2")
 
     def _setup(self, params, defaults, n_outer, outer, update, gamma, gamma_prime, smoothing,
-               betas2, eps):
+               betas2, eps, guard):
         if not callable(getattr(outer, "grad", None)):
             raise ValueError(f"outer must be an outer function with grad(u, lam) (Hinge, "
                              f"AbsHinge, SquaredHinge, GroupCVaR), got {outer!r}")
@@ -261,7 +261,7 @@ class _FCCOBase(IndexedStateOptimizer):
             "gamma_prime", gamma_prime, allow_zero=True)
         self.smoothing = check_positive("smoothing", smoothing, allow_zero=True)
         self.betas2, self.eps = b2, check_positive("eps", eps)
-        super().__init__(params, defaults, n_indices=check_int("n_outer", n_outer))
+        super().__init__(params, defaults, n_indices=check_int("n_outer", n_outer), **guard)
         self.add_indexed_state("u")
         self.add_indexed_state("seen", dtype=torch.bool)
         self._s = None
@@ -332,14 +332,12 @@ class _FCCOBase(IndexedStateOptimizer):
                 raise ValueError(f"{name} must be a 1-D tensor with one inner estimate per "
                                  f"outer index ({idx.numel()}), got "
                                  f"{getattr(g, 'shape', type(g).__name__)}")
-            if not bool(torch.isfinite(g.detach()).all()):
-                raise ValueError(f"non-finite values in {name}")
         if need_prev and g_prev is None:
             raise ValueError(f"{type(self).__name__} needs g_prev, the inner estimates at the "
                              "previous iterate (opt.evaluate_previous(model, fn))")
         return idx
 
-    def surrogate(self, indices, g_now, g_prev=None, direct=None):
+    def surrogate(self, indices, g_now, g_prev=None, direct=None, counts=None):
         r"""Update the tracked values ``u_i`` of the batch's outer indices and return the
         scalar :math:`\mathrm{direct} + \frac1{|I|}\sum_{i\in I} y_i\, g_{\mathrm{now},i}`
         (``y_i = outer.grad(u_i, smoothing)`` held constant; with :class:`GroupCVaR`,
@@ -356,32 +354,54 @@ class _FCCOBase(IndexedStateOptimizer):
             The same estimates (same rows) at the previous iterate, without graph; needed when
             ``gamma_prime > 0`` (:meth:`evaluate_previous`).
         direct : scalar tensor, optional
-            The batch estimate of the direct term :math:`g_0` (differentiated as is).
+            The batch estimate of the direct term :math:`g_0` (differentiated as is; under
+            DDP its gradient is averaged over the ranks, as DDP does for any loss).
+        counts : tensor of shape ``(len(I),)``, optional
+            Under data parallelism: the number of rows behind each estimate (``g_now``,
+            ``g_prev`` are means over ``counts[i]`` rows of index ``i``). An index present on
+            several ranks gets the counts-weighted mean of the ranks' estimates, which is the
+            estimate on the global batch, exactly; without ``counts`` every rank's estimate
+            counts once (exact when the ranks hold equally many rows of each index). Ignored
+            without a process group.
         """
         idx = self._check_batch(indices, g_now, g_prev, self._gp() > 0)
+        if direct is not None and (not isinstance(direct, torch.Tensor) or direct.numel() != 1):
+            raise ValueError("direct must be a scalar tensor (the batch estimate of g0)")
+        use_prev = self._gp() > 0
         with torch.no_grad():
             table = self.indexed_state("u")
-            now = g_now.detach().to(table.dtype)
-            u, seen = self.gather("u", idx), self.gather("seen", idx)
+            vals = [g_now, g_prev] if use_prev else [g_now]
+            I, merged, loc = self._gather_by_index(idx, counts, vals, table.device)
+            for name, v in zip(("g_now", "g_prev"), merged):
+                self._check_input_finite(v, name)
+            now = merged[0].to(table.dtype)
+            u, seen = self.gather("u", I), self.gather("seen", I)
             new = (1.0 - self.gamma) * u + self.gamma * now
-            if self._gp() > 0:
-                new = new + self._gp() * (now - g_prev.detach().to(table.dtype))
+            if use_prev:
+                new = new + self._gp() * (now - merged[1].to(table.dtype))
             new = torch.where(seen, new, now)
-            self.scatter("u", idx, new)
-            self.scatter("seen", idx, True)
+            self.scatter("u", I, new)
+            self.scatter("seen", I, True)
             lam = self.smoothing
             if self._s is not None:
-                y = self.outer.grad(new, lam, self._s.detach().to(table.dtype))
+                s_now = self._s.detach().to(table.dtype)
+                y = self.outer.grad(new, lam, s_now)
+                self._track(self.outer.value(new, s_now).mean())
             else:
                 y = self.outer.grad(new, lam)
-            y = y.to(g_now.dtype)
+                self._track(self.outer.value(new).mean())
         self._pending = True
-        out = (y * (g_now - self._s) if self._s is not None else y * g_now).mean()
-        if self._s is not None:
-            out = out + self._s
+        if loc is None:                            # one process: the plain surrogate
+            y = y.to(g_now.dtype)
+            out = (y * (g_now - self._s) if self._s is not None else y * g_now).mean()
+            if self._s is not None:
+                out = out + self._s
+        else:   # this rank's rows, weighted by their share of each index, times W (DDP)
+            pos, weight = loc
+            out = ((y[pos] * weight).to(g_now.dtype) * g_now).sum() / I.numel()
+            if self._s is not None:                # s is not DDP's: its gradient, globally
+                self._pending = 1.0 - y.to(torch.float64).mean()
         if direct is not None:
-            if not isinstance(direct, torch.Tensor) or direct.numel() != 1:
-                raise ValueError("direct must be a scalar tensor (the batch estimate of g0)")
             out = out + direct.reshape(())
         return out
 
@@ -405,10 +425,12 @@ class _FCCOBase(IndexedStateOptimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if not self._pending:
+        if self._pending is None or self._pending is False:
             raise RuntimeError("call opt.surrogate(indices, g_now, ...).backward() before "
                                "opt.step()")
         self._sync_device()
+        if self._s is not None and isinstance(self._pending, torch.Tensor):
+            self._s.grad = self._pending.to(self._s.device, self._s.dtype).reshape(())
         return loss
 
     # ------------------------------------------------------------------ checkpoints
@@ -479,10 +501,11 @@ class SONEX(_FCCOBase):
     """
 
     def __init__(self, params, n_outer, outer, lr, beta=0.1, gamma=0.8, gamma_prime=0.1,
-                 smoothing=0.01, update="momentum", weight_decay=0.0, betas2=0.999, eps=1e-8):
+                 smoothing=0.01, update="momentum", weight_decay=0.0, betas2=0.999, eps=1e-8,
+                 **guard):
         defaults = dict(lr=lr, beta=beta, weight_decay=weight_decay)
         self._setup(params, defaults, n_outer, outer, update, gamma, gamma_prime, smoothing,
-                    betas2, eps)
+                    betas2, eps, guard)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -498,6 +521,7 @@ class SONEX(_FCCOBase):
                 G = p.grad + group["weight_decay"] * p if group["weight_decay"] else p.grad
                 self._moment_step(p, G, group["lr"], group["beta"], self._t)
         self._pending = None
+        self._end_step()
         return loss
 
 
@@ -507,10 +531,10 @@ class SONX(SONEX):
     is not needed. Same parameters as :class:`SONEX` otherwise."""
 
     def __init__(self, params, n_outer, outer, lr, beta=0.1, gamma=0.8, update="momentum",
-                 weight_decay=0.0, betas2=0.999, eps=1e-8):
+                 weight_decay=0.0, betas2=0.999, eps=1e-8, **guard):
         super().__init__(params, n_outer, outer, lr, beta=beta, gamma=gamma, gamma_prime=0.0,
                          smoothing=0.0, update=update, weight_decay=weight_decay,
-                         betas2=betas2, eps=eps)
+                         betas2=betas2, eps=eps, **guard)
 
 
 class SOX(SONX):
@@ -519,12 +543,12 @@ class SOX(SONX):
     the outer gradient itself. Raises for a non-smooth ``outer``."""
 
     def __init__(self, params, n_outer, outer, lr, beta=0.1, gamma=0.8, update="momentum",
-                 weight_decay=0.0, betas2=0.999, eps=1e-8):
+                 weight_decay=0.0, betas2=0.999, eps=1e-8, **guard):
         if not getattr(outer, "smooth", False):
             raise ValueError(f"SOX needs a smooth outer function (SquaredHinge), got {outer!r};"
                              " use SONX or SONEX for hinges")
         super().__init__(params, n_outer, outer, lr, beta=beta, gamma=gamma, update=update,
-                         weight_decay=weight_decay, betas2=betas2, eps=eps)
+                         weight_decay=weight_decay, betas2=betas2, eps=eps, **guard)
 
 
 class ALEXR2(_FCCOBase):
@@ -594,14 +618,14 @@ class ALEXR2(_FCCOBase):
 
     def __init__(self, params, n_outer, outer, lr, inner_lr, nu=0.1, inner_steps=5, gamma=0.8,
                  theta=0.125, beta=0.1, smoothing=0.01, update="momentum", weight_decay=0.0,
-                 betas2=0.999, eps=1e-8):
+                 betas2=0.999, eps=1e-8, **guard):
         check_positive("inner_lr", inner_lr)
         self.nu = check_positive("nu", nu)
         self.inner_steps = check_int("inner_steps", inner_steps)
         self.theta = check_positive("theta", theta, allow_zero=True)
         defaults = dict(lr=lr, inner_lr=float(inner_lr), beta=beta, weight_decay=weight_decay)
         self._setup(params, defaults, n_outer, outer, update, gamma, 0.0, smoothing, betas2,
-                    eps)
+                    eps, guard)
         self._k = 0
 
     def _gp(self):
@@ -640,6 +664,7 @@ class ALEXR2(_FCCOBase):
                     st["anchor"].copy_(p)
                     st["prev"].copy_(p)
         self._pending = None
+        self._end_step()
         return loss
 
     def _extra(self):
@@ -735,7 +760,7 @@ class OOA(IndexedStateOptimizer):
     (True, True, True)
     """
 
-    def __init__(self, params, n_groups, tail_fraction, lr, dual_lr, weight_decay=0.0):
+    def __init__(self, params, n_groups, tail_fraction, lr, dual_lr, weight_decay=0.0, **guard):
         r = _unit("tail_fraction", tail_fraction)
         check_positive("lr", lr)
         self.dual_lr = check_positive("dual_lr", dual_lr)
@@ -744,14 +769,16 @@ class OOA(IndexedStateOptimizer):
         # the caps sum to 1/r >= 1, so the set is never empty; r n < 1 (e.g. r = 0.15 over 4
         # groups) makes the cap > 1: the whole simplex, i.e. the worst group's loss
         super().__init__(params, dict(lr=float(lr), weight_decay=float(weight_decay)),
-                         n_indices=n)
+                         n_indices=n, **guard)
         self.cap = 1.0 / (r * n)
         self.add_indexed_state("p", fill=1.0 / n, dtype=torch.float64)
         self._pending = None
 
-    def surrogate(self, indices, group_losses):
+    def surrogate(self, indices, group_losses, counts=None):
         r""":math:`\frac m{|I|}\sum_{g\in I} p_g L_g` with ``p`` constant (its ``backward()``
-        leaves the primal gradient in ``.grad``); remembers the losses for the dual step."""
+        leaves the primal gradient in ``.grad``); remembers the losses for the dual step.
+        ``counts`` (rows behind each group loss) as for :meth:`SONEX.surrogate` under data
+        parallelism."""
         self._sync_device()
         idx = self.check_indices(indices)
         if idx.numel() == 0 or torch.unique(idx).numel() != idx.numel():
@@ -759,10 +786,15 @@ class OOA(IndexedStateOptimizer):
         L = group_losses
         if not isinstance(L, torch.Tensor) or L.ndim != 1 or L.numel() != idx.numel():
             raise ValueError("group_losses must be a 1-D tensor with one loss per group id")
-        if not bool(torch.isfinite(L.detach()).all()):
-            raise ValueError("non-finite group losses")
-        w = self.gather("p", idx) * (self.n_indices / idx.numel())
-        self._pending = (idx, L.detach().to(torch.float64))
+        with torch.no_grad():
+            I, (Lm,), loc = self._gather_by_index(idx, counts, [L], self.device)
+            self._check_input_finite(Lm, "group losses")
+            p = self.gather("p", I)
+            self._track(self.n_indices / I.numel() * (p * Lm).sum())
+            w = p * (self.n_indices / I.numel())
+            if loc is not None:
+                w = w[loc[0]] * loc[1]
+        self._pending = (I, Lm)
         return (w.to(L.dtype) * L).sum()
 
     @torch.no_grad()
@@ -786,6 +818,7 @@ class OOA(IndexedStateOptimizer):
         x = table.clone().index_add_(0, idx, self.dual_lr * (self.n_indices / idx.numel()) * L)
         table.copy_(project_capped_simplex(x, self.cap))
         self._pending = None
+        self._end_step()
         return loss
 
     @property

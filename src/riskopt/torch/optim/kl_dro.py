@@ -57,12 +57,14 @@ import math
 import torch
 
 from ..._validation import check_positive
+from ..distributed import all_reduce_mean_
+from ._guard import GuardMixin
 from .base import IndexedStateOptimizer
 
 __all__ = ["SCDRO", "ASCDRO", "PGSMD2"]
 
 
-class SCDRO(torch.optim.Optimizer):
+class SCDRO(GuardMixin, torch.optim.Optimizer):
     r"""SCDRO (Algorithm 1) and, with ``stage_steps``, RSCDRO (Algorithm 3).
 
     Parameters
@@ -85,10 +87,15 @@ class SCDRO(torch.optim.Optimizer):
         RSCDRO: halve ``lr`` and ``beta`` after stages of ``stage_steps * 2^k`` steps.
     mu : float >= 0, default 0
         The ``mu |x|^2 / 2`` of Algorithm 3 (parameters and ``lambda``).
+    process_group, on_divergence, check_every, blowup
+        Data parallelism and the divergence check (:mod:`riskopt.torch.optim._guard`):
+        under DDP the batch's losses are all-gathered (one collective per step) and
+        ``lambda``, ``log s`` and ``u`` are identical on every rank.
     """
 
     def __init__(self, params, radius=0.5, shift_cost=1e-3, lr=0.1, beta=0.1, lam_init=1.0,
-                 loss_bound=None, max_norm=None, stage_steps=None, mu=0.0):
+                 loss_bound=None, max_norm=None, stage_steps=None, mu=0.0, *,
+                 process_group=None, on_divergence="warn", check_every=10, blowup=1e6):
         check_positive("radius", radius)
         check_positive("shift_cost", shift_cost, allow_zero=True)
         check_positive("lr", lr)
@@ -114,6 +121,10 @@ class SCDRO(torch.optim.Optimizer):
                          "u": torch.tensor(0.0, dtype=torch.float64, device=dev),
                          "g_lam": torch.tensor(0.0, dtype=torch.float64, device=dev)}
         self._t, self._started, self._pending = 0, False, False
+        self._init_guard(process_group, on_divergence, check_every, blowup)
+
+    def _extra_tensors(self):
+        return tuple(self._scalars.values())
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self):
@@ -136,16 +147,19 @@ class SCDRO(torch.optim.Optimizer):
         r"""Update ``log s`` with the batch and return the surrogate ``sum_i w_i l_i``
         (``w_i = exp(l_i / lambda - log s) / b``, constant) whose gradient is the SCDRO
         estimate; also prepares the ``lambda``-derivative for :meth:`step`."""
-        if not isinstance(losses, torch.Tensor) or losses.ndim != 1 or losses.numel() == 0:
+        if not isinstance(losses, torch.Tensor) or losses.ndim != 1 or (
+                losses.numel() == 0 and self._group() is None):
             raise ValueError("surrogate needs the batch's per-sample losses as a non-empty "
                              "1-D tensor (reduction='none')")
         with torch.no_grad():
-            l64 = losses.detach().to(torch.float64)
-            if not bool(torch.isfinite(l64).all()):
-                raise ValueError("non-finite losses in the batch")
-            _, beta = self._schedule()
             sc = self._scalars
             lam = sc["lam"]
+            table, sizes, off = self._gather([losses], lam.device)
+            l64 = table[:, 0]
+            if l64.numel() == 0:
+                raise ValueError("surrogate needs a non-empty global batch")
+            self._check_input_finite(l64, "losses")
+            _, beta = self._schedule()
             a = l64 / lam
             log_g = torch.logsumexp(a, 0) - math.log(a.numel())
             if not self._started:
@@ -158,8 +172,10 @@ class SCDRO(torch.optim.Optimizer):
             sc["log_s"] = log_s
             w = torch.exp(a - log_s) / a.numel()
             sc["g_lam"] = -(w * l64).sum() / lam + log_s + self.radius
+            self._track(lam * log_s + (lam - self.shift_cost) * self.radius)
+            w_local = w[off:off + losses.numel()] * len(sizes)
             self._pending = True
-        return (w.to(losses.dtype) * losses).sum()
+        return (w_local.to(losses.dtype) * losses).sum()
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -192,13 +208,14 @@ class SCDRO(torch.optim.Optimizer):
         sc["lam"] = lam.clamp(self.shift_cost, self.lam_max)
         self._started, self._pending = True, False
         self._t += 1
+        self._end_step()
         return loss
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self):
         out = super().state_dict()
         out["scdro"] = {"scalars": {k: v.detach().clone() for k, v in self._scalars.items()},
-                        "t": self._t, "started": self._started}
+                        "t": self._t, "started": self._started, "guard": self._guard_state()}
         return out
 
     def load_state_dict(self, state_dict):
@@ -210,9 +227,10 @@ class SCDRO(torch.optim.Optimizer):
         dev = self.param_groups[0]["params"][0].device
         self._scalars = {k: v.to(dev) for k, v in extra["scalars"].items()}
         self._t, self._started, self._pending = int(extra["t"]), bool(extra["started"]), False
+        self._load_guard_state(extra.get("guard"))
 
 
-class ASCDRO(torch.optim.Optimizer):
+class ASCDRO(GuardMixin, torch.optim.Optimizer):
     r"""ASCDRO (Algorithm 2) with STORM estimators; ``radius=None`` gives RECOVER (the
     KL-penalised objective, ``lambda`` fixed at ``shift_cost``); ``stage_steps`` gives RASCDRO
     (Algorithm 3: ``lr`` times ``2^-1/2`` and ``beta`` halved per stage of doubling length).
@@ -238,7 +256,8 @@ class ASCDRO(torch.optim.Optimizer):
     """
 
     def __init__(self, params, radius=0.5, shift_cost=None, lr=0.1, beta=0.5, t0=100.0,
-                 lam_init=1.0, loss_bound=None, stage_steps=None, mu=0.0):
+                 lam_init=1.0, loss_bound=None, stage_steps=None, mu=0.0, *,
+                 process_group=None, on_divergence="warn", check_every=10, blowup=1e6):
         if radius is None:
             check_positive("shift_cost", shift_cost if shift_cost is not None else -1.0)
         else:
@@ -271,6 +290,7 @@ class ASCDRO(torch.optim.Optimizer):
         self._params = [p for g in self.param_groups for p in g["params"]]
         self._prev = [p.detach().clone().requires_grad_(True) for p in self._params]
         self._t, self._started, self._pending = 0, False, None
+        self._init_guard(process_group, on_divergence, check_every, blowup)
 
     @property
     def lam(self):
@@ -312,14 +332,19 @@ class ASCDRO(torch.optim.Optimizer):
         with torch.no_grad():
             _, beta = self._schedule()
             lam, lamp = sc["lam"], sc["lam_prev"]
-            b = losses.numel()
-            l64 = losses.detach().double()
-            if not bool(torch.isfinite(l64).all()):
-                raise ValueError("non-finite losses in the batch")
+            cols = [losses] if losses_prev is None else [losses, losses_prev]
+            table, sizes, off = self._gather(cols, lam.device)
+            scale_w = float(len(sizes))
+            loc = slice(off, off + losses.numel())
+            b = table.shape[0]
+            if b == 0:
+                raise ValueError("surrogate needs a non-empty global batch")
+            l64 = table[:, 0]
+            self._check_input_finite(table, "losses")
             a = l64 / lam
             M = a.max()
             if self._started:
-                lp64 = losses_prev.detach().double()
+                lp64 = table[:, 1]
                 ap = lp64 / lamp
                 M = torch.maximum(M, ap.max())
                 scale = torch.exp(torch.clamp(sc["m"] - M, max=600.0))
@@ -346,10 +371,12 @@ class ASCDRO(torch.optim.Optimizer):
                 e = torch.exp(a - M) / b
                 sc["s"], sc["u"] = e.sum(), -(e * l64).sum() / lam ** 2
                 coef = e / lam
+            rho = 0.0 if self.radius is None else self.radius
+            self._track(lam * (torch.log(sc["s"]) + sc["m"]) + (lam - self.shift_cost) * rho)
             self._pending = (beta, restart)
-        out = (coef.to(losses.dtype) * losses).sum()
+        out = ((coef[loc] * scale_w).to(losses.dtype) * losses).sum()
         if self._started and not restart:
-            out = out + (coef_p.to(losses_prev.dtype) * losses_prev).sum()
+            out = out + ((coef_p[loc] * scale_w).to(losses_prev.dtype) * losses_prev).sum()
         return out
 
     @torch.no_grad()
@@ -364,6 +391,14 @@ class ASCDRO(torch.optim.Optimizer):
         lr, _ = self._schedule()
         sc = self._sc
         lam = sc["lam"]
+        group = self._group()
+        if group is not None and self._started and not restart:
+            # DDP averages the gradients of the module's parameters only: average the
+            # gradients at the previous iterate (leaves of this optimizer) in one collective
+            for q in self._prev:
+                if q.grad is None:
+                    q.grad = torch.zeros_like(q)
+            all_reduce_mean_([q.grad for q in self._prev], group)
         for p, q in zip(self._params, self._prev):
             if p.grad is None:
                 continue
@@ -387,7 +422,42 @@ class ASCDRO(torch.optim.Optimizer):
             sc["lam"] = (lam - lr * (zl + self.mu * lam)).clamp(self.shift_cost, self.lam_max)
         self._started, self._pending = True, None
         self._t += 1
+        self._end_step()
         return loss
+
+    def _extra_tensors(self):
+        return (*self._sc.values(), *self._prev)
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self):
+        """``torch.optim.Optimizer.state_dict()`` plus ``ascdro``: ``lambda``, the previous
+        ``lambda``, ``s``, ``u``, ``m``, the previous iterate, ``t``, the started flag and the
+        divergence guard -- everything a resumed run needs."""
+        out = super().state_dict()
+        out["ascdro"] = {"scalars": {k: v.detach().clone() for k, v in self._sc.items()},
+                         "prev": [q.detach().clone() for q in self._prev],
+                         "t": self._t, "started": self._started,
+                         "guard": self._guard_state()}
+        return out
+
+    def load_state_dict(self, state_dict):
+        """Load a :meth:`state_dict` (onto the parameters' device)."""
+        state_dict = dict(state_dict)
+        extra = state_dict.pop("ascdro", None)
+        if extra is None:
+            raise ValueError("state_dict has no 'ascdro' entry: not from an ASCDRO optimizer")
+        if len(extra["prev"]) != len(self._params) or any(
+                tuple(q.shape) != tuple(p.shape) for q, p in zip(extra["prev"], self._params)):
+            raise ValueError("state_dict's previous iterate does not match the parameters")
+        super().load_state_dict(state_dict)
+        dev = self._params[0].device
+        self._sc = {k: v.to(dev, torch.float64) for k, v in extra["scalars"].items()}
+        with torch.no_grad():
+            for q, saved, p in zip(self._prev, extra["prev"], self._params):
+                q.data = saved.to(p.device, p.dtype).clone()
+                q.grad = None
+        self._t, self._started, self._pending = int(extra["t"]), bool(extra["started"]), None
+        self._load_guard_state(extra.get("guard"))
 
 
 def _kl_ball_log(logp, rho):
@@ -445,14 +515,14 @@ class PGSMD2(IndexedStateOptimizer):
     """
 
     def __init__(self, params, n, radius=0.5, shift_cost=1e-3, lr=0.1, dual_lr=1e-3,
-                 gamma=10.0, center_every=None):
+                 gamma=10.0, center_every=None, **guard):
         check_positive("radius", radius)
         check_positive("shift_cost", shift_cost, allow_zero=True)
         check_positive("lr", lr)
         check_positive("dual_lr", dual_lr)
         if gamma is not None:
             check_positive("gamma", gamma)
-        super().__init__(params, dict(lr=float(lr)), n_indices=n)
+        super().__init__(params, dict(lr=float(lr)), n_indices=n, **guard)
         self.radius, self.shift_cost, self.dual_lr = float(radius), float(shift_cost), dual_lr
         self.gamma, self.center_every = gamma, center_every
         self.add_indexed_state("log_p", fill=-math.log(self.n_indices),
@@ -460,10 +530,15 @@ class PGSMD2(IndexedStateOptimizer):
         self._steps = 0
 
     def weights(self, indices):
-        """``n p_i / b`` for the batch (constants for the primal surrogate)."""
+        """``n p_i / b`` for the batch (constants for the primal surrogate; ``b`` the global
+        batch size, times the world size under DDP, which averages the gradients)."""
         idx = self.check_indices(indices)
+        b, scale = idx.numel(), 1.0
+        if self._group() is not None:     # the global batch size (one small collective)
+            table, sizes, _ = self._gather([idx], self.device)
+            b, scale = table.shape[0], float(len(sizes))
         p = torch.exp(self.gather("log_p", idx))
-        return (self.n_indices * p / idx.numel()).to(self._default_dtype())
+        return (self.n_indices * scale * p / max(b, 1)).to(self._default_dtype())
 
     def _update(self, indices, losses=None):
         if losses is None:
@@ -471,7 +546,12 @@ class PGSMD2(IndexedStateOptimizer):
         losses = torch.as_tensor(losses).detach().to(self.device, torch.float64)
         if losses.shape != indices.shape:
             raise ValueError("losses and indices must have one entry per sample of the batch")
+        table, _, _ = self._gather([indices, losses], self.device)
+        indices, losses = table[:, 0].to(torch.int64), table[:, 1]
+        self._check_input_finite(losses, "losses")
         b = indices.numel()
+        if b == 0:
+            raise ValueError("PGSMD2.step needs a non-empty global batch")
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -482,6 +562,8 @@ class PGSMD2(IndexedStateOptimizer):
                 prox = (p - st["center"]) / self.gamma if self.gamma is not None else 0.0
                 p.add_(p.grad + prox, alpha=-group["lr"])
         logp = self.indexed_state("log_p")
+        self._track(self.n_indices / b * (torch.exp(logp.index_select(0, indices))
+                                           * losses).sum())
         logp.index_add_(0, indices, self.dual_lr * self.n_indices * losses / b)
         if self.shift_cost > 0:
             logp.mul_(1.0 - self.dual_lr * self.shift_cost)
@@ -493,3 +575,17 @@ class PGSMD2(IndexedStateOptimizer):
                 for p in group["params"]:
                     if "center" in self.state[p]:
                         self.state[p]["center"].copy_(p.detach())
+
+    def state_dict(self):
+        """:meth:`IndexedStateOptimizer.state_dict` plus ``pgsmd2``: the step counter that
+        drives the centre schedule."""
+        out = super().state_dict()
+        out["pgsmd2"] = {"steps": self._steps}
+        return out
+
+    def load_state_dict(self, state_dict):
+        """Load a :meth:`state_dict` (onto the parameters' device)."""
+        state_dict = dict(state_dict)
+        extra = state_dict.pop("pgsmd2", None)   # None: a checkpoint from before the counter
+        super().load_state_dict(state_dict)
+        self._steps = 0 if extra is None else int(extra["steps"])

@@ -1,0 +1,171 @@
+"""How a training loop drives each registered optimizer: one configuration ("row") per
+optimizer and variant, a small problem, and a loop that runs the same script in one process or
+on every rank of a process group (each rank its contiguous share of every global batch).
+
+Used by the common test table (``tests/test_torch_optim_common.py``), the communication
+benchmark (``benchmarks/torch_ddp_comm.py``) and the before / after measurement
+(``benchmarks/torch_ddp_exactness.py``); not part of the public API.
+"""
+import copy
+
+import torch
+
+from .fcco import ALEXR2, OOA, SONEX, SONX, SOX, GroupCVaR, Hinge, SquaredHinge
+from .kl_dro import ASCDRO, PGSMD2, SCDRO
+
+__all__ = ["ROWS", "make_problem", "make_optimizer", "drive_step", "split", "run",
+           "state_tensors"]
+
+#: name -> (class, keyword arguments, kind); ``kind`` says how the loop drives it
+ROWS = {
+    "scdro": (SCDRO, dict(radius=0.5, lr=0.1, beta=0.5), "scdro"),
+    "rscdro": (SCDRO, dict(radius=0.5, lr=0.1, beta=0.5, stage_steps=2, mu=1e-3), "scdro"),
+    "ascdro": (ASCDRO, dict(radius=0.5, lr=0.1, beta=0.5), "ascdro"),
+    "rascdro": (ASCDRO, dict(radius=0.5, lr=0.1, beta=0.5, stage_steps=2), "ascdro"),
+    "recover": (ASCDRO, dict(radius=None, shift_cost=0.5, lr=0.1, beta=0.5), "ascdro"),
+    "pgsmd2": (PGSMD2, dict(radius=0.5, lr=0.1, dual_lr=0.05, gamma=10.0, center_every=2),
+               "pgsmd2"),
+    "spd": (PGSMD2, dict(radius=0.5, lr=0.1, dual_lr=0.05, gamma=None), "pgsmd2"),
+    "sonex": (SONEX, dict(outer=GroupCVaR(0.5), lr=0.1), "fcco"),
+    "sonex_adam": (SONEX, dict(outer=Hinge(2.0, 0.3), lr=0.05, update="adam"), "fcco"),
+    "sonx": (SONX, dict(outer=Hinge(2.0, 0.3), lr=0.1), "fcco"),
+    "sox": (SOX, dict(outer=SquaredHinge(2.0, 0.3), lr=0.1), "fcco"),
+    "alexr2": (ALEXR2, dict(outer=Hinge(2.0, 0.3), lr=0.1, inner_lr=0.1, inner_steps=2),
+               "fcco"),
+    "ooa": (OOA, dict(tail_fraction=0.5, lr=0.1, dual_lr=0.1), "ooa"),
+}
+
+
+def make_problem(n=48, d=4, hidden=8, n_groups=4, seed=0, dtype=torch.float64):
+    """A regression problem with ``n_groups`` groups of growing noise and an MLP (seeded)."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, generator=g, dtype=dtype)
+    groups = torch.arange(n) % n_groups
+    y = X[:, 0] - 0.5 * X[:, 1] + 0.3 * groups.to(dtype) * torch.randn(n, generator=g,
+                                                                       dtype=dtype)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.Tanh(),
+                                torch.nn.Linear(hidden, 1)).to(dtype)
+    return X, y, groups, model
+
+
+def make_optimizer(name, params, n, n_groups, **extra):
+    cls, kwargs, kind = ROWS[name]
+    if kind == "pgsmd2":
+        return cls(params, n, **kwargs, **extra)
+    if kind == "fcco":
+        return cls(params, n_groups, **kwargs, **extra)
+    if kind == "ooa":
+        return cls(params, n_groups, **kwargs, **extra)
+    return cls(params, **kwargs, **extra)
+
+
+def _losses(out, t):
+    return 0.5 * (out[:, 0] - t) ** 2
+
+
+def _group_means(losses, gid):
+    """The distinct group ids, the mean loss of each and the rows behind each."""
+    ids, inv = torch.unique(gid, return_inverse=True)
+    counts = torch.zeros(ids.numel(), dtype=losses.dtype).index_add_(
+        0, inv, torch.ones_like(losses))
+    sums = torch.zeros(ids.numel(), dtype=losses.dtype).index_add_(0, inv, losses)
+    return ids, sums / counts, counts
+
+
+def drive_step(kind, opt, model, module, X, y, groups, idx):
+    """One training step of the optimizer ``opt`` (of ``kind``) on the rows ``idx``:
+    ``model`` is what the forward pass calls (a DDP wrapper or the module), ``module`` the
+    plain module (for the evaluations at the previous iterate)."""
+    x, t = X[idx], y[idx]
+    if kind == "scdro":
+        opt.zero_grad()
+        opt.surrogate(_losses(model(x), t)).backward()
+    elif kind == "ascdro":
+        losses = _losses(model(x), t)
+        prev = _losses(torch.func.functional_call(module, opt.previous_params(module), (x,)), t)
+        opt.zero_grad()
+        opt.surrogate(losses, prev).backward()
+    elif kind == "pgsmd2":
+        losses = _losses(model(x), t)
+        opt.zero_grad()
+        (opt.weights(idx) * losses).sum().backward()
+        opt.step(indices=idx, losses=losses.detach())
+        return
+    elif kind == "fcco":
+        ids, g_now, counts = _group_means(_losses(model(x), t), groups[idx])
+        g_prev = opt.evaluate_previous(
+            module, lambda f: _group_means(_losses(f(x), t), groups[idx])[1])
+        opt.zero_grad()
+        opt.surrogate(ids, g_now, g_prev, counts=counts).backward()
+    elif kind == "ooa":
+        ids, L, counts = _group_means(_losses(model(x), t), groups[idx])
+        opt.zero_grad()
+        opt.surrogate(ids, L, counts=counts).backward()
+    else:
+        raise ValueError(f"unknown kind {kind!r}")
+    opt.step()
+
+
+def split(idx, rank, world):
+    """Rank ``rank``'s contiguous share of the global batch ``idx`` (rank 0 takes the
+    larger part when it does not divide: unequal per-rank batches)."""
+    b = idx.numel()
+    sizes = [b // world + (r < b % world) for r in range(world)]
+    if world > 1 and sizes[-1] > 1:
+        sizes[0], sizes[-1] = sizes[0] + 1, sizes[-1] - 1
+    bounds = [sum(sizes[:r]) for r in range(world + 1)]
+    return idx[bounds[rank]:bounds[rank + 1]]
+
+
+def batches(n, steps, seed=1, sizes=(12, 12, 9, 16)):
+    """The global batches of a run: sampled rows (with some repeats across batches)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randperm(n, generator=g)[:sizes[k % len(sizes)]] for k in range(steps)]
+
+
+def state_tensors(opt):
+    """Every floating tensor of the optimizer's state (parameters' state, tables, scalars),
+    flattened into one float64 vector (for comparisons)."""
+    parts = [t.detach().double().reshape(-1) for t in opt._state_tensors()]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+
+def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None):
+    """Train row ``name`` for ``steps`` steps (this rank's share of each global batch).
+
+    ``wrap(module)`` returns what the forward calls (e.g. a DDP wrapper). Returns the
+    parameters (flattened), the optimizer state vector and, with ``save_at``, the
+    ``(model, optimizer)`` state dicts after ``save_at`` steps.
+    """
+    X, y, groups, module = make_problem(seed=seed)
+    model = module if wrap is None else wrap(module)
+    kind = ROWS[name][2]
+    opt = make_optimizer(name, module.parameters(), X.shape[0], 4)
+    saved = None
+    for k, idx in enumerate(batches(X.shape[0], steps)):
+        if save_at is not None and k == save_at:
+            saved = copy.deepcopy((module.state_dict(), opt.state_dict()))
+        drive_step(kind, opt, model, module, X, y, groups, split(idx, rank, world))
+    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    return flat, state_tensors(opt), saved
+
+
+def resume(name, steps, saved, seed=0):
+    """One process: load ``saved`` (taken after ``k`` steps) and finish the ``steps``."""
+    X, y, groups, module = make_problem(seed=seed)
+    model_state, opt_state = saved
+    module.load_state_dict(model_state)
+    kind = ROWS[name][2]
+    opt = make_optimizer(name, module.parameters(), X.shape[0], 4)
+    opt.load_state_dict(opt_state)
+    done = opt_state_steps(opt)
+    for idx in batches(X.shape[0], steps)[done:]:
+        drive_step(kind, opt, module, module, X, y, groups, idx)
+    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    return flat, state_tensors(opt)
+
+
+def opt_state_steps(opt):
+    """The number of ``step`` calls behind an optimizer's state (the guard's counter)."""
+    return opt._g_steps
