@@ -50,14 +50,14 @@ def make_problem(n=48, d=4, hidden=8, n_groups=4, seed=0, dtype=torch.float64):
 
 
 def make_optimizer(name, params, n, n_groups, **extra):
+    """The optimizer of row ``name`` (``extra`` overrides the row's keyword arguments)."""
     cls, kwargs, kind = ROWS[name]
+    kwargs = {**kwargs, **extra}
     if kind == "pgsmd2":
-        return cls(params, n, **kwargs, **extra)
-    if kind == "fcco":
-        return cls(params, n_groups, **kwargs, **extra)
-    if kind == "ooa":
-        return cls(params, n_groups, **kwargs, **extra)
-    return cls(params, **kwargs, **extra)
+        return cls(params, n, **kwargs)
+    if kind in ("fcco", "ooa"):
+        return cls(params, n_groups, **kwargs)
+    return cls(params, **kwargs)
 
 
 def _losses(out, t):

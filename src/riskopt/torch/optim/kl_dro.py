@@ -247,9 +247,10 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
             opt.surrogate(losses, prev).backward()
             opt.step()
 
-    (two gradient evaluations per step, as in the paper). The estimators of ``g``, ``d_w g`` and
+    (two gradient evaluations per step, as in the paper). The estimators of ``g`` and
     ``d_lambda g`` are kept scaled by ``exp(-m)`` (``m`` a running maximum of ``l / lambda``),
-    which cancels in the step, so nothing overflows; the estimators restart on the current batch
+    which cancels in the step, and the estimator of ``d_w g`` as its ratio ``v / s`` to the
+    one of ``g`` (in at least float32: scale-free, so nothing overflows, even in float16); the estimators restart on the current batch
     when ``s < beta g_B(x_t)`` (``s`` must stay positive). ``eta_t = lr / (1 + t/t0)^(1/3)``, ``beta_t = beta (eta_t / lr)^2``
     (Theorem 2) unless ``stage_steps`` is given. Same numbers as the linear-model kernel
     ``riskopt._kernels.scdro._pass_storm`` (tested step by step).
@@ -349,9 +350,7 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
                 M = torch.maximum(M, ap.max())
                 scale = torch.exp(torch.clamp(sc["m"] - M, max=600.0))
                 sc["s"], sc["u"] = sc["s"] * scale, sc["u"] * scale
-                for p in self._params:
-                    if "v" in self.state[p]:
-                        self.state[p]["v"].mul_(scale.to(p.dtype))
+            s_old = sc["s"]        # in the new scale: the stored v / s needs no rescaling
             sc["m"] = M
             e = torch.exp(a - M) / b
             sg, sl = e.sum(), -(e * l64).sum() / lam ** 2
@@ -373,7 +372,7 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
                 coef = e / lam
             rho = 0.0 if self.radius is None else self.radius
             self._track(lam * (torch.log(sc["s"]) + sc["m"]) + (lam - self.shift_cost) * rho)
-            self._pending = (beta, restart)
+            self._pending = (beta, restart, s_old)
         out = ((coef[loc] * scale_w).to(losses.dtype) * losses).sum()
         if self._started and not restart:
             out = out + ((coef_p[loc] * scale_w).to(losses_prev.dtype) * losses_prev).sum()
@@ -387,7 +386,7 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
                 loss = closure()
         if self._pending is None:
             raise RuntimeError("call opt.surrogate(losses, losses_prev).backward() first")
-        beta, restart = self._pending
+        beta, restart, s_old = self._pending
         lr, _ = self._schedule()
         sc = self._sc
         lam = sc["lam"]
@@ -403,11 +402,14 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
             if p.grad is None:
                 continue
             st = self.state[p]
-            if not self._started or "v" not in st or restart:
-                st["v"] = p.grad.detach().clone()
+            wdt = _work_dtype(p)
+            g = p.grad.detach().to(wdt)
+            if not self._started or "v_over_s" not in st or restart:
+                v = g
             else:
-                gp = q.grad if q.grad is not None else torch.zeros_like(p)
-                st["v"].sub_(gp).mul_(1 - beta).add_(p.grad)
+                gp = q.grad.to(wdt) if q.grad is not None else torch.zeros_like(g)
+                v = g + (1 - beta) * (st["v_over_s"] * s_old.to(wdt) - gp)
+            st["v_over_s"] = v / sc["s"].to(wdt)
         rho = 0.0 if self.radius is None else self.radius
         zl = lam * sc["u"] / sc["s"] + torch.log(sc["s"]) + sc["m"] + rho
         for p, q in zip(self._params, self._prev):
@@ -415,8 +417,8 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
             q.requires_grad_(True)
             q.grad = None
             if p.grad is not None:
-                p.add_(lam.to(p.dtype) * self.state[p]["v"] / sc["s"].to(p.dtype) + self.mu * p,
-                       alpha=-lr)
+                step = lam.to(_work_dtype(p)) * self.state[p]["v_over_s"]
+                p.add_(step.to(p.dtype) + self.mu * p, alpha=-lr)
         sc["lam_prev"] = lam.clone()
         if self.lam_max > self.shift_cost:
             sc["lam"] = (lam - lr * (zl + self.mu * lam)).clamp(self.shift_cost, self.lam_max)
@@ -450,6 +452,10 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
                 tuple(q.shape) != tuple(p.shape) for q, p in zip(extra["prev"], self._params)):
             raise ValueError("state_dict's previous iterate does not match the parameters")
         super().load_state_dict(state_dict)
+        saved = state_dict.get("state", {})
+        for i, p in enumerate(self._params):   # torch casts the state to the parameter dtype
+            if "v_over_s" in saved.get(i, {}):
+                self.state[p]["v_over_s"] = saved[i]["v_over_s"].to(p.device, _work_dtype(p))
         dev = self._params[0].device
         self._sc = {k: v.to(dev, torch.float64) for k, v in extra["scalars"].items()}
         with torch.no_grad():
@@ -458,6 +464,12 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
                 q.grad = None
         self._t, self._started, self._pending = int(extra["t"]), bool(extra["started"]), None
         self._load_guard_state(extra.get("guard"))
+
+
+def _work_dtype(p):
+    """The dtype of ASCDRO's gradient estimator ``v / s`` for parameter ``p``: at least
+    float32 (a float16 or bfloat16 model keeps its estimator in float32)."""
+    return torch.promote_types(p.dtype, torch.float32)
 
 
 def _kl_ball_log(logp, rho):

@@ -1,0 +1,179 @@
+"""The common test table of the torch optimizers (as test_solvers_common.py is for the linear
+solvers): every row of riskopt.torch.optim._drive.ROWS (every registered optimizer, with its
+variants) is checked for
+
+* determinism (two runs, bit for bit, no warning);
+* resume from a checkpoint (torch.save / torch.load(weights_only=True), bit for bit);
+* DDP equivalence: 2 ranks (gloo, CPU, forked from the test), float64, unequal per-rank
+  batches and unequal rows per group: the parameters and the whole optimizer state equal the
+  one-process run on the concatenated global batch to 1e-10, bitwise equal across ranks;
+* a checkpoint saved by rank 0 of 2 resumes in one process;
+* device round trip of the checkpoint (map_location; CPU <-> CUDA when a GPU is present);
+* divergence: a huge lr gives a riskopt.DivergenceWarning naming the optimizer, or a
+  DivergenceError with on_divergence="raise";
+* mixed precision: bfloat16 autocast on CPU, and a float16 model with losses of 1e3.
+
+A registered optimizer without a row fails test_every_optimizer_has_a_row.
+"""
+import io
+import multiprocessing
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import riskopt  # noqa: E402
+import riskopt.torch.optim as topt  # noqa: E402
+from riskopt.torch.optim import _drive as D  # noqa: E402
+
+NAMES = list(D.ROWS)
+STEPS, SAVE_AT = 6, 3
+
+
+def _rel(a, b):
+    return float((a - b).abs().max() / b.abs().max().clamp(min=1e-300))
+
+
+def _worker(rank, path, names):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank,
+                            world_size=2)
+    out = {}
+    for name in names:
+        out[name] = D.run(name, STEPS, rank, 2, save_at=SAVE_AT,
+                          wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))
+    torch.save(out, f"{path}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory):
+    """All rows trained on 2 gloo ranks (one launch for the whole table)."""
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available")
+    path = tmp_path_factory.mktemp("ddp")
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    torch.multiprocessing.start_processes(_worker, args=(str(path), NAMES), nprocs=2,
+                                          start_method=method)
+    return [torch.load(path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+
+
+def _roundtrip(obj, **kw):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True, **kw)
+
+
+def test_every_optimizer_has_a_row():
+    exported = {n for n in topt.__all__ if isinstance(getattr(topt, n), type)
+                and issubclass(getattr(topt, n), torch.optim.Optimizer)
+                and getattr(topt, n) is not topt.IndexedStateOptimizer}
+    assert exported == set(topt.OPTIMIZERS), "register every optimizer in OPTIMIZERS"
+    covered = {cls for cls, _, _ in D.ROWS.values()}
+    missing = [n for n, cls in topt.OPTIMIZERS.items() if cls not in covered]
+    assert not missing, f"optimizers without a row in the common table: {missing}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deterministic_and_quiet(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # a healthy run reports nothing
+        a, sa, _ = D.run(name, STEPS)
+        b, sb, _ = D.run(name, STEPS)
+    assert torch.equal(a, b) and torch.equal(sa, sb)
+    assert torch.isfinite(a).all() and torch.isfinite(sa).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_resume_from_checkpoint_bit_for_bit(name):
+    p, s, saved = D.run(name, STEPS, save_at=SAVE_AT)
+    pr, sr = D.resume(name, STEPS, _roundtrip(saved))
+    assert torch.equal(pr, p) and torch.equal(sr, s)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checkpoint_device_round_trip(name):
+    p, s, saved = D.run(name, STEPS, save_at=SAVE_AT)
+    loaded = _roundtrip(saved, map_location="cpu")
+    if torch.cuda.is_available():            # saved on CUDA, loaded on CPU and back
+        cuda = _roundtrip(loaded, map_location="cuda")
+        loaded = _roundtrip(cuda, map_location="cpu")
+    pr, sr = D.resume(name, STEPS, loaded)
+    assert torch.equal(pr, p) and torch.equal(sr, s)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ddp_matches_one_process_run(name, ddp):
+    p, s, _ = D.run(name, STEPS)
+    (p0, s0, _), (p1, s1, _) = ddp[0][name], ddp[1][name]
+    assert torch.equal(p0, p1) and torch.equal(s0, s1)       # identical on every rank
+    assert _rel(p0, p) <= 1e-10 and _rel(s0, s) <= 1e-10     # = the one-process run
+    assert not torch.equal(p, D.run(name, STEPS - 1)[0])     # (the steps did move)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_checkpoint_of_two_ranks_resumes_in_one_process(name, ddp):
+    p, s, _ = D.run(name, STEPS)
+    pr, sr = D.resume(name, STEPS, ddp[0][name][2])
+    assert _rel(pr, p) <= 1e-10 and _rel(sr, s) <= 1e-10
+
+
+def _diverging(name, **guard):
+    X, y, groups, module = D.make_problem()
+    kind = D.ROWS[name][2]
+    lr = dict(inner_lr=1e8) if name == "alexr2" else {}
+    opt = D.make_optimizer(name, module.parameters(), X.shape[0], 4, lr=1e8, check_every=1,
+                           **lr, **guard)
+    for idx in D.batches(X.shape[0], 12):
+        D.drive_step(kind, opt, module, module, X, y, groups, idx)
+    return opt
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_divergence_is_reported(name):
+    cls = D.ROWS[name][0]
+    with pytest.warns(riskopt.DivergenceWarning, match=cls.__name__ + r" diverged at step \d+"):
+        try:
+            _diverging(name)
+        except topt.DivergenceError as exc:      # losses went non-finite after the warning
+            assert "non-finite" in str(exc)
+    with pytest.raises(topt.DivergenceError, match=f"{cls.__name__}.*lower lr"):
+        _diverging(name, on_divergence="raise")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bfloat16_autocast(name):
+    X, y, groups, module = D.make_problem(dtype=torch.float32)
+    kind = D.ROWS[name][2]
+    opt = D.make_optimizer(name, module.parameters(), X.shape[0], 4)
+    before = [p.detach().clone() for p in module.parameters()]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert module(X[:2]).dtype == torch.bfloat16
+        for idx in D.batches(X.shape[0], 4):
+            D.drive_step(kind, opt, module, module, X, y, groups, idx)
+    assert torch.isfinite(D.state_tensors(opt)).all()
+    assert any(not torch.equal(a, p) for a, p in zip(before, module.parameters()))
+    assert not opt.check_divergence()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float16_model_with_losses_of_1e3(name):
+    X, y, groups, module = D.make_problem(dtype=torch.float16)
+    y = y + 45.0                              # 0.5 (f - y)^2 ~ 1e3
+    kind = D.ROWS[name][2]
+    # SOX's squared hinge squares the losses: rho = 2 would make the objective 1e6 and its
+    # gradient 1e5, beyond float16 (65504) whatever the optimizer does; rho = 1e-3 keeps it
+    # at the scale of the losses
+    extra = dict(outer=topt.SquaredHinge(1e-3, 0.3)) if name == "sox" else {}
+    opt = D.make_optimizer(name, module.parameters(), X.shape[0], 4, lr=1e-4, **extra)
+    before = [p.detach().clone() for p in module.parameters()]
+    losses = D._losses(module(X), y)
+    assert float(losses.detach().float().mean()) > 5e2
+    for idx in D.batches(X.shape[0], 4):
+        D.drive_step(kind, opt, module, module, X, y, groups, idx)
+    assert torch.isfinite(D.state_tensors(opt)).all()     # no overflow
+    moved = [not torch.equal(a, p) for a, p in zip(before, module.parameters())]
+    assert all(moved), "a parameter did not move: the update underflowed"
