@@ -12,19 +12,84 @@ def _check_risk(risk):
     return risk
 
 
-def _check_losses(losses, allow_empty=False):
+def _check_losses(losses, allow_empty=False, batched=False):
+    """Type / shape checks (static: no tensor is read). ``batched``: ``(..., b)`` rows."""
     if not isinstance(losses, torch.Tensor):
         raise ValueError(f"losses must be a torch.Tensor, got {type(losses).__name__}")
-    if losses.ndim != 1:
+    if batched:
+        if losses.ndim < 1:
+            raise ValueError(
+                "losses must be a 1-D tensor of per-sample losses (reduction='none') or a "
+                f"(..., b) tensor of rows, got shape {tuple(losses.shape)}")
+    elif losses.ndim != 1:
         raise ValueError(
             f"losses must be a 1-D tensor of per-sample losses (reduction='none'), "
             f"got shape {tuple(losses.shape)}"
         )
     if not losses.is_floating_point():
         raise ValueError(f"losses must be a floating-point tensor, got {losses.dtype}")
-    if losses.shape[0] == 0 and not allow_empty:
+    if losses.shape[-1] == 0 and not allow_empty:
         raise ValueError("losses is empty")
     return losses
+
+
+_REDUCTIONS = ("mean", "sum", "none")
+_ORACLES = ("auto", "torch", "numba")
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def _host_eager(t):
+    """True for a CPU tensor outside ``torch.compile``: reading a value costs no device
+    synchronisation there, so input checks (NaN, range) run and raise ``ValueError``; on
+    any other device and under compile they are skipped (a NaN loss propagates to the risk)
+    so that the step never waits for the device."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def _check_finite_t(name, t):
+    if _host_eager(t) and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise ValueError(f"{name} contain {bad} NaN or infinite value(s)")
+
+
+def _reduce(v, reduction):
+    if reduction == "mean":
+        return v.mean()
+    if reduction == "sum":
+        return v.sum()
+    return v
+
+
+class _Attach(torch.autograd.Function):
+    """Value ``value`` (shape ``(...)``), gradient ``scale * q`` (shape ``(..., b)``) with
+    respect to the losses: the Danskin gradient of a risk whose weights were computed
+    outside autograd. One op forward, one backward (``torch.compile`` traces it)."""
+
+    @staticmethod
+    def forward(ctx, losses, value, q, scale):
+        ctx.save_for_backward(q)
+        ctx.scale = scale
+        ctx.ldtype = losses.dtype
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        (q,) = ctx.saved_tensors
+        gq = g.unsqueeze(-1) * q
+        if ctx.scale != 1.0:
+            gq = gq * ctx.scale
+        return gq.to(ctx.ldtype), None, None, None
+
+
+def _attach_rows(losses, value, q, scale=1.0):
+    """:func:`_attach` for ``(..., b)`` losses: value and gradient in float32 or better."""
+    dt = _work_dtype(losses)
+    return _Attach.apply(losses, value.to(dt), q.to(dt), float(scale))
 
 
 def _check_finite_np(name, a):

@@ -5,7 +5,9 @@ from torch import nn
 
 from ... import risks as _risks
 from ..._kernels import oracles as _ko
-from ._common import (_GatherMixin, _attach, _check_finite_np, _check_losses, _check_risk,
+from .. import _oracles as _to
+from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_rows, _check_choice,
+                      _check_finite_t, _check_losses, _check_risk, _host_eager, _reduce,
                       _to_numpy64)
 
 __all__ = ["SpectralRiskLoss"]
@@ -59,51 +61,107 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
     True
     """
 
-    def __init__(self, risk, gather=False, group=None, grad_average=True, check_finite=True):
+    def __init__(self, risk, gather=False, group=None, grad_average=True, check_finite=True,
+                 reduction="mean", oracle="auto"):
         super().__init__()
         self.risk = _check_risk(risk)
         self._init_gather(gather, group, grad_average, check_finite)
+        self.reduction = _check_choice("reduction", reduction, _REDUCTIONS)
+        self.oracle = _check_choice("oracle", oracle, _ORACLES)
         self._sigma = {}
+        if isinstance(self.risk, _risks.SpectralRisk):
+            self.register_buffer("_sigma_fixed", torch.from_numpy(
+                np.array(self.risk.sigma, dtype=np.float64)), persistent=False)
+            self._z_fixed = int(np.count_nonzero(np.cumsum(self.risk.sigma) == 0.0))
+        else:
+            self._sigma_fixed = None
+
+    def _check_b(self, b):
+        if self._sigma_fixed is not None and self._sigma_fixed.shape[0] != b:
+            raise ValueError(
+                f"this SpectralRisk has a spectrum for {self._sigma_fixed.shape[0]} samples "
+                f"but the batch has {b} losses"
+                + (" (global batch over all ranks)" if self.gather else "")
+                + "; use a built-in risk (CVaR, ESRM, Extremile, ...), whose spectrum is "
+                "discretised for any batch size, or batches of the spectrum's length"
+            )
 
     def _spectrum(self, b):
+        self._check_b(b)
         sigma = self._sigma.get(b)
         if sigma is None:
-            if isinstance(self.risk, _risks.SpectralRisk) and self.risk.sigma.shape[0] != b:
-                raise ValueError(
-                    f"this SpectralRisk has a spectrum for {self.risk.sigma.shape[0]} samples "
-                    f"but the batch has {b} losses"
-                    + (" (global batch over all ranks)" if self.gather else "")
-                    + "; use a built-in risk (CVaR, ESRM, Extremile, ...), whose spectrum is "
-                    "discretised for any batch size, or batches of the spectrum's length"
-                )
             sigma = np.ascontiguousarray(self.risk.spectrum(b), dtype=np.float64)
             if len(self._sigma) > 16:
                 self._sigma.clear()
             self._sigma[b] = sigma
         return sigma
 
-    def _oracle(self, l_np, check=True):
-        """``(R(l), q*)`` for a float64 numpy loss vector."""
-        if check and self.check_finite:
-            _check_finite_np("losses", l_np)
-        q = np.empty_like(l_np)
-        val = _ko.risk_weights(l_np, self._spectrum(l_np.shape[0]),
-                                float(self.risk.shift_cost), self.risk.div_code, q)
-        return val, q
+    def _use_torch(self, l):
+        """The oracle for these losses: ``"auto"`` runs the tensor program except for a
+        shift penalty (``nu > 0``) on CPU tensors in eager mode, where the sequential O(b)
+        numba PAV is faster than the O(log b)-level merge tree (benchmarks/
+        torch_losses_speed.py) and no device is waited for."""
+        if self.oracle == "numba":
+            if torch.compiler.is_compiling():
+                raise ValueError("oracle='numba' cannot run under torch.compile; use 'auto'")
+            return False
+        if self.oracle == "torch":
+            return True
+        return not (float(self.risk.shift_cost) > 0 and _host_eager(l))
+
+    def _numba_rows(self, l64):
+        """``(values, q)`` of every row by the numba oracle (host, float64)."""
+        l_np = np.ascontiguousarray(_to_numpy64(l64))
+        b = l_np.shape[-1]
+        rows = l_np.reshape(-1, b)
+        qs = np.empty_like(rows)
+        vals = np.empty(rows.shape[0])
+        sigma = self._spectrum(b)
+        for i in range(rows.shape[0]):
+            vals[i] = _ko.risk_weights(rows[i], sigma, float(self.risk.shift_cost),
+                                       self.risk.div_code, qs[i])
+        return (torch.from_numpy(vals.reshape(l_np.shape[:-1])).to(l64.device),
+                torch.from_numpy(qs.reshape(l_np.shape)).to(l64.device))
+
+    def _rows(self, l64):
+        """``(R, q)`` of each row of float64 losses (no autograd)."""
+        b = l64.shape[-1]
+        self._check_b(b)
+        if self._use_torch(l64):
+            nu = float(self.risk.shift_cost)
+            if self._sigma_fixed is not None:
+                sigma, z, two = self._sigma_fixed.to(l64.device), self._z_fixed, None
+            else:
+                sigma = _to.spectrum(self.risk, b, l64.device)
+                z = _to.zero_prefix(self.risk, b)
+                two = _to.two_level_zero_prefix(self.risk, b) if nu == 0.0 else None
+            if nu > 0 and self.risk.div_code == 1 and z is None:
+                raise ValueError("the KL shift of a user risk subclass needs oracle='numba'")
+            return _to.spectral_weights(l64, sigma, nu, self.risk.div_code, z, two)
+        return self._numba_rows(l64)
 
     def weights(self, losses):
-        """The maximising weights ``q*`` of the given (local, not gathered) batch losses."""
-        _check_losses(losses)
-        q = self._oracle(np.ascontiguousarray(_to_numpy64(losses)))[1]
-        return torch.from_numpy(q).to(device=losses.device, dtype=losses.dtype)
+        """The maximising weights ``q*`` of the given (local, not gathered) batch losses
+        (each row of a ``(..., b)`` tensor)."""
+        _check_losses(losses, batched=True)
+        l64 = losses.detach().to(torch.float64)
+        if self.check_finite:
+            _check_finite_t("losses", l64)
+        return self._rows(l64)[1].to(losses.dtype)
 
     def forward(self, losses):
-        _check_losses(losses, allow_empty=self.gather)
-        l_np, _, local = self._gather_losses(losses)
-        val, q = self._oracle(l_np, check=False)
-        return _attach(losses, torch.from_numpy(q[local]), val, self._scale())
+        _check_losses(losses, allow_empty=self.gather, batched=not self.gather)
+        if self.gather:
+            l_np, _, local = self._gather_losses(losses)
+            l64 = torch.from_numpy(l_np).to(losses.device)
+            val, q = self._rows(l64)
+            return _attach_rows(losses, val, q[local], self._scale())
+        l64 = losses.detach().to(torch.float64)
+        if self.check_finite:
+            _check_finite_t("losses", l64)
+        val, q = self._rows(l64)
+        return _reduce(_attach_rows(losses, val, q), self.reduction)
 
     def extra_repr(self):
-        return f"risk={self.risk!r}, gather={self.gather}"
-
-
+        return (f"risk={self.risk!r}, gather={self.gather}, reduction={self.reduction!r}, "
+                f"oracle={self.oracle!r}")
