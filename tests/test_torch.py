@@ -404,10 +404,12 @@ def test_kl_constrained_inactive_constraint_gives_max_loss():
 # ---------------------------------------------------------------------------- bad input
 def test_bad_inputs_raise_value_error():
     crit = SpectralRiskLoss(ro.CVaR(0.5))
-    with pytest.raises(ValueError, match="1-D"):
-        crit(torch.ones(3, 2))
-    with pytest.raises(ValueError, match="1-D"):
+    with pytest.raises(ValueError, match="1-D"):  # (..., b) rows are accepted, 0-d not
         crit(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="reduction"):
+        SpectralRiskLoss(ro.CVaR(0.5), reduction="avg")
+    with pytest.raises(ValueError, match="oracle"):
+        KLDROLoss(radius=1.0, oracle="cuda")
     with pytest.raises(ValueError, match="floating"):
         crit(torch.ones(3, dtype=torch.int64))
     with pytest.raises(ValueError, match="empty"):

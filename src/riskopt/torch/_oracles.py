@@ -414,3 +414,30 @@ def kl_constrained(l, radius, shift_cost=0.0, steps=40, early_exit=None):
     val = torch.where(flat, c, val)
     q = torch.where(flat, torch.full_like(q, 1.0 / n), q)
     return val.squeeze(-1), q, lam.squeeze(-1)
+
+
+# ------------------------------------------------------------------- group DRO
+def cvar_present(means, present, alpha):
+    """Weights of ``CVaR_alpha`` over the entries of ``means`` flagged ``present`` (absent
+    ones get 0): the spectrum of ``CVaR(alpha)`` for ``k = present.sum()`` entries (a
+    tensor: no read), by rank among the present, ties sharing their mean weight."""
+    m = means.shape[-1]
+    dt = means.dtype
+    x = torch.where(present, means, -math.inf)  # absent first in the sort
+    xs, order = torch.sort(x, dim=-1, stable=True)
+    k = present.sum(-1, keepdim=True).to(dt)
+    r = torch.arange(m, dtype=dt, device=means.device) - (m - k)  # rank among the present
+    lim = 1.0 - float(alpha)
+
+    def cdf(p):
+        return torch.clamp(p - lim, min=0.0) / float(alpha)
+
+    kk = k.clamp(min=1.0)
+    sig = torch.where(r >= 0, torch.clamp(cdf((r + 1) / kk) - cdf(r / kk), min=0.0), 0.0)
+    sig = torch.cummax(sig, dim=-1).values
+    sig = sig / sig.sum(-1, keepdim=True)
+    top = sig[..., -1:]
+    sig = torch.where((sig - top).abs() <= 1e-9 * top, top, sig)
+    sig = sig / sig.sum(-1, keepdim=True)
+    qs = _sorted_nu0(xs, sig)
+    return torch.empty_like(qs).scatter_(-1, order, qs)

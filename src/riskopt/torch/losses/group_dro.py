@@ -5,11 +5,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ... import risks as _risks
-from ..._kernels import oracles as _ko
 from ..._validation import check_int, check_positive
 from .. import distributed as _dist
-from ._common import _GatherMixin, _as_index_tensor, _check_losses
+from .. import _oracles as _to
+from ._common import _GatherMixin, _as_index_tensor, _check_losses, _host_eager
 
 __all__ = ["GroupDROLoss"]
 
@@ -36,7 +35,8 @@ class GroupDROLoss(_GatherMixin, nn.Module):
       ``eval()`` mode the weights are used but not updated.
     * ``"max"``: the worst present group, :math:`\max_k L_k` (ties share the weight).
     * ``"cvar"``: CVaR over the present groups, the average of the worst ``tail_fraction`` of
-      the group losses (exact oracle, fractional boundary group); ``tail_fraction = 1/m``
+      the group losses (exact oracle by tensor operations on the losses' device, fractional
+      boundary group, ties sharing their weight); ``tail_fraction = 1/m``
       with ``m`` present groups is ``"max"``, ``1`` the average of the group means.
 
     The gradient with respect to ``l_i`` is :math:`q_{g_i}/N_{g_i}` (the weights are constants
@@ -53,7 +53,10 @@ class GroupDROLoss(_GatherMixin, nn.Module):
     tail_fraction : float in (0, 1], default 0.5 (used by ``"cvar"``)
     adjustment : array-like of shape (n_groups,), optional
         :math:`C_k` added to the group losses in the online weight update only.
-    gather, group, grad_average, check_finite : see :class:`SpectralRiskLoss`.
+    gather, group, grad_average, check_finite : see :class:`SpectralRiskLoss`. The range
+        / NaN checks read the batch statistics, so they run only on CPU tensors in eager
+        mode (and with ``gather``); on a device and under ``torch.compile`` an out-of-range
+        group or a NaN loss makes the risk NaN (no host synchronisation in the step).
 
     Examples
     --------
@@ -111,16 +114,7 @@ class GroupDROLoss(_GatherMixin, nn.Module):
             masked = torch.where(present, means, torch.full_like(means, -math.inf))
             top = masked == masked.max()
             return top.to(means.dtype) / top.sum()
-        # cvar over the present groups by the exact oracle (CPU)
-        pres = present.cpu().numpy()
-        mp = np.ascontiguousarray(means.cpu().numpy()[pres])
-        k = mp.shape[0]
-        sigma = np.ascontiguousarray(_risks.CVaR(self.tail_fraction).spectrum(k))
-        qp = np.empty(k)
-        _ko._risk_weights(mp, sigma, 0.0, _ko.CHI2, qp)
-        q = np.zeros(m)
-        q[pres] = qp
-        return torch.from_numpy(q).to(means.device)
+        return _to.cvar_present(means, present, self.tail_fraction)
 
     def forward(self, losses, groups):
         _check_losses(losses, allow_empty=self.gather)
@@ -141,17 +135,20 @@ class GroupDROLoss(_GatherMixin, nn.Module):
         stats = torch.cat([local_sums.detach().to(torch.float64), counts, out_of_range])
         if self.gather:
             stats = _dist.all_reduce_sum(stats, self.group)
-        if float(stats[-1]) > 0:
-            raise ValueError(f"groups out of range [0, {m})")
         sums, counts = stats[:m], stats[m:2 * m]
-        if float(counts.sum()) == 0:
-            raise ValueError("losses is empty on every rank")
-        if self.check_finite and not bool(torch.isfinite(sums).all()):
-            raise ValueError("losses contain NaN or infinite value(s)")
+        if self.gather or _host_eager(losses):  # reading the stats costs no device sync
+            if float(stats[-1]) > 0:
+                raise ValueError(f"groups out of range [0, {m})")
+            if float(counts.sum()) == 0:
+                raise ValueError("losses is empty on every rank")
+            if self.check_finite and not bool(torch.isfinite(sums).all()):
+                raise ValueError("losses contain NaN or infinite value(s)")
         present = counts > 0
         means = sums / counts.clamp(min=1.0)
         q = self._group_q(means, present)
-        value = torch.dot(q, means)
+        # on a device / under compile the range is not checked (no sync): an out-of-range
+        # group makes the risk NaN instead of silently joining a clamped group
+        value = torch.dot(q, means) + torch.where(stats[-1] > 0, math.nan, 0.0)
         per_group = (q / counts.clamp(min=1.0)).to(losses.dtype)
         s = torch.dot(per_group, local_sums)
         return self._scale() * (s - s.detach()) + value.to(losses.dtype)

@@ -24,9 +24,9 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
 
     with :math:`\sigma_b` = ``risk.spectrum(b)`` (the spectrum discretised for the batch size
     ``b``) and :math:`\nu, D` the risk's ``shift_cost`` and ``divergence``; the gradient with
-    respect to ``l`` is the maximiser :math:`q^\star` (Danskin), computed by
-    ``riskopt._kernels.oracles._risk_weights`` (sort + pool-adjacent-violators, Prospect
-    paper App. B-C) on the CPU in float64. For a full batch (``b = n``) the gradient through a
+    respect to ``l`` is the maximiser :math:`q^\star` (Danskin), computed in float64 by an
+    exact oracle (sort or selection + pool-adjacent-violators, Prospect paper App. B-C):
+    a tensor program on the losses' device or the numba oracle (``oracle``). For a full batch (``b = n``) the gradient through a
     model equals :meth:`riskopt.Objective.grad` (without the l2 term).
 
     This is the plain mini-batch plug-in estimate: for ``b < n`` its expected gradient is not
@@ -48,7 +48,20 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         With ``gather``, scale each rank's gradient by the world size so that DDP's averaging
         yields the full-batch gradient (``False``: gradients are summed over ranks).
     check_finite : bool, default True
-        Raise ``ValueError`` on NaN / infinite losses.
+        Raise ``ValueError`` on NaN / infinite losses (CPU tensors in eager mode; on another
+        device and under ``torch.compile`` the check would synchronise the host with the
+        device, so it is skipped and a NaN loss makes the risk NaN).
+    reduction : {"mean", "sum", "none"}, default "mean"
+        Losses of shape ``(..., b)`` give the risk of each row over the last dimension
+        (with the gradient of each row its own weights); ``"none"`` returns the ``(...)``
+        risks, ``"mean"`` / ``"sum"`` reduce them (a 1-D batch: the scalar risk either way).
+    oracle : {"auto", "torch", "numba"}, default "auto"
+        ``"torch"``: the exact oracle as a tensor program on the losses' device
+        (:mod:`riskopt.torch._oracles`: no host synchronisation, ``torch.compile(fullgraph=
+        True)`` traces it). ``"numba"``: the reference numba oracle on the host (eager only).
+        ``"auto"``: ``"torch"``, except for a shift penalty (``shift_cost > 0``) on CPU
+        tensors in eager mode, where the sequential numba PAV is faster and there is no
+        device to wait for.
 
     Examples
     --------
