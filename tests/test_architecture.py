@@ -28,10 +28,11 @@ Rules
   2     ``objectives`` (the problem families; L-BFGS for their reference optimum lives
         in ``objectives/_lbfgs.py``)
   3     ``callbacks``, ``metrics`` (traces, timeouts, per-group metrics; they see
-        objectives only through arguments)
+        objectives only through arguments), ``fairness`` (the constrained solver)
   4     ``solvers`` (the one run loop, the registry, one module per method)
   5     ``estimators``, ``_degenerate`` (its useless-model check), ``torch``, ``bench`` (users
-        of solvers)
+        of solvers), ``_fair`` and ``_estimator_params`` (the estimators' fairness glue and
+        parameter constraints)
   6     ``_cli_fit``, ``_cli_evaluate``, ``cli``, ``riskopt/__init__`` (entry points and re-exports)
   ====  ==============================================================================
 
@@ -55,9 +56,9 @@ LAYERS = [
     ("_validation", "_kernels", "_plugins", "_kl", "_design"),
     ("losses", "risks", "samplers", "datasets", "_scaling"),
     ("objectives",),
-    ("callbacks", "metrics"),
+    ("callbacks", "metrics", "fairness"),
     ("solvers",),
-    ("estimators", "_degenerate", "torch", "bench"),
+    ("estimators", "_degenerate", "torch", "bench", "_fair", "_estimator_params"),
     ("_cli_fit", "_cli_evaluate", "_cli_progress", "cli", "riskopt"),
 ]
 MAX_LINES = 800

@@ -138,6 +138,8 @@ from ._scaling import (_feature_scaling, _from_scaled, _operator_design, _standa
 from ._degenerate import warn_if_degenerate
 from .objectives._newton import applicable as _newton_applicable
 from .risks import KLDRO, MaxLoss, _RiskBase, parse_risk
+from . import _fair
+from ._estimator_params import FAIRNESS_CONSTRAINTS, _RegisteredSolver
 
 __all__ = ["RiskRegressor", "RiskClassifier", "AUTO_LBFGS_MAX_SIZE"]
 
@@ -185,30 +187,6 @@ _MAX_EXPANSION = 10
 
 
 # ---------------------------------------------------------------------------- constraints
-class _RegisteredSolver(StrOptions):
-    """``"auto"`` or a name of :func:`riskopt.solvers.available` (looked up at validation time,
-    so solvers registered after import are accepted)."""
-
-    def __init__(self):  # noqa: D107  (no call to StrOptions.__init__: options are dynamic)
-        self.type = str
-        self.deprecated = set()
-        self.hidden = False
-
-    @property
-    def options(self):
-        return {"auto", *_solvers.available()}
-
-    @options.setter
-    def options(self, value):  # StrOptions machinery may assign; the registry is the truth
-        pass
-
-    def is_satisfied_by(self, val):
-        return isinstance(val, str) and val.lower() in self.options
-
-    def __str__(self):
-        return f"a str among {sorted(self.options)}"
-
-
 def _as_risk(risk):
     """The risk object of the ``risk`` parameter (strings parsed by :func:`parse_risk`)."""
     if isinstance(risk, str):
@@ -289,6 +267,7 @@ class _RiskEstimatorBase(BaseEstimator):
         "verbose": [Interval(Integral, 0, None, closed="left")],
         # deprecated alias of max_iter, to be removed in riskopt 0.3
         "max_epochs": [Interval(Integral, 1, None, closed="left"), StrOptions({"deprecated"})],
+        **FAIRNESS_CONSTRAINTS,
     }
 
     def __sklearn_tags__(self):
@@ -357,6 +336,8 @@ class _RiskEstimatorBase(BaseEstimator):
     def _fit_objective(self, obj, risk, weighted, coef0, shape):
         """Minimise ``obj``; sets the solver attributes and returns ``(W, converged)``.
         ``shape``: that of the ``X`` given to fit (for the ``verbose`` line)."""
+        if getattr(self, "_fair_problem", None) is not None:  # constraint= (riskopt._fair)
+            return _fair.fit(self, obj, coef0)
         name, self.solver_reason_ = self._solver_name(risk, obj, weighted)
         self.dual_gap_ = float("nan")
         if self.verbose:
@@ -589,6 +570,11 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
     max_epochs : int >= 1 or "deprecated", default="deprecated"
         Deprecated alias of ``max_iter``, to be removed in riskopt 0.3: an int set here is
         used instead of ``max_iter``, with a ``FutureWarning`` at ``fit``.
+    constraint : {"bounded_group_loss"} or None, default=None
+        Fairness constraint on the groups of ``fit``'s ``sensitive_features``: every group's
+        mean training loss at most ``constraint_tol`` (:mod:`riskopt.fairness`; the fitted
+        ``constraint_values_``, ``multipliers_``, ... are listed in :mod:`riskopt._fair`).
+    constraint_tol : float > 0, default=0.02
 
     Attributes
     ----------
@@ -628,11 +614,11 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
     def __init__(self, risk="cvar:0.1", *, loss="squared", solver="auto", lr="auto",
                  l2_reg=1e-4, fit_intercept=True, max_iter=1000, tol=1e-4,
                  random_state=None, warm_start=False, solver_params=None, verbose=0,
-                 max_epochs="deprecated"):
+                 max_epochs="deprecated", constraint=None, constraint_tol=0.02):
         store_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None, groups=None):
+    def fit(self, X, y, sample_weight=None, groups=None, sensitive_features=None):
         """Fit the model to real targets ``y``.
 
         Parameters
@@ -650,6 +636,8 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
             ``risk="cvar:0.15"`` is the CVaR over groups of the SONEX/ALEXR2 paper, Eq. (10);
             :class:`riskopt.objectives.fcco.GroupRiskObjective`). Sets ``group_labels_`` and
             ``group_losses_`` (the training loss of every group).
+        sensitive_features : array-like of shape (n_samples,) or (n_samples, k), optional
+            The groups of ``constraint`` (the intersections of ``k`` columns).
 
         Returns
         -------
@@ -666,6 +654,7 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
                     f"(dtype {y_arr.dtype}). For class labels use RiskClassifier.") from None
         X, y = self._validate_X_y(X, y, y_numeric=True)
         y = np.asarray(y, dtype=np.float64)
+        X, y, sample_weight = _fair.setup(self, X, y, sample_weight, sensitive_features)
         W = self._fit_common(X, y, get_loss(self.loss), sample_weight, "", groups)
         d = X.shape[1]
         self.coef_ = np.ascontiguousarray(W[:d, 0])
@@ -699,6 +688,12 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
         As for :class:`RiskRegressor`.
     verbose, max_epochs
         As for :class:`RiskRegressor` (``max_epochs``: deprecated alias of ``max_iter``).
+    constraint : {"demographic_parity", "equalized_odds", "equal_opportunity", \
+            "bounded_group_loss"} or None, default=None
+        Fairness constraint on the groups of ``fit``'s ``sensitive_features`` (two classes for
+        the rate constraints), held on the training data for smoothed rates to
+        ``constraint_tol`` (:mod:`riskopt.fairness`; fitted attributes: :mod:`riskopt._fair`).
+    constraint_tol : float > 0, default=0.02
 
     Attributes
     ----------
@@ -723,11 +718,12 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
 
     def __init__(self, risk="esrm:1", *, solver="auto", lr="auto", l2_reg=1e-4,
                  fit_intercept=True, max_iter=1000, tol=1e-4, random_state=None,
-                 warm_start=False, solver_params=None, verbose=0, max_epochs="deprecated"):
+                 warm_start=False, solver_params=None, verbose=0, max_epochs="deprecated",
+                 constraint=None, constraint_tol=0.02):
         store_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None, groups=None):
+    def fit(self, X, y, sample_weight=None, groups=None, sensitive_features=None):
         """Fit the model to class labels ``y``.
 
         Two classes: the logistic loss; more: the multinomial loss (labels encoded in the
@@ -742,6 +738,8 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
             As for :meth:`RiskRegressor.fit`.
         groups : array-like of shape (n_samples,), optional
             As for :meth:`RiskRegressor.fit` (group DRO).
+        sensitive_features : array-like, optional
+            As for :meth:`RiskRegressor.fit` (the groups of ``constraint``).
 
         Returns
         -------
@@ -764,6 +762,7 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
         K = classes.shape[0]
         loss = LogisticLoss() if K == 2 else MultinomialLoss(n_classes=K)
         self.classes_ = classes
+        X, y_enc, sample_weight = _fair.setup(self, X, y_enc, sample_weight, sensitive_features, K)
         W = self._fit_common(X, y_enc, loss, sample_weight, f" for {K} classes", groups)
         d = X.shape[1]
         self.coef_ = np.ascontiguousarray(W[:d].T)

@@ -8,6 +8,15 @@ r"""Per-group evaluation and fairness metrics.
   2018) and :func:`statistical_parity_ks` (regression: the Kolmogorov-Smirnov distance the
   Prospect paper uses, Sec. 4.2 / App. H).
 
+Differences and ratios between groups follow fairlearn's conventions (``fairlearn.metrics``,
+tested against it on random cases): a *difference* is non-negative, ``max_g r_g - min_g r_g``
+(``method="between_groups"``, the default) or ``max_g |r_g - r|`` with ``r`` the overall rate
+(``method="to_overall"``); a *ratio* is in ``[0, 1]``, ``min_g r_g / max_g r_g`` or
+``min_g min(r_g / r, r / r_g)``. Equalized odds takes the worse (``agg="worst_case"``) or the
+mean (``agg="mean"``) of the true- and false-positive-rate differences (ratios). The one signed
+quantity is SOREL's :func:`equal_opportunity_difference` for two groups (``signed=True``, the
+default); ``signed=False`` is fairlearn's absolute value.
+
 Conventions follow :mod:`sklearn.metrics`: ``y_true``, ``y_pred`` and ``groups`` are
 array-likes of the same length (NumPy arrays, lists, pandas Series); ``sample_weight``
 weights the samples inside each group. A group is a distinct value of ``groups`` (any hashable,
@@ -48,7 +57,8 @@ import numpy as np
 
 __all__ = ["group_errors", "worst_group_error", "median_group_error", "GroupTable",
            "equal_opportunity_difference", "absolute_mean_difference",
-           "demographic_parity_difference", "statistical_parity_ks"]
+           "demographic_parity_difference", "demographic_parity_ratio",
+           "equalized_odds_difference", "equalized_odds_ratio", "statistical_parity_ks"]
 
 
 @dataclass(frozen=True)
@@ -253,7 +263,7 @@ def _gap(means):
 
 
 def equal_opportunity_difference(y_true, y_pred, sensitive, *, pos_label=1,
-                                 sample_weight=None):
+                                 sample_weight=None, signed=True):
     r"""Equal opportunity difference (SOREL paper, Sec. 5.2): the gap in true-positive rates
 
     .. math::
@@ -263,7 +273,7 @@ def equal_opportunity_difference(y_true, y_pred, sensitive, *, pos_label=1,
     for a binary sensitive attribute with sorted values ``a_0 < a_1`` (signed: positive when
     group ``a_0`` is favoured); for more than two values the largest pairwise gap
     ``max_a TPR_a - min_a TPR_a`` (non-negative). fairlearn's ``equal_opportunity_difference``
-    is the absolute value of this gap.
+    is the absolute value of this gap: ``signed=False``.
 
     Examples
     --------
@@ -278,14 +288,17 @@ def equal_opportunity_difference(y_true, y_pred, sensitive, *, pos_label=1,
                                                        y_true)
     pos = (y_true == pos_label).astype(np.float64)
     hit = (y_pred == pos_label).astype(np.float64)
-    return _gap(_group_means(hit, inv, w, labels, "positive examples (y_true == pos_label)",
-                             mask=pos))
+    gap = _gap(_group_means(hit, inv, w, labels, "positive examples (y_true == pos_label)",
+                            mask=pos))
+    return gap if signed else abs(gap)
 
 
-def demographic_parity_difference(y_pred, sensitive, *, pos_label=1, sample_weight=None):
+def demographic_parity_difference(y_pred, sensitive, *, pos_label=1, sample_weight=None,
+                                  method="between_groups"):
     r"""Demographic parity difference (Agarwal et al. 2018): the largest gap between groups
     in the rate of positive predictions, ``max_a P(Yhat = 1 | A = a) - min_a P(Yhat = 1 | A = a)``
-    (non-negative; the same as fairlearn's ``demographic_parity_difference``).
+    (non-negative; the same as fairlearn's ``demographic_parity_difference``;
+    ``method="to_overall"``: ``max_a |P(Yhat = 1 | A = a) - P(Yhat = 1)|``).
 
     Examples
     --------
@@ -293,9 +306,8 @@ def demographic_parity_difference(y_pred, sensitive, *, pos_label=1, sample_weig
     >>> demographic_parity_difference([1, 1, 0, 1, 0, 0], ["m", "m", "m", "f", "f", "f"])
     0.3333333333333333
     """
-    _, y_pred, labels, inv, w = _sensitive_groups(y_pred, sensitive, sample_weight)
-    rates = _group_means((y_pred == pos_label).astype(np.float64), inv, w, labels, "samples")
-    return float(np.max(rates) - np.min(rates))
+    return _compare(*_selection_rates(y_pred, sensitive, pos_label, sample_weight), method,
+                    "difference")
 
 
 def absolute_mean_difference(y_pred, sensitive, *, sample_weight=None):
@@ -357,3 +369,99 @@ def statistical_parity_ks(y_pred, sensitive, *, sample_weight=None):
         cdfs.append(_weighted_ecdf(y[mask], w[mask], grid))
     C = np.asarray(cdfs)
     return float(np.max(np.max(C, axis=0) - np.min(C, axis=0)))
+
+
+# ---------------------------------------------------------------------------- fairlearn's
+def _compare(rates, overall, method, kind):
+    """fairlearn's difference / ratio of the per-group ``rates`` (module docstring)."""
+    if method not in ("between_groups", "to_overall"):
+        raise ValueError(f"method must be 'between_groups' or 'to_overall', got {method!r}")
+    if kind == "difference":
+        if method == "between_groups":
+            return float(np.max(rates) - np.min(rates))
+        return float(np.max(np.abs(rates - overall)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if method == "between_groups":
+            return float(np.min(rates) / np.max(rates))
+        t = rates / overall
+        return float(np.min(np.where(t < 1, t, 1.0 / t)))
+
+
+def _selection_rates(y_pred, sensitive, pos_label, sample_weight, y_true=None, label=None):
+    """``(per-group rates, overall rate)`` of ``y_pred == pos_label`` (among the samples
+    with ``y_true == label`` when given)."""
+    y_true, y_pred, labels, inv, w = _sensitive_groups(y_pred, sensitive, sample_weight,
+                                                       y_true)
+    hit = (y_pred == pos_label).astype(np.float64)
+    mask = None if label is None else (y_true == label).astype(np.float64)
+    what = "samples" if label is None else f"samples with y_true == {_plain(label)!r}"
+    rates = _group_means(hit, inv, w, labels, what, mask=mask)
+    ww = w if mask is None else w * mask
+    return rates, float(np.sum(ww * hit) / np.sum(ww))
+
+
+def demographic_parity_ratio(y_pred, sensitive, *, pos_label=1, sample_weight=None,
+                             method="between_groups"):
+    """Demographic parity ratio: ``min_a P(Yhat = 1 | A = a) / max_a P(Yhat = 1 | A = a)``
+    (fairlearn's ``demographic_parity_ratio``; ``method`` as in the module docstring).
+
+    Examples
+    --------
+    >>> from riskopt.metrics import demographic_parity_ratio
+    >>> demographic_parity_ratio([1, 1, 0, 1, 0, 0], ["m", "m", "m", "f", "f", "f"])
+    0.5
+    """
+    return _compare(*_selection_rates(y_pred, sensitive, pos_label, sample_weight), method,
+                    "ratio")
+
+
+def _odds(y_true, y_pred, sensitive, pos_label, sample_weight, method, agg, kind):
+    if agg not in ("worst_case", "mean"):
+        raise ValueError(f"agg must be 'worst_case' or 'mean', got {agg!r}")
+    values = np.unique(np.asarray(y_true))
+    neg = [v for v in values if v != pos_label]
+    if len(values) != 2 or len(neg) != 1:
+        raise ValueError("equalized odds needs binary y_true with pos_label among its "
+                         f"values; got the values {values.tolist()}")
+    parts = [_compare(*_selection_rates(y_pred, sensitive, pos_label, sample_weight, y_true,
+                                        label), method, kind)
+             for label in (pos_label, neg[0])]
+    if agg == "mean":
+        return float(np.mean(parts))
+    return float(max(parts) if kind == "difference" else min(parts))
+
+
+def equalized_odds_difference(y_true, y_pred, sensitive, *, pos_label=1, sample_weight=None,
+                              method="between_groups", agg="worst_case"):
+    """Equalized odds difference (Hardt et al. 2016; fairlearn's convention): the larger
+    (``agg="mean"``: the mean) of the true-positive-rate and the false-positive-rate
+    differences between the groups (``method`` as in the module docstring).
+
+    Examples
+    --------
+    >>> from riskopt.metrics import equalized_odds_difference
+    >>> y_true = [1, 1, 0, 0, 1, 1, 0, 0]
+    >>> y_pred = [1, 1, 1, 0, 1, 0, 0, 0]
+    >>> a = [0, 0, 0, 0, 1, 1, 1, 1]     # TPR 1 vs 0.5, FPR 0.5 vs 0
+    >>> equalized_odds_difference(y_true, y_pred, a)
+    0.5
+    """
+    return _odds(y_true, y_pred, sensitive, pos_label, sample_weight, method, agg,
+                 "difference")
+
+
+def equalized_odds_ratio(y_true, y_pred, sensitive, *, pos_label=1, sample_weight=None,
+                         method="between_groups", agg="worst_case"):
+    """Equalized odds ratio (fairlearn's convention): the smaller (``agg="mean"``: the mean)
+    of the true-positive-rate and false-positive-rate ratios between the groups.
+
+    Examples
+    --------
+    >>> from riskopt.metrics import equalized_odds_ratio
+    >>> y_true = [1, 1, 0, 0, 1, 1, 0, 0]
+    >>> y_pred = [1, 1, 1, 1, 1, 0, 1, 0]
+    >>> a = [0, 0, 0, 0, 1, 1, 1, 1]     # TPR 1 vs 0.5, FPR 1 vs 0.5
+    >>> equalized_odds_ratio(y_true, y_pred, a)
+    0.5
+    """
+    return _odds(y_true, y_pred, sensitive, pos_label, sample_weight, method, agg, "ratio")

@@ -1,0 +1,39 @@
+"""Parameter constraints of the estimators (scikit-learn's ``_parameter_constraints``) that
+need more than scikit-learn's own: the solver registry's names, the fairness constraints."""
+from numbers import Real
+
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from . import solvers as _solvers
+from .fairness import CONSTRAINTS
+
+
+class _RegisteredSolver(StrOptions):
+    """``"auto"`` or a name of :func:`riskopt.solvers.available` (looked up at validation time,
+    so solvers registered after import are accepted)."""
+
+    def __init__(self):  # noqa: D107  (no call to StrOptions.__init__: options are dynamic)
+        self.type = str
+        self.deprecated = set()
+        self.hidden = False
+
+    @property
+    def options(self):
+        return {"auto", *_solvers.available()}
+
+    @options.setter
+    def options(self, value):  # StrOptions machinery may assign; the registry is the truth
+        pass
+
+    def is_satisfied_by(self, val):
+        return isinstance(val, str) and val.lower() in self.options
+
+    def __str__(self):
+        return f"a str among {sorted(self.options)}"
+
+
+#: the fairness parameters (:mod:`riskopt.fairness`)
+FAIRNESS_CONSTRAINTS = {
+    "constraint": [StrOptions(set(CONSTRAINTS)), None],
+    "constraint_tol": [Interval(Real, 0, None, closed="neither")],
+}

@@ -1,0 +1,452 @@
+r"""Fairness constraints for the linear estimators (``constraint=`` of
+:class:`~riskopt.RiskClassifier` / :class:`~riskopt.RiskRegressor`).
+
+The estimators solve
+
+.. math::
+
+    \min_w F(w) \quad \text{s.t.} \quad c_j(w) \le 0, \ j = 1..J,
+
+with ``F`` the estimator's objective (any spectral risk of the losses plus the l2 term) and the
+constraints built from *cell means* ``r_k(w) = mean_{i in cell k} phi(z_i)`` of the linear
+output ``z_i = x_i . w``. The groups are the distinct values of ``sensitive_features`` (the
+intersections of its columns when it has several), with fairlearn's keyword and conventions:
+
+========================  ==============================================  ====================
+``constraint``            constraint (bound ``tol = constraint_tol``)      cells, ``phi``
+========================  ==============================================  ====================
+``demographic_parity``    ``max_g r_g - min_g r_g <= tol``                 groups, ``s(z)``
+``equalized_odds``        the same for ``y = 0`` and for ``y = 1``         group x label, ``s(z)``
+``equal_opportunity``     the same for ``y = 1`` (true-positive rates)     group x {1}, ``s(z)``
+``bounded_group_loss``    ``r_g <= tol`` for every group                    groups, the loss
+========================  ==============================================  ====================
+
+so the rate constraints bound exactly the quantity of fairlearn's
+``demographic_parity_difference`` / ``equalized_odds_difference`` (between groups, worst case),
+written as the ``m (m - 1)`` pairwise inequalities ``r_g - r_h <= tol`` per block. (fairlearn's
+reductions bound ``|r_g - r_overall|`` instead, which allows a between-group difference up to
+about twice the bound.) Bounded group loss is fairlearn's ``BoundedGroupLoss(upper_bound=tol)``.
+
+**Smoothing.** The rate of positive predictions ``mean 1[z > 0]`` is replaced by the smoothed
+rate ``mean s(z)``, ``s(z) = sigmoid(z / SMOOTHING)`` with ``SMOOTHING = 0.1`` logits: a sample
+counts fully once its predicted probability is outside ``[0.475, 0.525]`` by a factor
+``e`` (``|z| > 0.1``), so the smoothed and hard rates of a group differ by at most the share of
+its samples with ``|z| < ~0.3`` (reported: ``hard_constraint_values_`` next to
+``constraint_values_``). The constraints hold on the training data for the smoothed rate to
+``1e-3 tol`` (the solver's feasibility tolerance, with ``tol`` the estimator's ``tol``).
+
+**Solver.** Sequential quadratic programming with exact second derivatives where they exist
+(:func:`solve`): at ``w`` the step minimises the quadratic model ``g.d + d.H d / 2`` of the
+Lagrangian under the linearised constraints ``c + A d <= 0``, with ``H = X' diag(h) X +
+diag(reg)``, ``h_i = q_i l''_i + mu_{k(i)} phi''(z_i) / n_k`` (``q`` the risk's weights, ``mu =
+E' lambda`` the multiplier of row ``i``'s cell; negative ``h_i`` -- the non-convex part of the
+smoothed rates -- are dropped so that ``H`` stays positive definite). The quadratic program is
+solved through its dual, a ``J x J`` non-negative quadratic program (``J`` the number of
+constraints, a few dozen at most), by coordinate descent warm-started from the previous
+multipliers; the step is accepted by an Armijo test on the exact l1 penalty ``F + rho sum_j
+max(c_j, 0)``. Each step costs one weighted Gram matrix (as the Newton solver of
+:mod:`riskopt.objectives._newton`), so a fit costs about as many Gram matrices as the
+unconstrained Newton fit plus a few: on adult this is what makes it faster than fairlearn's
+``ExponentiatedGradient``, which refits the unconstrained model some 10-50 times
+(``benchmarks/fairness_vs_fairlearn.py``). A non-smooth risk (a spectral risk without shift
+cost) is smoothed by a chi-square shift cost, driven down by a factor 10 per stage to ``1e-2
+tol`` times the mean loss at the start. Where there is no per-sample curvature (several
+outputs, other problem families) scipy's SLSQP solves the same program with the same
+constraint functions and gradients.
+
+What is certified: at the returned point the constraints hold to the feasibility tolerance and
+the Newton decrement of the Lagrangian (with the computed multipliers ``lambda >= 0``) is below
+``1e-2 tol |F|``: a KKT point. Bounded group loss with a convex loss and a convex risk is a
+convex program (so that point is the optimum: tested against cvxpy); the smoothed rate
+constraints are not convex (a local solution, from the start ``w = 0`` or the warm start).
+The model is deterministic (no randomised classifier).
+"""
+import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.special import expit
+
+__all__ = ["CONSTRAINTS", "SMOOTHING", "FairnessProblem", "solve", "sensitive_codes"]
+
+#: the constraints of ``constraint=``
+CONSTRAINTS = ("demographic_parity", "equalized_odds", "equal_opportunity",
+               "bounded_group_loss")
+#: the logit scale ``tau`` of the smoothed rate ``mean sigmoid(z / tau)``
+SMOOTHING = 0.1
+#: largest multiplier before the constraints are declared infeasible
+_LAMBDA_MAX = 1e8
+
+
+def sensitive_codes(sensitive_features, n):
+    """``(codes, labels)``: each row's group index and the sorted group labels (tuples for
+    several columns: their intersections); clear errors for bad input."""
+    sf = sensitive_features
+    if hasattr(sf, "to_numpy"):  # pandas Series / DataFrame
+        sf = sf.to_numpy()
+    arr = np.asarray(sf, dtype=object)
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1)
+    if arr.ndim != 2 or arr.shape[1] == 0:
+        raise ValueError(f"sensitive_features must be 1-D or 2-D (one column per sensitive "
+                         f"feature), got shape {np.shape(sf)}")
+    if arr.shape[0] != n:
+        raise ValueError(f"sensitive_features has {arr.shape[0]} rows but X has {n}: one "
+                         "value per sample is needed")
+    cols = []
+    for j in range(arr.shape[1]):
+        col = arr[:, j]
+        if any(v is None or (isinstance(v, float) and v != v) for v in col):
+            raise ValueError(f"sensitive_features column {j} has missing values (None/NaN)")
+        try:
+            lab, inv = np.unique(col.astype(str) if _mixed(col) else col, return_inverse=True)
+        except TypeError:
+            lab, inv = np.unique(col.astype(str), return_inverse=True)
+        cols.append((lab, inv.reshape(-1)))
+    if len(cols) == 1:
+        lab, inv = cols[0]
+        return inv.astype(np.int64), [_plain(v) for v in lab]
+    key = np.zeros(n, dtype=np.int64)
+    for lab, inv in cols:
+        key = key * len(lab) + inv
+    uniq, codes = np.unique(key, return_inverse=True)
+    labels = []
+    for u in uniq:
+        parts = []
+        for lab, _ in reversed(cols):
+            u, r = divmod(int(u), len(lab))
+            parts.append(_plain(lab[r]))
+        labels.append(tuple(reversed(parts)))
+    return codes.reshape(-1).astype(np.int64), labels
+
+
+def _mixed(col):
+    return len({type(v) for v in col[:1000]}) > 1
+
+
+def _plain(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+class FairnessProblem:
+    """The constraint functions ``c(w) = E r(w) - b`` of one fit (module docstring).
+
+    Parameters
+    ----------
+    constraint : str
+        One of :data:`CONSTRAINTS`.
+    tol : float
+        The bound ``constraint_tol``.
+    codes, labels : the groups (:func:`sensitive_codes`).
+    y : ndarray or None
+        Class labels encoded ``{0, 1}`` (rate constraints).
+    """
+
+    def __init__(self, constraint, tol, codes, labels, y=None):
+        if constraint not in CONSTRAINTS:
+            raise ValueError(f"unknown constraint {constraint!r}; expected one of "
+                             f"{list(CONSTRAINTS)}")
+        self.constraint, self.tol, self.labels = constraint, float(tol), list(labels)
+        m = len(labels)
+        self.kind = "loss" if constraint == "bounded_group_loss" else "rate"
+        n = codes.shape[0]
+        if self.kind == "loss" or constraint == "demographic_parity":
+            self.block_labels = [None]
+            cell = codes.copy()
+        else:
+            self.block_labels = [0, 1] if constraint == "equalized_odds" else [1]
+            yb = np.asarray(y).astype(np.int64)
+            cell = np.full(n, -1, dtype=np.int64)
+            for b, lab in enumerate(self.block_labels):
+                rows = yb == lab
+                cell[rows] = b * m + codes[rows]
+        C = m * len(self.block_labels)
+        self.cell, self.n_cells = cell, C
+        self.sizes = np.bincount(cell[cell >= 0], minlength=C).astype(np.float64)
+        empty = [(self.labels[k % m], self.block_labels[k // m]) for k in range(C)
+                 if self.sizes[k] == 0]
+        if empty:
+            what = {None: "samples", 0: "negative samples (y = 0)",
+                    1: "positive samples (y = 1)"}
+            raise ValueError(
+                f"{constraint}: group {empty[0][0]!r} has no {what[empty[0][1]]}, so its rate "
+                f"is undefined; merge or drop that group (sensitive_features)")
+        self.rows = np.flatnonzero(cell >= 0)
+        rows_E, b = [], []
+        if self.kind == "loss":
+            rows_E = list(np.eye(C))
+            b = [self.tol] * C
+        elif m >= 2:
+            for blk in range(len(self.block_labels)):
+                for g in range(m):
+                    for h in range(m):
+                        if g != h:
+                            e = np.zeros(C)
+                            e[blk * m + g], e[blk * m + h] = 1.0, -1.0
+                            rows_E.append(e)
+                            b.append(self.tol)
+        self.E = np.array(rows_E).reshape(-1, C)
+        self.b = np.asarray(b, dtype=np.float64)
+
+    @property
+    def n_blocks(self):
+        return len(self.block_labels)
+
+    # -------------------------------------------------------------- per-row terms
+    def terms(self, obj, z, losses=None, derivs=None, second=True):
+        """``(phi, dphi, ddphi)`` per row: the smoothed indicator and its derivatives in ``z``
+        (rates), or the loss and its derivatives (group loss; ``derivs`` of shape (n, K))."""
+        if self.kind == "rate":
+            s = expit(z / SMOOTHING)
+            ds = s * (1.0 - s)
+            return s, ds / SMOOTHING, (ds * (1.0 - 2.0 * s) / SMOOTHING ** 2 if second else None)
+        dd = None
+        if second:
+            from .objectives._dual import curvature
+            dd = curvature(obj.loss, obj.y, z)
+        return losses, derivs, dd
+
+    def cell_means(self, phi):
+        r = self.rows
+        return np.bincount(self.cell[r], weights=phi[r], minlength=self.n_cells) / self.sizes
+
+    def values(self, phi):
+        """The constraint functions ``c = E r - b`` and the cell means ``r``."""
+        r = self.cell_means(phi)
+        return self.E @ r - self.b, r
+
+    def report(self, r):
+        """``(values, rates)``: per block the constrained quantity (max - min of the rates;
+        the group losses for bounded group loss) and the ``(n_blocks, m)`` cell means."""
+        R = r.reshape(self.n_blocks, -1)
+        if self.kind == "loss":
+            return R[0].copy(), R
+        return R.max(axis=1) - R.min(axis=1), R
+
+    def multipliers(self, lam):
+        """The net multiplier of every cell, ``E' lambda``, shape ``(n_blocks, m)``."""
+        return (self.E.T @ lam).reshape(self.n_blocks, -1) if lam.size else \
+            np.zeros((self.n_blocks, len(self.labels)))
+
+    def jacobian(self, X, dphi):
+        """``(C, p)`` gradients of the cell means for one output (``dphi`` of shape (n,))."""
+        r = self.rows
+        V = np.zeros((X.shape[0], self.n_cells))
+        V[r, self.cell[r]] = dphi[r] / self.sizes[self.cell[r]]
+        return np.asarray(X.T @ V, dtype=np.float64).T
+
+
+# ------------------------------------------------------------------------------- solver
+def _box_qp(M, q, lam, tol=1e-13, sweeps=2000):
+    """``argmin_{lam >= 0} lam.M lam / 2 + q.lam`` by coordinate descent from ``lam``
+    (``M`` positive semi-definite, ``J x J`` small)."""
+    J = q.shape[0]
+    lam = np.minimum(np.maximum(lam, 0.0), _LAMBDA_MAX)
+    d = np.diag(M).copy()
+    grad = M @ lam + q
+    scale = max(float(np.max(np.abs(q))), float(np.max(d)) if J else 0.0, 1e-300)
+    for _ in range(sweeps):
+        for j in range(J):
+            if d[j] <= 1e-14 * scale:
+                new = 0.0 if grad[j] - d[j] * lam[j] >= 0 else _LAMBDA_MAX
+            else:
+                new = min(max(lam[j] - grad[j] / d[j], 0.0), _LAMBDA_MAX)
+            delta = new - lam[j]
+            if delta != 0.0:
+                grad += delta * M[:, j]
+                lam[j] = new
+        pg = np.where(lam > 0, grad, np.minimum(grad, 0.0))
+        if float(np.max(np.abs(pg), initial=0.0)) <= tol * scale:
+            break
+    return lam
+
+
+class _Result:
+    def __init__(self, coef, lam, n_iter, converged, message, method="sqp"):
+        self.coef, self.lam, self.n_iter = coef, lam, n_iter
+        self.converged, self.message, self.method = converged, message, method
+
+
+def _risk_curvature(obj, w, z):
+    """``q_i l''(z_i)`` (the risk's weights times the loss curvature), or None."""
+    from .objectives._dual import curvature
+
+    cur = curvature(obj.loss, obj.y, z)
+    if cur is None:
+        return None
+    if getattr(obj, "family", None) == "spectral" and np.ptp(obj.sigma) == 0 and \
+            obj.sample_weight is None:
+        return cur / obj.n
+    q = obj.weights(w)
+    return q * cur
+
+
+def _newton_ok(obj):
+    from .objectives._dual import curvature
+
+    return (getattr(obj, "family", None) == "spectral" and obj.K == 1
+            and curvature(obj.loss, np.zeros(1), np.zeros(1)) is not None
+            and getattr(obj, "sample_weight", None) is None)
+
+
+def _sqp(obj, prob, w, lam, feas, rtol, max_iter):
+    """The SQP iteration (module docstring) from ``w``; returns a :class:`_Result`."""
+    from .objectives._dual import weighted_gram
+
+    X = obj.X
+    J = prob.E.shape[0]
+    rho = 1.0
+    reg = np.asarray(obj.reg, dtype=np.float64)
+    n_iter = 0
+
+    def evaluate(w):
+        z = np.asarray(X @ w, dtype=np.float64).reshape(-1)
+        if prob.kind == "loss":
+            losses, derivs = obj.losses_derivs(w)
+            phi = losses
+        else:
+            phi = prob.terms(obj, z, second=False)[0]
+        c, r = prob.values(phi)
+        return float(obj.value(w)), c, z
+
+    f, c, z = evaluate(w)
+    msg = "maximum number of iterations reached"
+    converged = False
+    for n_iter in range(1, max_iter + 1):
+        _, g = obj.value_grad(w)
+        g = np.asarray(g, dtype=np.float64).reshape(-1)
+        if prob.kind == "loss":
+            losses, derivs = obj.losses_derivs(w)
+            phi, dphi, ddphi = prob.terms(obj, z, losses, derivs[:, 0])
+        else:
+            phi, dphi, ddphi = prob.terms(obj, z)
+        A = prob.E @ prob.jacobian(X, dphi) if J else np.zeros((0, w.size))
+        mu = prob.E.T @ lam if J else np.zeros(prob.n_cells)
+        h = _risk_curvature(obj, w, z)
+        r = prob.rows
+        h[r] += mu[prob.cell[r]] * ddphi[r] / prob.sizes[prob.cell[r]]
+        np.maximum(h, 0.0, out=h)
+        H = weighted_gram(X, h) + np.diag(reg)
+        H[np.diag_indices_from(H)] += 1e-12 * max(float(np.trace(H)) / H.shape[0], 1e-300)
+        try:
+            L = cho_factor(H)
+        except LinAlgError:
+            msg = "the Hessian model is not positive definite"
+            break
+        Hg = cho_solve(L, g)
+        if J:
+            HA = cho_solve(L, A.T)
+            lam = _box_qp(A @ HA, A @ Hg - c, lam)
+            d = -(Hg + HA @ lam)
+        else:
+            d = -Hg
+        gl = g + (A.T @ lam if J else 0.0)
+        dec = float(-gl @ d)
+        viol = float(np.max(c, initial=0.0))
+        if np.max(lam, initial=0.0) >= _LAMBDA_MAX:
+            msg = "the constraints look infeasible (multipliers diverge)"
+            break
+        if viol <= feas and dec <= rtol * max(abs(f), 1e-12):
+            converged, msg = True, "KKT point"
+            break
+        rho = max(rho, 1.5 * float(np.max(lam, initial=0.0)))
+        pen = float(np.sum(np.maximum(c, 0.0)))
+        merit0 = f + rho * pen
+        slope = float(g @ d) - rho * pen
+        t = 1.0
+        for _ in range(40):
+            w_t = w + t * d
+            f_t, c_t, z_t = evaluate(w_t)
+            merit = f_t + rho * float(np.sum(np.maximum(c_t, 0.0)))
+            if merit <= merit0 + 1e-4 * t * min(slope, 0.0) or \
+                    (t == 1.0 and np.max(c_t, initial=0.0) <= viol and f_t <= f):
+                break
+            t *= 0.5
+        else:
+            msg = "the line search found no decrease"
+            break
+        w, f, c, z = w_t, f_t, c_t, z_t
+    return _Result(w, lam, n_iter, converged, msg)
+
+
+def _slsqp(obj, prob, w, feas, rtol, max_iter):
+    """scipy's SLSQP on the same program (no per-sample curvature: several outputs, other
+    problem families); multipliers by non-negative least squares on the KKT conditions."""
+    from scipy.optimize import minimize, nnls
+
+    X = obj.X
+    shape = np.shape(w)
+
+    def cons_jac(x):
+        losses, derivs = obj.losses_derivs(x.reshape(shape)) if prob.kind == "loss" else \
+            (None, None)
+        z = None if prob.kind == "loss" else np.asarray(X @ x.reshape(shape)).reshape(-1)
+        phi, dphi, _ = prob.terms(obj, z, losses, derivs, second=False)
+        c, _ = prob.values(phi)
+        if dphi.ndim == 1:
+            R = prob.jacobian(X, dphi)
+        else:  # several outputs: one product per cell
+            R = np.empty((prob.n_cells, x.size))
+            for k in range(prob.n_cells):
+                v = np.where(prob.cell == k, 1.0 / prob.sizes[k], 0.0)[:, None] * dphi
+                R[k] = np.asarray(X.T @ v).reshape(-1)
+        return c, prob.E @ R
+
+    def fun(x):
+        v, g = obj.value_grad(x.reshape(shape))
+        return float(v), np.asarray(g, dtype=np.float64).reshape(-1)
+
+    # the constraints tightened by half the feasibility tolerance: SLSQP meets them to ~1e-8
+    cons = [{"type": "ineq", "fun": lambda x: -cons_jac(x)[0] - 0.5 * feas,
+             "jac": lambda x: -cons_jac(x)[1]}] if prob.E.shape[0] else []
+    f0 = abs(fun(np.asarray(w).reshape(-1))[0])
+    res = minimize(fun, np.asarray(w, dtype=np.float64).reshape(-1), jac=True,
+                   method="SLSQP", constraints=cons,
+                   options={"maxiter": max_iter, "ftol": rtol * max(f0, 1e-12)})
+    x = res.x
+    c, A = cons_jac(x)
+    for _ in range(5 if res.success else 0):  # SLSQP meets the constraints to its own accuracy (~ftol): a few
+        act = np.flatnonzero(c > -0.5 * feas)  # minimal-norm Gauss-Newton corrections
+        if not act.size or float(np.max(c)) <= 0.5 * feas:
+            break
+        x = x + np.linalg.lstsq(A[act], -(c[act] + 0.5 * feas), rcond=None)[0]
+        c, A = cons_jac(x)
+    g = fun(x)[1]
+    act = np.flatnonzero(c >= -1e-6 * max(prob.tol, 1e-12))
+    lam = np.zeros(c.shape[0])
+    if act.size:
+        lam[act] = nnls(A[act].T, -g)[0]
+    ok = bool(res.success) and float(np.max(c, initial=0.0)) <= max(feas, 1e-9)
+    return _Result(x.reshape(shape), lam, int(res.nit), ok, str(res.message), "slsqp")
+
+
+def solve(obj, prob, coef0=None, tol=1e-4, max_iter=1000):
+    """Minimise ``obj`` under the constraints of ``prob``; a result with ``coef``, ``lam``
+    (one multiplier per constraint), ``n_iter``, ``converged``, ``message``.
+
+    ``tol`` (the estimator's): feasibility to ``1e-3 tol`` (rates in [0, 1]; the group losses
+    relative to the bound) and a Newton decrement of the Lagrangian at most ``1e-2 tol |F|``.
+    """
+    tol = 1e-4 if tol is None or tol <= 0 else float(tol)
+    feas = 1e-3 * tol * (1.0 if prob.kind == "rate" else max(prob.tol, 1e-12))
+    rtol = 1e-2 * tol
+    w = obj.zeros() if coef0 is None else np.array(coef0, dtype=np.float64)
+    lam = np.zeros(prob.E.shape[0])
+    if not _newton_ok(obj):
+        return _slsqp(obj, prob, w, feas, rtol, max_iter)
+    w = w.reshape(-1)
+    nonsmooth = obj.nu == 0 and np.ptp(obj.sigma) > 0
+    stages = [obj]
+    if nonsmooth:  # continuation in a chi-square shift cost (module docstring)
+        loss0 = float(np.mean(obj.losses(w)))
+        nu, nu_end = 1e-2 * loss0, max(1e-2 * tol * loss0, 1e-12)
+        stages = []
+        while nu > nu_end:
+            stages.append(obj.with_shift(nu, 0))
+            nu /= 10.0
+        stages.append(obj.with_shift(nu_end, 0))
+    total = 0
+    for stage in stages:
+        res = _sqp(stage, prob, w, lam, feas, rtol, max(max_iter - total, 1))
+        total += res.n_iter
+        w, lam = res.coef, res.lam
+    res.n_iter = total
+    return res

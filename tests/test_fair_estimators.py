@@ -1,0 +1,192 @@
+"""Fairness constraints of the estimators (``constraint=``, ``sensitive_features=``;
+riskopt.fairness, riskopt._fair): constraint satisfaction on the training data, the convex case
+against cvxpy, scikit-learn compatibility and the errors for bad input."""
+import warnings
+
+import numpy as np
+import pytest
+from scipy.special import expit
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.estimator_checks import check_estimator
+
+import riskopt as ro
+from riskopt.fairness import SMOOTHING
+
+
+def _problem(seed, n=400, m=3):
+    """Binary labels whose positive rate depends on the group (the constraints bind)."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, m, size=n)
+    X = rng.normal(size=(n, 4))
+    X[:, 0] += 0.8 * s
+    y = (X @ [1.0, 1.0, -1.0, 0.5] + rng.normal(size=n) > 0.8).astype(int)
+    return X, y, s
+
+
+def _smoothed_rates(est, X, rows_by_group):
+    r = expit(est.decision_function(X) / SMOOTHING)
+    return np.array([r[rows].mean() for rows in rows_by_group])
+
+
+def _blocks(constraint, y, s):
+    m = s.max() + 1
+    labels = {"demographic_parity": [None], "equalized_odds": [0, 1],
+              "equal_opportunity": [1]}[constraint]
+    return [[(s == g) & (True if lab is None else y == lab) for g in range(m)]
+            for lab in labels]
+
+
+@pytest.mark.parametrize("constraint", ["demographic_parity", "equalized_odds",
+                                        "equal_opportunity"])
+@pytest.mark.parametrize("risk", ["mean", "esrm:1"])
+def test_rate_constraints_hold_on_the_training_data(constraint, risk):
+    tol = 0.02
+    for seed in (0, 1):
+        X, y, s = _problem(seed)
+        free = ro.RiskClassifier(risk=risk).fit(X, y)
+        est = ro.RiskClassifier(risk=risk, constraint=constraint,
+                                constraint_tol=tol).fit(X, y, sensitive_features=s)
+        gaps, gaps_free = [], []
+        for blk in _blocks(constraint, y, s):
+            r = _smoothed_rates(est, X, blk)
+            gaps.append(r.max() - r.min())
+            r0 = _smoothed_rates(free, X, blk)
+            gaps_free.append(r0.max() - r0.min())
+        assert max(gaps) <= tol + 1e-6           # recomputed from decision_function
+        assert max(gaps_free) > 2 * tol           # the constraint is active here
+        np.testing.assert_allclose(est.constraint_values_, gaps, atol=1e-10)
+        np.testing.assert_allclose(est.multipliers_.sum(axis=1), 0.0, atol=1e-8)
+        assert np.abs(est.multipliers_).max() > 0
+        # the constrained optimum costs more training objective than the free one
+        assert est.objective_trace_[-1] >= free.objective_trace_[-1] - 1e-9
+
+
+def test_several_sensitive_columns_are_intersected():
+    X, y, s = _problem(2, m=2)
+    t = np.random.default_rng(5).integers(0, 2, size=len(y))
+    est = ro.RiskClassifier(risk="mean", constraint="demographic_parity").fit(
+        X, y, sensitive_features=np.column_stack([s, t]))
+    assert est.sensitive_groups_ == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    r = _smoothed_rates(est, X, [(s == a) & (t == b) for a in (0, 1) for b in (0, 1)])
+    assert r.max() - r.min() <= 0.02 + 1e-6
+
+
+def test_without_sensitive_features_a_rate_constraint_is_the_plain_fit():
+    X, y, _ = _problem(3)
+    a = ro.RiskClassifier(risk="mean", tol=1e-8).fit(X, y)
+    b = ro.RiskClassifier(risk="mean", tol=1e-8, constraint="equalized_odds").fit(X, y)
+    np.testing.assert_allclose(b.decision_function(X), a.decision_function(X), atol=1e-5)
+    with pytest.warns(UserWarning, match="ignored without a constraint"):
+        ro.RiskClassifier(risk="mean").fit(X, y, sensitive_features=np.zeros(len(y)))
+
+
+def test_integer_sample_weights_are_repeated_rows_for_the_groups():
+    X, y, s = _problem(4, n=200)
+    sw = np.random.default_rng(0).integers(0, 3, size=len(y))
+    kw = dict(risk="mean", constraint="demographic_parity", tol=1e-8)
+    a = ro.RiskClassifier(**kw).fit(X, y, sample_weight=sw, sensitive_features=s)
+    idx = np.repeat(np.arange(len(y)), sw)
+    b = ro.RiskClassifier(**kw).fit(X[idx], y[idx], sensitive_features=s[idx])
+    np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), atol=1e-6)
+
+
+def _cvxpy_group_loss(X, y, s, bound, l2_reg, loss):
+    """The convex program by cvxpy: mean loss + l2_reg/2 |w|^2 s.t. group mean loss <= bound."""
+    cp = pytest.importorskip("cvxpy")
+    w, b = cp.Variable(X.shape[1]), cp.Variable()
+    z = X @ w + b
+    if loss == "logistic":
+        per = cp.logistic(z) - cp.multiply(y, z)
+    else:
+        per = 0.5 * cp.square(z - y)
+    cons = [cp.sum(per[np.flatnonzero(s == g)]) / np.sum(s == g) <= bound
+            for g in np.unique(s)]
+    prob = cp.Problem(cp.Minimize(cp.sum(per) / len(y) + l2_reg / 2 * cp.sum_squares(w)), cons)
+    prob.solve(solver="CLARABEL", tol_gap_abs=1e-9, tol_gap_rel=1e-9, tol_feas=1e-9)
+    return prob.value
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared"])
+def test_bounded_group_loss_matches_cvxpy(loss):
+    rng = np.random.default_rng(7)
+    n, l2 = 240, 1e-2
+    s = rng.integers(0, 3, size=n)
+    X = rng.normal(size=(n, 3)) + s[:, None] * [0.5, 0.0, 0.0]
+    noise = 0.3 + 0.6 * (s == 2)       # group 2 is harder: its loss bound binds
+    if loss == "logistic":
+        y = (X @ [1.0, -1.0, 0.5] + noise * 3 * rng.normal(size=n) > 0).astype(float)
+        Est = ro.RiskClassifier
+    else:
+        y = X @ [1.0, -1.0, 0.5] + noise * rng.normal(size=n)
+        Est = ro.RiskRegressor
+    free = Est(risk="mean", l2_reg=l2).fit(X, y)
+    loss_fn = (lambda z: np.logaddexp(0, z) - y * z) if loss == "logistic" else \
+        (lambda z: 0.5 * (z - y) ** 2)
+    z0 = free.decision_function(X) if loss == "logistic" else free.predict(X)
+    g0 = np.array([loss_fn(z0)[s == g].mean() for g in range(3)])
+    # halfway between the free fit's worst group loss and that group's own minimum (a feasible
+    # bound by convexity, below the free fit's: the constraint binds)
+    worst = int(np.argmax(g0))
+    alone = Est(risk="mean", l2_reg=l2).fit(X[s == worst], y[s == worst])
+    z1 = alone.decision_function(X) if loss == "logistic" else alone.predict(X)
+    bound = 0.5 * (g0.max() + loss_fn(z1)[s == worst].mean())
+    est = Est(risk="mean", l2_reg=l2, tol=1e-8, constraint="bounded_group_loss",
+              constraint_tol=bound).fit(X, y, sensitive_features=s)
+    z = est.decision_function(X) if loss == "logistic" else est.predict(X)
+    groups = np.array([loss_fn(z)[s == g].mean() for g in range(3)])
+    assert groups.max() <= bound + 1e-9 * bound
+    np.testing.assert_allclose(est.constraint_values_, groups, rtol=1e-10)
+    F = loss_fn(z).mean() + l2 / 2 * np.sum(est.coef_ ** 2)
+    F_cvx = _cvxpy_group_loss(X, y, s, bound, l2, loss)
+    # both feasible to ~1e-9: the two optima agree to cvxpy's own accuracy (gap 1e-9)
+    assert abs(F - F_cvx) <= 1e-7 * abs(F_cvx)
+    assert est.multipliers_.max() > 0 and est.multipliers_.min() >= 0
+
+
+def test_bounded_group_loss_multiclass_uses_slsqp():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 3))
+    y = np.argmax(X @ rng.normal(size=(3, 3)) + rng.normal(size=(150, 3)), axis=1)
+    s = rng.integers(0, 2, size=150)
+    free = ro.RiskClassifier(risk="mean", l2_reg=1e-2).fit(X, y)
+    P = free.predict_log_proba(X)[np.arange(150), y]
+    bound = 0.99 * max(-P[s == g].mean() for g in (0, 1))   # feasible (min max is ~0.977)
+    est = ro.RiskClassifier(risk="mean", l2_reg=1e-2, constraint="bounded_group_loss",
+                            constraint_tol=bound).fit(X, y, sensitive_features=s)
+    P = est.predict_log_proba(X)[np.arange(150), y]
+    assert est.solver_ == "slsqp"
+    assert max(-P[s == g].mean() for g in (0, 1)) <= bound * (1 + 1e-6)
+
+
+@pytest.mark.slow
+def test_check_estimator_with_a_constraint():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        # tol=1e-10: the weighted and repeated-rows fits of the sample-weight checks agree
+        # to the check's rtol only near the optimum (as in test_estimators.py)
+        check_estimator(ro.RiskClassifier(risk="mean", constraint="demographic_parity",
+                                          tol=1e-10))
+        check_estimator(ro.RiskRegressor(risk="mean", constraint="bounded_group_loss",
+                                         constraint_tol=1e6, tol=1e-10))
+
+
+def test_bad_input_gives_clear_errors():
+    X, y, s = _problem(0, n=100)
+    with pytest.raises(ValueError, match="constraint"):
+        ro.RiskClassifier(constraint="parity").fit(X, y, sensitive_features=s)
+    with pytest.raises(ValueError, match="sensitive_features has 99 rows but X has 100"):
+        ro.RiskClassifier(constraint="demographic_parity").fit(X, y, sensitive_features=s[:99])
+    s2 = s.copy()
+    s2[y == 1] = 0          # groups 1 and 2 have no positives
+    with pytest.raises(ValueError, match="has no positive samples"):
+        ro.RiskClassifier(constraint="equalized_odds").fit(X, y, sensitive_features=s2)
+    with pytest.raises(ValueError, match="two classes"):
+        ro.RiskClassifier(constraint="demographic_parity").fit(X, s, sensitive_features=y)
+    with pytest.raises(ValueError, match="RiskRegressor takes constraint='bounded_group_loss'"):
+        ro.RiskRegressor(constraint="equalized_odds").fit(X, X[:, 0], sensitive_features=s)
+    with pytest.raises(ValueError, match="missing values"):
+        ro.RiskClassifier(constraint="demographic_parity").fit(
+            X, y, sensitive_features=np.where(s == 0, None, s))
+    with pytest.raises(ValueError, match="integer frequencies"):
+        ro.RiskClassifier(constraint="demographic_parity").fit(
+            X, y, sensitive_features=s, sample_weight=np.linspace(0.5, 1.5, 100))
