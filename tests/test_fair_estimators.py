@@ -190,3 +190,18 @@ def test_bad_input_gives_clear_errors():
     with pytest.raises(ValueError, match="integer frequencies"):
         ro.RiskClassifier(constraint="demographic_parity").fit(
             X, y, sensitive_features=s, sample_weight=np.linspace(0.5, 1.5, 100))
+
+
+def test_fairlearn_form_to_overall_holds_on_the_training_data():
+    X, y, s = _problem(5)
+    for constraint in ("demographic_parity", "equalized_odds"):
+        est = ro.RiskClassifier(risk="mean", constraint=f"{constraint}:to_overall").fit(
+            X, y, sensitive_features=s)
+        worst = []
+        for blk in _blocks(constraint, y, s):
+            r = _smoothed_rates(est, X, blk)
+            sizes = np.array([b.sum() for b in blk])
+            worst.append(np.max(np.abs(r - r @ sizes / sizes.sum())))
+        assert max(worst) <= 0.02 + 1e-6
+        np.testing.assert_allclose(est.constraint_values_, worst, atol=1e-10)
+        assert max(worst) >= 0.02 - 1e-6      # active: the bound is reached

@@ -23,6 +23,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import _cli_fair
 from ._cli_fit import (FitError, _per_sample_losses, check_complete, check_label_types,
                        check_output, final_estimator, load_model, model_input, read_table,
                        write_output)
@@ -120,11 +121,18 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
                             y, pred, a, pos_label=pos),
                         "demographic_parity_difference":
                             metrics.demographic_parity_difference(pred, a, pos_label=pos),
-                        "absolute_mean_difference": metrics.absolute_mean_difference(proba, a)}
+                        "absolute_mean_difference": metrics.absolute_mean_difference(proba, a),
+                        **_cli_fair.odds_gaps(metrics, y, pred, a, pos)}
         except ValueError as exc:
             raise FitError(f"sensitive column {col!r}: {exc}") from None
         for k, v in gaps.items():
             out["fairness"].append({"column": col, "metric": k, "value": float(v)})
+    try:  # the model's own constraint, on the groups of its sensitive columns
+        out["fairness"] += _cli_fair.evaluate_rows(
+            model, est, df, X, y, pred,
+            lambda cols: df[[_column(df, c, "sensitive", where).name for c in cols]].astype(str))
+    except ValueError as exc:
+        raise FitError(f"the model's constraint: {exc}") from None
     return out
 
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from ._cli_progress import GAP_HEADER, _FitProgress, _reporting  # noqa: F401
+from . import _cli_fair
 
 
 class FitError(Exception):
@@ -336,9 +337,10 @@ def cmd_fit(args):
     if args.group_dro and groups.nunique() < 2:
         raise FitError(f"--group-dro: column {args.group!r} has a single value; group DRO needs "
                        "at least two groups")
+    fair_kw, fair_fit_kw = _cli_fair.fit_options(args, df, _raise_fit_error)
     common = dict(risk=risk, solver=args.solver, l2_reg=args.l2_reg,
                   fit_intercept=not args.no_intercept, max_iter=args.max_iter,
-                  tol=args.tol, random_state=args.seed)
+                  tol=args.tol, random_state=args.seed, **fair_kw)
     if task == "regression":
         if not numeric_target:
             raise FitError(f"target {args.target!r} is not numeric; use --task classification")
@@ -354,9 +356,9 @@ def cmd_fit(args):
 
         est = Pipeline([("preprocess", prep), ("model", reg)])
     t0 = time.perf_counter()
-    fit_kw = {"groups": groups.to_numpy()} if args.group_dro else {}
+    fit_kw = {"groups": groups.to_numpy()} if args.group_dro else dict(fair_fit_kw)
     if prep is not None and fit_kw:
-        fit_kw = {"model__groups": fit_kw["groups"]}
+        fit_kw = {f"model__{k}": v for k, v in fit_kw.items()}
     progress = _FitProgress(reg, args.max_iter, f"fitting {type(reg).__name__} (risk "
                             f"{str(risk) if args.shift_cost else spec}) on {len(y)} rows x "
                             f"{len(features)} features", mode=progress_mode)
@@ -370,7 +372,8 @@ def cmd_fit(args):
         raise FitError(f"fit failed: {' '.join(str(exc).split())}") from None
     model = {"estimator": est, "features": features, "target": args.target, "task": task,
              "risk": str(risk), "group": args.group, "group_dro": bool(args.group_dro),
-             "preprocess": prep is not None}
+             "preprocess": prep is not None, "constraint": args.constraint,
+             "constraint_tol": args.constraint_tol, "sensitive": args.sensitive}
     import joblib
 
     write_output(args.out, lambda fh: joblib.dump(model, fh))
@@ -385,6 +388,8 @@ def cmd_fit(args):
     over = f" over the groups of {args.group!r} (group DRO)" if args.group_dro else ""
     print(f"task: {task}{auto_note}; risk: {risk}{over}; solver: {reg.solver_}")
     print(f"objective: {objective:.6g}; updates: {reg.n_iter_}; time: {elapsed:.2f} s")
+    for line in _cli_fair.fit_report(reg, args):
+        print(line)
     gap = float(getattr(reg, "dual_gap_", float("nan")))
     if math.isfinite(gap):
         print(f"certified: objective - optimum <= {gap:.3g} ({gap / max(abs(objective), 1e-300):.2g}"
@@ -576,6 +581,7 @@ def add_parsers(sub):
     f.add_argument("--group-dro", action="store_true", help="apply the risk to the group-mean "
                    "losses of --group (group DRO; e.g. --risk cvar:0.15) instead of the "
                    "per-sample losses")
+    _cli_fair.add_fit_arguments(f)
     f.add_argument("--seed", type=int, default=0, help="random seed of stochastic solvers")
     f.add_argument("--out", required=True, metavar="FILE", help="model file (joblib)")
     f.add_argument("--progress", action="store_true",
@@ -595,3 +601,7 @@ def add_parsers(sub):
                    "before the predictions (row ids)")
     p.add_argument("--out", metavar="FILE", help="CSV to write (default: standard output)")
     p.set_defaults(func=cmd_predict)
+
+
+def _raise_fit_error(msg):
+    raise FitError(msg)

@@ -5,7 +5,7 @@ from numbers import Real
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import solvers as _solvers
-from .fairness import CONSTRAINTS
+from .fairness import CONSTRAINT_SPECS
 
 
 class _RegisteredSolver(StrOptions):
@@ -34,6 +34,6 @@ class _RegisteredSolver(StrOptions):
 
 #: the fairness parameters (:mod:`riskopt.fairness`)
 FAIRNESS_CONSTRAINTS = {
-    "constraint": [StrOptions(set(CONSTRAINTS)), None],
+    "constraint": [StrOptions(set(CONSTRAINT_SPECS)), None],
     "constraint_tol": [Interval(Real, 0, None, closed="neither")],
 }

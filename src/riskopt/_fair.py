@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 from sklearn.utils.validation import _check_sample_weight
 
-from .fairness import FairnessProblem, sensitive_codes, solve
+from .fairness import FairnessProblem, parse_constraint, sensitive_codes, solve
 
 _RATES = ("demographic_parity", "equalized_odds", "equal_opportunity")
 
@@ -32,12 +32,12 @@ def setup(est, X, y, sample_weight, sensitive_features, n_classes=None):
     :class:`~riskopt.fairness.FairnessProblem` as ``est._fair_problem`` (None without a
     constraint). Returns ``(X, y, sample_weight)`` for the estimator's fit."""
     est._fair_problem = None
-    constraint = est.constraint
-    if constraint is None:
+    if est.constraint is None:
         if sensitive_features is not None:
             warnings.warn(f"{type(est).__name__}: sensitive_features is ignored without a "
                           "constraint (set constraint=...)", UserWarning, stacklevel=3)
         return X, y, sample_weight
+    constraint = parse_constraint(est.constraint)[0]
     if constraint in _RATES:
         if n_classes is None:
             raise ValueError(f"constraint={constraint!r} is a classification constraint; "
@@ -62,7 +62,7 @@ def setup(est, X, y, sample_weight, sensitive_features, n_classes=None):
             idx = np.repeat(np.arange(n), reps)
             X, y, codes = X[idx], np.asarray(y)[idx], codes[idx]
         sample_weight = None
-    est._fair_problem = FairnessProblem(constraint, est.constraint_tol, codes, labels,
+    est._fair_problem = FairnessProblem(est.constraint, est.constraint_tol, codes, labels,
                                         y if constraint in _RATES else None)
     est._fair_y = np.asarray(y, dtype=np.float64)
     return X, y, sample_weight

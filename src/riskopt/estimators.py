@@ -691,8 +691,8 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
     constraint : {"demographic_parity", "equalized_odds", "equal_opportunity", \
             "bounded_group_loss"} or None, default=None
         Fairness constraint on the groups of ``fit``'s ``sensitive_features`` (two classes for
-        the rate constraints), held on the training data for smoothed rates to
-        ``constraint_tol`` (:mod:`riskopt.fairness`; fitted attributes: :mod:`riskopt._fair`).
+        the rates; ``"...:to_overall"``: fairlearn's form), held on the training data for
+        smoothed rates to ``constraint_tol`` (:mod:`riskopt.fairness`, :mod:`riskopt._fair`).
     constraint_tol : float > 0, default=0.02
 
     Attributes

@@ -23,9 +23,13 @@ intersections of its columns when it has several), with fairlearn's keyword and 
 
 so the rate constraints bound exactly the quantity of fairlearn's
 ``demographic_parity_difference`` / ``equalized_odds_difference`` (between groups, worst case),
-written as the ``m (m - 1)`` pairwise inequalities ``r_g - r_h <= tol`` per block. (fairlearn's
-reductions bound ``|r_g - r_overall|`` instead, which allows a between-group difference up to
-about twice the bound.) Bounded group loss is fairlearn's ``BoundedGroupLoss(upper_bound=tol)``.
+written as the ``m (m - 1)`` pairwise inequalities ``r_g - r_h <= tol`` per block.
+fairlearn's reductions (``DemographicParity(difference_bound=tol)``, ...) bound ``|r_g -
+r_overall|`` instead, which allows a between-group difference up to about twice the bound: that
+form is ``constraint="demographic_parity:to_overall"`` (``2 m`` inequalities per block, with
+``r_overall = sum_g (n_g / n) r_g``; likewise ``equalized_odds:to_overall`` and
+``equal_opportunity:to_overall``; the reported values are then ``max_g |r_g - r_overall|``).
+Bounded group loss is fairlearn's ``BoundedGroupLoss(upper_bound=tol)``.
 
 **Smoothing.** The rate of positive predictions ``mean 1[z > 0]`` is replaced by the smoothed
 rate ``mean s(z)``, ``s(z) = sigmoid(z / SMOOTHING)`` with ``SMOOTHING = 0.1`` logits: a sample
@@ -65,11 +69,15 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.special import expit
 
-__all__ = ["CONSTRAINTS", "SMOOTHING", "FairnessProblem", "solve", "sensitive_codes"]
+__all__ = ["CONSTRAINTS", "SMOOTHING", "FairnessProblem", "solve", "sensitive_codes",
+           "parse_constraint"]
 
 #: the constraints of ``constraint=``
 CONSTRAINTS = ("demographic_parity", "equalized_odds", "equal_opportunity",
                "bounded_group_loss")
+#: ``constraint=`` strings: the constraints, and the rate constraints with fairlearn's
+#: reductions' form (``":to_overall"``: every group's rate within ``tol`` of the overall rate)
+CONSTRAINT_SPECS = CONSTRAINTS + tuple(f"{c}:to_overall" for c in CONSTRAINTS[:3])
 #: the logit scale ``tau`` of the smoothed rate ``mean sigmoid(z / tau)``
 SMOOTHING = 0.1
 #: largest multiplier before the constraints are declared infeasible
@@ -118,6 +126,17 @@ def sensitive_codes(sensitive_features, n):
     return codes.reshape(-1).astype(np.int64), labels
 
 
+def parse_constraint(spec):
+    """``(constraint, method)`` of a ``constraint=`` string: ``"demographic_parity"`` ->
+    ``("demographic_parity", "between_groups")``, ``"equalized_odds:to_overall"`` ->
+    ``("equalized_odds", "to_overall")``; a clear error otherwise."""
+    if not isinstance(spec, str) or spec not in CONSTRAINT_SPECS:
+        raise ValueError(f"unknown constraint {spec!r}; expected one of "
+                         f"{list(CONSTRAINT_SPECS)}")
+    name, _, method = spec.partition(":")
+    return name, method or "between_groups"
+
+
 def _mixed(col):
     return len({type(v) for v in col[:1000]}) > 1
 
@@ -141,9 +160,7 @@ class FairnessProblem:
     """
 
     def __init__(self, constraint, tol, codes, labels, y=None):
-        if constraint not in CONSTRAINTS:
-            raise ValueError(f"unknown constraint {constraint!r}; expected one of "
-                             f"{list(CONSTRAINTS)}")
+        constraint, self.method = parse_constraint(constraint)
         self.constraint, self.tol, self.labels = constraint, float(tol), list(labels)
         m = len(labels)
         self.kind = "loss" if constraint == "bounded_group_loss" else "rate"
@@ -174,6 +191,16 @@ class FairnessProblem:
         if self.kind == "loss":
             rows_E = list(np.eye(C))
             b = [self.tol] * C
+        elif m >= 2 and self.method == "to_overall":  # |r_g - sum_h pi_h r_h| <= tol
+            for blk in range(len(self.block_labels)):
+                pi = np.zeros(C)
+                sl = slice(blk * m, (blk + 1) * m)
+                pi[sl] = self.sizes[sl] / self.sizes[sl].sum()
+                for g in range(m):
+                    e = -pi.copy()
+                    e[blk * m + g] += 1.0
+                    rows_E += [e, -e]
+                    b += [self.tol, self.tol]
         elif m >= 2:
             for blk in range(len(self.block_labels)):
                 for g in range(m):
@@ -219,6 +246,10 @@ class FairnessProblem:
         R = r.reshape(self.n_blocks, -1)
         if self.kind == "loss":
             return R[0].copy(), R
+        if self.method == "to_overall":
+            S = self.sizes.reshape(self.n_blocks, -1)
+            overall = (R * S).sum(axis=1) / S.sum(axis=1)
+            return np.abs(R - overall[:, None]).max(axis=1), R
         return R.max(axis=1) - R.min(axis=1), R
 
     def multipliers(self, lam):
@@ -235,28 +266,22 @@ class FairnessProblem:
 
 
 # ------------------------------------------------------------------------------- solver
-def _box_qp(M, q, lam, tol=1e-13, sweeps=2000):
-    """``argmin_{lam >= 0} lam.M lam / 2 + q.lam`` by coordinate descent from ``lam``
-    (``M`` positive semi-definite, ``J x J`` small)."""
+def _box_qp(M, q):
+    """``argmin_{lam >= 0} lam.M lam / 2 + q.lam`` (``M`` positive semi-definite, ``J x J``
+    small) as the non-negative least-squares problem ``|R' lam + R^-1 q|`` with ``M + eps I =
+    R R'`` (Lawson-Hanson, exact active set; ``eps = 1e-12 max diag M``, so that the pairs of
+    opposite rate constraints, whose rows of ``M`` cancel, keep one multiplier). Multipliers
+    above ``_LAMBDA_MAX`` (an infeasible linearisation) are clipped there."""
+    from scipy.optimize import nnls
+
     J = q.shape[0]
-    lam = np.minimum(np.maximum(lam, 0.0), _LAMBDA_MAX)
-    d = np.diag(M).copy()
-    grad = M @ lam + q
-    scale = max(float(np.max(np.abs(q))), float(np.max(d)) if J else 0.0, 1e-300)
-    for _ in range(sweeps):
-        for j in range(J):
-            if d[j] <= 1e-14 * scale:
-                new = 0.0 if grad[j] - d[j] * lam[j] >= 0 else _LAMBDA_MAX
-            else:
-                new = min(max(lam[j] - grad[j] / d[j], 0.0), _LAMBDA_MAX)
-            delta = new - lam[j]
-            if delta != 0.0:
-                grad += delta * M[:, j]
-                lam[j] = new
-        pg = np.where(lam > 0, grad, np.minimum(grad, 0.0))
-        if float(np.max(np.abs(pg), initial=0.0)) <= tol * scale:
-            break
-    return lam
+    eps = 1e-12 * max(float(np.max(np.diag(M))), 1e-300)
+    try:
+        R = np.linalg.cholesky(M + eps * np.eye(J))
+    except np.linalg.LinAlgError:
+        R = np.linalg.cholesky(M + (1e-8 * max(float(np.max(np.diag(M))), 1e-300)) * np.eye(J))
+    lam = nnls(R.T, -np.linalg.solve(R, q), maxiter=50 * J)[0]
+    return np.minimum(lam, _LAMBDA_MAX)
 
 
 class _Result:
@@ -334,7 +359,7 @@ def _sqp(obj, prob, w, lam, feas, rtol, max_iter):
         Hg = cho_solve(L, g)
         if J:
             HA = cho_solve(L, A.T)
-            lam = _box_qp(A @ HA, A @ Hg - c, lam)
+            lam = _box_qp(A @ HA, A @ Hg - c)
             d = -(Hg + HA @ lam)
         else:
             d = -Hg
