@@ -304,6 +304,28 @@ def _risk_curvature(obj, w, z):
     return q * cur
 
 
+#: the shares of the negative curvature (the smoothed rates' non-convex part) tried in the
+#: Hessian model, largest first, while it stays positive definite
+NEGATIVE_CURVATURE = (1.0, 0.5, 0.0)
+
+
+def _hessian_factor(X, h, reg):
+    """Cholesky factor of ``X' diag(h+ - theta h-) X + diag(reg)`` for the largest ``theta``
+    of :data:`NEGATIVE_CURVATURE` that keeps it positive definite (None if none does)."""
+    from .objectives._dual import weighted_gram
+
+    hp, hn = np.maximum(h, 0.0), np.maximum(-h, 0.0)
+    H = weighted_gram(X, hp) + np.diag(reg)
+    H[np.diag_indices_from(H)] += 1e-12 * max(float(np.trace(H)) / H.shape[0], 1e-300)
+    Hn = weighted_gram(X, hn) if np.any(hn > 0) else None
+    for theta in NEGATIVE_CURVATURE if Hn is not None else (0.0,):
+        try:
+            return cho_factor(H - theta * Hn if theta else H)
+        except LinAlgError:
+            continue
+    return None
+
+
 def _newton_ok(obj):
     from .objectives._dual import curvature
 
@@ -348,12 +370,8 @@ def _sqp(obj, prob, w, lam, feas, rtol, max_iter):
         h = _risk_curvature(obj, w, z)
         r = prob.rows
         h[r] += mu[prob.cell[r]] * ddphi[r] / prob.sizes[prob.cell[r]]
-        np.maximum(h, 0.0, out=h)
-        H = weighted_gram(X, h) + np.diag(reg)
-        H[np.diag_indices_from(H)] += 1e-12 * max(float(np.trace(H)) / H.shape[0], 1e-300)
-        try:
-            L = cho_factor(H)
-        except LinAlgError:
+        L = _hessian_factor(X, h, reg)
+        if L is None:
             msg = "the Hessian model is not positive definite"
             break
         Hg = cho_solve(L, g)
