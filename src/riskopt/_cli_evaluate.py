@@ -129,7 +129,7 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
             out["fairness"].append({"column": col, "metric": k, "value": float(v)})
     try:  # the model's own constraint, on the groups of its sensitive columns
         out["fairness"] += _cli_fair.evaluate_rows(
-            model, est, df, X, y, pred,
+            model, est, y, pred, losses,
             lambda cols: df[[_column(df, c, "sensitive", where).name for c in cols]].astype(str))
     except ValueError as exc:
         raise FitError(f"the model's constraint: {exc}") from None

@@ -67,8 +67,9 @@ def fit_report(reg, args):
     return lines
 
 
-def evaluate_rows(model, est, df, X, y, pred, column):
-    """The model's constraint metric on these rows (``out["fairness"]`` records)."""
+def evaluate_rows(model, est, y, pred, losses, column):
+    """The model's constraint metric on these rows (``out["fairness"]`` records; ``losses``
+    the per-sample losses, ``column(cols)`` the table's sensitive columns)."""
     import numpy as np
 
     from . import metrics
@@ -82,9 +83,6 @@ def evaluate_rows(model, est, df, X, y, pred, column):
     codes, _ = sensitive_codes(column(cols).to_numpy(), len(y))
     where = "+".join(cols)
     if name == "bounded_group_loss":
-        from ._cli_fit import _per_sample_losses
-
-        losses = _per_sample_losses(est, model["task"], X, y)
         value = float(np.max(np.bincount(codes, losses) / np.bincount(codes)))
         metric = "constraint bounded_group_loss: worst group loss"
     else:
