@@ -47,7 +47,7 @@ def table_rows(text, labels):
 
 def test_every_example_is_tested():
     tested = {"quickstart.py", "plot_cvar_regressor.py", "plot_fair_classification.py",
-              "torch_spectral_risk.py", "torch_ddp.py"}
+              "torch_spectral_risk.py", "torch_ddp.py", "torchrun_mlp.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -131,3 +131,39 @@ def test_torch_ddp_gather_matches_single_process():
             re.findall(r"(gather=True|gather=False)\s+([0-9.eE+-]+)\s*$", out, re.M)}
     assert diff["gather=True"] < 1e-10
     assert diff["gather=False"] > 1e-6
+
+
+def _torchrun_numbers(out):
+    m = re.search(r"mean loss = (\S+), worst group loss = (\S+), (?:lambda|s) = (\S+)", out)
+    assert m, out
+    return [float(v) for v in m.groups()]
+
+
+@needs_torch
+@pytest.mark.parametrize("optimizer", ["scdro", "sonex"])
+def test_torchrun_mlp_one_process(optimizer, tmp_path):
+    out = run_example("torchrun_mlp.py", "--optimizer", optimizer, "--epochs", "1",
+                      "--checkpoint", str(tmp_path / "ck.pt"))
+    mean, worst, _ = _torchrun_numbers(out)
+    assert 0 < mean <= worst
+    import torch
+    ck = torch.load(tmp_path / "ck.pt", weights_only=True)    # a complete, portable checkpoint
+    assert {"model", "optimizer"} <= set(ck)
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["scdro", "sonex"])
+def test_torchrun_mlp_two_processes_print_the_one_process_numbers(optimizer):
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("torch.distributed with gloo is not available")
+    one = _torchrun_numbers(run_example("torchrun_mlp.py", "--optimizer", optimizer))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node", "2", str(EXAMPLES / "torchrun_mlp.py"),
+                           "--optimizer", optimizer], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    two = _torchrun_numbers(proc.stdout)
+    assert two == pytest.approx(one, rel=1e-9)

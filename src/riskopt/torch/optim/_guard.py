@@ -27,6 +27,8 @@ learning rate to lower. Non-finite *input* losses raise :class:`DivergenceError`
 every rank: it is checked on the gathered batch).
 """
 import math
+import os
+import sys
 import warnings
 
 import torch
@@ -37,6 +39,17 @@ from .. import distributed as _dist
 __all__ = ["DivergenceError", "GuardMixin"]
 
 _ON_DIVERGENCE = ("warn", "raise", "ignore")
+_SKIP = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+         os.path.dirname(os.path.abspath(torch.__file__)))
+
+
+def _user_stacklevel():
+    """The ``stacklevel`` of the first frame outside riskopt.torch and torch (the user's
+    ``opt.step()`` line), for the caller of ``warnings.warn``."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_SKIP):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class DivergenceError(ValueError, ArithmeticError):
@@ -186,7 +199,7 @@ class GuardMixin:
                f"{self._lr_text()}) or the moving-average rate, or clip the gradients")
         if self.on_divergence == "raise":
             raise DivergenceError(msg)
-        warnings.warn(msg, DivergenceWarning, stacklevel=3)
+        warnings.warn(msg, DivergenceWarning, stacklevel=_user_stacklevel())
         return True
 
     # ------------------------------------------------------------------ checkpoints

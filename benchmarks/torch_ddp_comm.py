@@ -1,0 +1,147 @@
+"""Per-step communication of the torch optimizers under DDP (2 gloo ranks, CPU) against plain
+DDP with ``torch.optim.SGD`` on the same model.
+
+An MLP (``d -> hidden -> 1``, float32) on batches of ``--batch`` rows per rank. For each
+optimizer of the common table (one row per optimizer) and for SGD on the mean loss, both
+ranks run ``--repeats`` blocks of ``--steps`` steps (after 3 warm-up steps; a barrier before
+and after each block; SGD, the optimizer without and with the gathers interleaved; the best
+block of each counts) and report
+
+* the optimizer's own collectives per step and the bytes each rank receives from them (the
+  gathered batch statistics; DDP's gradient all-reduce, the same for every optimizer, is
+  ``4 x #parameters`` bytes per step and not counted);
+* the median step time, and its ratio to plain DDP + SGD's (the goal of issue 27: at most
+  1.5 at batch 256 per rank);
+* the same optimizer with ``process_group=False`` (no gather: the local, inexact state),
+  so that ``time / time_local`` isolates what the gathers cost. The optimizers' own extra
+  work (ASCDRO's and the MSVR methods' second forward pass at the previous iterate) is in
+  both times.
+
+The machine is shared (2 cores for 2 ranks and others' jobs): compare the ratios within
+one run only. Output: ``benchmarks/results/torch_ddp_comm/`` (JSON and Markdown).
+
+Usage::
+
+    python benchmarks/torch_ddp_comm.py [--batch 256] [--steps 10] [--repeats 4] [--hidden 256]
+"""
+import argparse
+import multiprocessing
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from riskopt.bench._io import atomic_write_json, atomic_write_text
+from riskopt.torch.optim import _drive as D
+
+OUT = Path(__file__).resolve().parent / "results" / "torch_ddp_comm"
+ROWS = ["scdro", "ascdro", "pgsmd2", "sonex", "sonx", "sox", "alexr2", "ooa"]
+WORLD = 2
+
+
+def _timed(step, steps, warmup=3):
+    """Seconds per step of a block of ``steps`` steps between two barriers (both ranks start
+    together; the block ends with the slower), after ``warmup`` steps."""
+    for _ in range(warmup):
+        step()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    dist.barrier()
+    return (time.perf_counter() - t0) / steps
+
+
+def _worker(rank, path, args):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank,
+                            world_size=WORLD)
+    n = args.batch * WORLD * 8
+    X, y, groups, module = D.make_problem(n=n, d=args.d, hidden=args.hidden,
+                                          dtype=torch.float32)
+    gen = torch.Generator().manual_seed(rank)
+    out = {}
+
+    def local_batch():
+        return torch.randint(0, n, (args.batch,), generator=gen)
+
+    ddp = torch.nn.parallel.DistributedDataParallel(module)
+    sgd = torch.optim.SGD(module.parameters(), lr=1e-3)
+
+    def sgd_step():
+        idx = local_batch()
+        sgd.zero_grad()
+        (0.5 * (ddp(X[idx])[:, 0] - y[idx]) ** 2).mean().backward()
+        sgd.step()
+
+    out["sgd"] = {"time": float("inf"), "calls": 0.0, "bytes": 0.0}
+    for name in ROWS:
+        kind = D.ROWS[name][2]
+        opts = {mode: D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
+                                       process_group=pg, on_divergence="ignore")
+                for mode, pg in (("local", False), ("exact", None))}
+        best = {"local": float("inf"), "exact": float("inf")}
+        for _ in range(args.repeats):    # interleaved: the machine's load drifts
+            out["sgd"]["time"] = min(out["sgd"]["time"], _timed(sgd_step, args.steps))
+            for mode, opt in opts.items():
+                best[mode] = min(best[mode], _timed(
+                    lambda: D.drive_step(kind, opt, ddp, module, X, y, groups, local_batch()),
+                    args.steps))
+        for mode, opt in opts.items():
+            g = opt._gatherer
+            total = args.repeats * (args.steps + 3)
+            out[f"{name}/{mode}"] = {
+                "time": best[mode], "calls": 0.0 if g is None else g.calls / total,
+                "bytes": 0.0 if g is None else g.bytes / total}
+    if rank == 0:
+        torch.save(out, f"{path}/out.pt")
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--d", type=int, default=64)
+    args = ap.parse_args()
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with tempfile.TemporaryDirectory() as path:
+        torch.multiprocessing.start_processes(_worker, args=(path, args), nprocs=WORLD,
+                                              start_method=method)
+        out = torch.load(f"{path}/out.pt", weights_only=True)
+    n_params = args.d * args.hidden + 2 * args.hidden + 1
+    base = out["sgd"]["time"]
+    rows = [{"optimizer": "SGD (plain DDP)", "ms_per_step": 1e3 * base, "ratio_to_sgd": 1.0,
+             "ratio_exact_to_local": None, "collectives_per_step": 0.0,
+             "bytes_per_step": 0.0}]
+    for name in ROWS:
+        ex, lo = out[f"{name}/exact"], out[f"{name}/local"]
+        rows.append({"optimizer": name, "ms_per_step": 1e3 * ex["time"],
+                     "ratio_to_sgd": ex["time"] / base,
+                     "ratio_exact_to_local": ex["time"] / lo["time"],
+                     "collectives_per_step": ex["calls"], "bytes_per_step": ex["bytes"]})
+    meta = {"batch_per_rank": args.batch, "world": WORLD, "backend": "gloo",
+            "model": f"MLP {args.d}-{args.hidden}-1 float32 ({n_params} parameters)",
+            "ddp_allreduce_bytes_per_step": 4 * n_params, "steps": args.steps,
+            "torch": torch.__version__, "note": "2 shared CPU cores, loaded machine"}
+    atomic_write_json(OUT / "results.json", {"meta": meta, "rows": rows})
+    md = [f"# DDP communication per step (`python benchmarks/torch_ddp_comm.py --batch "
+          f"{args.batch} --steps {args.steps} --repeats {args.repeats}`)", "",
+          f"{meta['model']}, {WORLD} gloo ranks x {args.batch} rows; DDP's own all-reduce: "
+          f"{4 * n_params} bytes per step. Machine loaded (2 shared cores): ratios only.", "",
+          "| optimizer | ms / step | x plain DDP+SGD | x same optimizer without gather | "
+          "optimizer collectives / step | gathered bytes / step |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        loc = "-" if r["ratio_exact_to_local"] is None else f"{r['ratio_exact_to_local']:.2f}"
+        md.append(f"| {r['optimizer']} | {r['ms_per_step']:.2f} | {r['ratio_to_sgd']:.2f} | "
+                  f"{loc} | {r['collectives_per_step']:.2f} | {r['bytes_per_step']:.0f} |")
+    atomic_write_text(OUT / "results.md", "\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
