@@ -10,6 +10,8 @@
 * :class:`GroupDROLoss` — group DRO (online exponentiated-gradient weights, worst group, CVaR
   over groups);
 * :class:`KLDROLoss` — KL-penalised and KL-constrained DRO;
+* :class:`PAUCLoss`, :class:`TwoWayPAUCLoss` — one-way / two-way partial AUC (pairwise
+  X-risks: CVaR or KL-DRO over the negatives of each positive);
 * :mod:`riskopt.torch.distributed` — all-gathers for ``gather=True`` (global weights under
   data parallelism, gradients scaled for DDP's averaging);
 * :mod:`riskopt.torch.optim` — :class:`~riskopt.torch.optim.IndexedStateOptimizer`, the base
@@ -29,7 +31,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
     ) from exc
 
 from . import distributed, losses, optim
-from .losses import GroupDROLoss, KLDROLoss, SpectralRiskLoss, TableSpectralRiskLoss, kl_dro
+from .losses import (GroupDROLoss, KLDROLoss, PAUCLoss, SpectralRiskLoss, TableSpectralRiskLoss,
+                     TwoWayPAUCLoss, kl_dro)
 
 __all__ = ["SpectralRiskLoss", "TableSpectralRiskLoss", "GroupDROLoss", "KLDROLoss", "kl_dro",
-           "distributed", "losses", "optim"]
+           "PAUCLoss", "TwoWayPAUCLoss", "distributed", "losses", "optim"]

@@ -37,26 +37,31 @@ is, as before, the NumPy function.)
 :class:`KLDROLoss`
     KL-penalised DRO ``nu log mean exp(l / nu)`` or KL-constrained DRO (1-D dual solve; the
     NumPy maths live in :mod:`riskopt.objectives.kl_dro`).
+:class:`PAUCLoss`, :class:`TwoWayPAUCLoss` (``.xrisk``)
+    Pairwise X-risks: one-way partial AUC (CVaR or KL-DRO over the negatives of each
+    positive) and two-way partial AUC (an outer CVaR / KL over the positives).
+
+Batched risks and oracles
+-------------------------
+:class:`SpectralRiskLoss` and :class:`KLDROLoss` accept ``(..., b)`` tensors and return the
+risk of each row over the last dimension (``reduction="none"`` keeps the rows, ``"mean"`` /
+``"sum"`` reduce them), each row's gradient its own weights. The weights are computed by the
+exact oracles of :mod:`riskopt.torch._oracles`, tensor programs on the losses' device
+(``oracle="torch"``: no host round trip, ``torch.compile(fullgraph=True)`` traces them), or
+by the numba reference on the host (``oracle="numba"``); ``oracle="auto"`` (default) is the
+tensor program except for a shift penalty on CPU tensors in eager mode (see
+:class:`SpectralRiskLoss`).
 
 Devices and cost
 ----------------
 The modules accept float32 / float64 tensors on any device; ``q*`` comes back on the losses'
-device and dtype. The numba oracles run on the CPU, so :class:`SpectralRiskLoss`,
-:class:`TableSpectralRiskLoss`, the ``"cvar"`` mode of :class:`GroupDROLoss` and the
-constrained :class:`KLDROLoss` copy the ``b`` batch losses to the host (a device
-synchronisation plus ``8 b`` bytes each way) and then run an O(b log b) oracle (O(n) for the
-table, which is kept sorted by merging the updated entries). The KL-penalised loss without
-``gather`` and the online / max group DRO compute on the device (the group DRO reads back a
-few scalars for its input checks). ``check_finite=True`` (the
-default) checks the losses for NaN / inf, which costs one host synchronisation on a GPU.
-
-Measured medians on the (shared, heavily loaded) 2-core development CPU, float32/float64,
-forward + backward: ``SpectralRiskLoss`` with ``b = 256``: 90-190 us per call, against 30-60
-us for ``l.mean()``; the numba oracle itself takes 6-8 us, the rest is tensor <-> NumPy glue.
-``TableSpectralRiskLoss`` with ``n = 10^4``, ``b = 256``: 0.3-0.7 ms per call (a full re-sort
-oracle on the table alone: 0.8-1.1 ms). Constrained ``KLDROLoss`` (``b = 256``): 0.16 ms.
-On a GPU each call adds one device -> host -> device copy of ``b`` numbers and a
-synchronisation (not measured: no GPU was available).
+device and dtype. :class:`SpectralRiskLoss`, :class:`KLDROLoss`, :class:`GroupDROLoss` and
+the X-risks compute on the losses' device without a host synchronisation (their NaN / range
+checks run only on CPU tensors in eager mode, where reading a value costs nothing; elsewhere
+a bad input makes the risk NaN). :class:`TableSpectralRiskLoss` keeps its table on the host
+(numba incremental oracles): one device -> host -> device copy of the batch per step, and
+it does not compile with ``fullgraph=True``. With ``gather=True`` the all-gather reads the
+per-rank sizes (one synchronisation). Speed: ``benchmarks/torch_losses_speed.py``.
 
 Distributed training
 --------------------
@@ -83,5 +88,7 @@ from .group_dro import GroupDROLoss
 from .kl import KLDROLoss, kl_dro
 from .spectral import SpectralRiskLoss
 from .table import TableSpectralRiskLoss
+from .xrisk import PAUCLoss, TwoWayPAUCLoss, pairwise_surrogate
 
-__all__ = ["SpectralRiskLoss", "TableSpectralRiskLoss", "GroupDROLoss", "KLDROLoss", "kl_dro"]
+__all__ = ["SpectralRiskLoss", "TableSpectralRiskLoss", "GroupDROLoss", "KLDROLoss", "kl_dro",
+           "PAUCLoss", "TwoWayPAUCLoss", "pairwise_surrogate"]
