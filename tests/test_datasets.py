@@ -128,8 +128,9 @@ SHAPES = [
     ("law_school", {}, 16638, 4160, 10, "regression", {"race", "sex"}),
     ("law_school", {"target": "pass_bar"}, 16638, 4160, 10, "binary", {"race", "sex"}),
     ("law_school", {"variant": "kusner"}, 17432, 4359, 2, "regression", {"race", "sex"}),
-    ("adult", {}, 32561, 16281, 100, "binary", {"sex", "race"}),
-    ("adult", {"drop_sensitive": True}, 32561, 16281, 95, "binary", {"sex", "race"}),
+    ("adult", {}, 32561, 16281, 100, "binary", {"sex", "race", "education"}),
+    ("adult", {"drop_sensitive": True}, 32561, 16281, 95, "binary",
+     {"sex", "race", "education"}),
     ("compas", {}, 4937, 1235, 12, "binary", {"race", "sex", "caucasian"}),
     ("compas", {"filtered": False}, 5771, 1443, 12, "binary", {"race", "sex", "caucasian"}),
     ("mushrooms", {}, 6499, 1625, 112, "binary", set()),
@@ -212,6 +213,22 @@ def test_label_and_group_counts_match_provenance():
     kus = ds.load("law_school", variant="kusner")
     race = np.concatenate([kus.groups_train["race"], kus.groups_test["race"]])
     assert len(np.unique(race)) == 8 and (race == "White").sum() == 18_285
+
+
+@needs_data
+def test_law_school_default_target_is_the_undergraduate_gpa():
+    import pandas as pd
+
+    from riskopt.datasets._files import get_data_home
+
+    raw = pd.read_csv(get_data_home() / "law_school" / "law_school_clean.csv")
+    law = ds.load("law_school", fold=0)
+    assert law.info["target"] == "ugpa" and len(law.feature_names) == 10
+    assert "ugpa" not in law.feature_names and "zfygpa" in law.feature_names
+    y = np.concatenate([law.y_train, law.y_test])
+    assert np.array_equal(np.sort(y), np.sort(raw["ugpa"].to_numpy(float)))
+    old = ds.load("law_school", target="zfygpa", fold=0)
+    assert "ugpa" in old.feature_names and old.info["target"] == "zfygpa"
 
 
 @needs_data

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["last_selected_points", "check_scdro_nonconvex", "check_group_dro_mlp", "check_auc_fairness",
-           "check_continual", "check_fstar"]
+           "check_continual", "check_fstar", "check_kl_cost"]
 
 
 def _parquet(folder, name="results.parquet"):
@@ -39,113 +39,128 @@ def _final_of_selected(df, keys, config_cols, last_col="epoch"):
                .transform("max")]
 
 
-def _ranking(means, better_low):
-    """``"a 0.1 < b 0.2"``: the methods ordered from best to worst."""
-    order = sorted(means, key=means.get, reverse=not better_low)
-    return (" < " if better_low else " > ").join(f"{m} {means[m]:.4f}" for m in order)
+def _fmt(stats, scale=1.0, digits=4):
+    return ", ".join(f"{k} {scale * v.mean:.{digits}g}+-{scale * v.std:.2g}"
+                     for k, v in stats.items())
 
 
-def check_scdro_nonconvex(folder):
-    """SCDRO paper, non-convex setting: SCDRO has the best training and test accuracy."""
+def check_scdro_nonconvex(folder, ours="scdro"):
+    """SCDRO paper, non-convex setting: SCDRO has the best training and test accuracy (the
+    final epoch, per seed), beyond the noise (2 Welch standard errors, floor 0.1 pp)."""
+    from .verdict import Stat, aggregate, outcome, tally
+
     path = Path(folder) / "results.json"
     if not path.exists():
         return None
     res = json.loads(path.read_text())["results"]
-    final = {m: {k: float(np.mean([c[-1][k] for c in r["curves"]]))
-                 for k in ("train_accuracy", "test_accuracy", "test_worst_class_accuracy")}
-             for m, r in res.items()}
-    best = {k: max(final, key=lambda m: final[m][k])
-            for k in ("train_accuracy", "test_accuracy")}
-    ours = ("final accuracy, mean over seeds (train / test / worst test class): "
-            + "; ".join(f"{m} {v['train_accuracy']:.3f} / {v['test_accuracy']:.3f} / "
-                        f"{v['test_worst_class_accuracy']:.3f}" for m, v in final.items())
-            + f"; best train: {best['train_accuracy']}, best test: {best['test_accuracy']}")
-    agrees = best["train_accuracy"] == "scdro" and best["test_accuracy"] == "scdro"
-    return ours, "agrees" if agrees else "differs"
+    outs, parts = [], []
+    for k in ("train_accuracy", "test_accuracy"):
+        st = {m: Stat.of([c[-1][k] for c in r["curves"]]) for m, r in res.items()}
+        o = outcome(st, ours, higher_better=True, floor=1e-3)
+        outs.append(o)
+        parts.append(f"{k}: {_fmt(st, 100)} % ({o})")
+    n = len(next(iter(res.values()))["curves"])
+    ours_text = (f"final accuracy (mean+-std over {n} seeds; noise: 2 Welch standard errors, "
+                 f"floor 0.1 pp): " + "; ".join(parts) + f"; {tally(outs)}")
+    return ours_text, aggregate(outs, 1.0)
 
 
 def check_group_dro_mlp(folder, ours_name="sonex", rivals=("sonx", "ooa")):
     """SONEX paper Fig. 1: SONEX reaches a lower group-DRO training objective than SONX and
-    OOA (per data set: the mean over seeds of the final objective of the selected setting)."""
+    OOA (per data set, the final objective of the selected setting per seed), beyond the noise
+    (2 Welch standard errors)."""
+    from .verdict import Stat, aggregate, outcome, tally
+
     df = _parquet(folder)
     if df is None:
         return None
     last = _final_of_selected(df, ["dataset", "method"], ["config"])
     last = last[last["method"].isin((ours_name, *rivals))]
-    parts, wins, total = [], 0, 0
+    outs, parts = [], []
     for name, g in last.groupby("dataset", sort=True):
-        stats = g.groupby("method")["train_objective"].agg(["mean", "std"])
-        means = stats["mean"].to_dict()
-        if ours_name not in means or len(means) < 2:
+        st = {m: Stat.of(v["train_objective"]) for m, v in g.groupby("method")}
+        o = outcome(st, ours_name)
+        if o is None:
             continue
-        total += 1
-        wins += min(means, key=means.get) == ours_name
-        margin = min(v for k, v in means.items() if k != ours_name) - means[ours_name]
-        parts.append(f"{name}: {_ranking(means, True)} (margin {margin:+.4f}, SONEX's std "
-                     f"{stats.loc[ours_name, 'std']:.4f})")
-    if not total:
+        outs.append(o)
+        parts.append(f"{name}: {_fmt(st)} ({o})")
+    if not outs:
         return None
-    ours = (f"final training objective CVaR(0.15) over groups, mean over seeds: "
-            f"{'; '.join(parts)}; SONEX lowest on {wins} of {total} data sets")
-    return ours, "agrees" if wins == total else "differs"
+    seeds = sorted(last["seed"].unique())
+    ours = (f"final training objective CVaR(0.15) over groups (mean+-std over seeds "
+            f"{','.join(map(str, seeds))}; noise: 2 Welch standard errors): "
+            f"{'; '.join(parts)}; {tally(outs)}")
+    return ours, aggregate(outs, 1.0)
 
 
-def check_auc_fairness(folder, ours_name="alexr2", kappa_slack=0.0):
-    """SONEX paper Fig. 2 (AUC with ROC-fairness constraints): ALEXR2 reaches a higher test
-    AUC than the baselines on every data set, with similar constraint satisfaction (its worst
-    test constraint ``max_c |g_c| - kappa`` no larger than ``kappa_slack``)."""
+def check_auc_fairness(folder, ours_name="alexr2", kappa=0.005):
+    """SONEX paper Fig. 2 (AUC with ROC-fairness constraints): ALEXR2 reaches a higher
+    *training* AUC than the baselines (the paper plots training AUC against constraint
+    violation) at matched constraint satisfaction: compared only with the baselines whose
+    mean worst training constraint ``max_c |g_c| - kappa`` is within ``kappa`` of ALEXR2's or
+    below it; a baseline that meets the constraints while ALEXR2 does not counts against."""
+    from .verdict import Stat, aggregate, outcome, tally
+
     df = _parquet(folder)
     if df is None:
         return None
     last = _final_of_selected(df, ["dataset", "method"], ["rho", "lr"])
-    parts, wins, feasible, total = [], 0, 0, 0
+    outs, parts = [], []
     for name, g in last.groupby("dataset", sort=True):
-        auc = g.groupby("method")["test_auc"].agg(["mean", "std"])
-        worst = g.groupby("method")["worst_test"].mean()
-        means = auc["mean"].to_dict()
-        if ours_name not in means or len(means) < 2:
+        auc = {m: Stat.of(v["train_auc"]) for m, v in g.groupby("method")}
+        worst = g.groupby("method")["worst_train"].mean()
+        if ours_name not in auc:
             continue
-        total += 1
-        wins += max(means, key=means.get) == ours_name
-        feasible += worst[ours_name] <= kappa_slack
-        parts.append(f"{name}: test AUC {_ranking(means, False)} (ALEXR2's std "
-                     f"{auc.loc[ours_name, 'std']:.4f}); worst test constraint "
-                     + ", ".join(f"{m} {v:+.4f}" for m, v in worst.items()))
-    if not total:
+        mine = worst[ours_name]
+        matched = [m for m in auc if m != ours_name and worst[m] >= mine - kappa]
+        better_feasible = [m for m in auc if m != ours_name and worst[m] < mine - kappa]
+        o = outcome({m: auc[m] for m in (ours_name, *matched)}, ours_name,
+                    higher_better=True, floor=1e-3) if matched else None
+        if better_feasible and mine > 0:
+            o = "differs"
+        outs.append(o or "within noise")
+        parts.append(f"{name}: train AUC {_fmt(auc)}; worst training constraint "
+                     + ", ".join(f"{m} {v:+.4f}" for m, v in worst.items())
+                     + f" ({outs[-1]})")
+    if not outs:
         return None
-    ours = (f"{'; '.join(parts)}; ALEXR2 highest on {wins} of {total} data sets, its "
-            f"constraints met on {feasible} of {total}")
-    return ours, "agrees" if wins == total and feasible == total else "differs"
+    seeds = sorted(last["seed"].unique())
+    ours = (f"final training AUC (mean+-std over seeds {','.join(map(str, seeds))}; noise: 2 "
+            f"Welch standard errors, floor 0.001) at matched constraint violation (worst "
+            f"training constraint within kappa = {kappa}): {'; '.join(parts)}; {tally(outs)}")
+    return ours, aggregate(outs, 1.0)
 
 
 def check_continual(folder, ours_name="sonex", rival="sox", feasible=0.02):
     """SONEX paper Fig. 3 (continual learning): SONEX gains more target accuracy than SOX at
-    similar constraint satisfaction. The setting of each method is the script's selection:
-    the largest final mean target gain among the settings whose final mean worst constraint
-    is <= ``feasible``, else the smallest worst constraint."""
+    similar constraint satisfaction, beyond the noise (seeds). The setting of each method is
+    the script's selection: the largest final mean target gain among the settings whose final
+    mean worst constraint is <= ``feasible``, else the smallest worst constraint."""
+    from .verdict import Stat, aggregate, outcome
+
     df = _parquet(folder)
     if df is None:
         return None
     last = df[df["pass"] == df["pass"].max()]
-    agg = last.groupby(["method", "rho", "lr"])[["target_gain", "worst_constraint"]] \
-        .agg(["mean", "std"])
-    best = {}
+    agg = last.groupby(["method", "rho", "lr"])[["target_gain", "worst_constraint"]].mean()
+    st, w = {}, {}
     for m in (ours_name, rival):
         if m not in agg.index.get_level_values(0):
             return None
         a = agg.loc[m]
-        ok = a[a[("worst_constraint", "mean")] <= feasible]
-        key = (ok[("target_gain", "mean")].idxmax() if len(ok)
-               else a[("worst_constraint", "mean")].idxmin())
-        best[m] = a.loc[key]
-    g = {m: float(v[("target_gain", "mean")]) for m, v in best.items()}
-    w = {m: float(v[("worst_constraint", "mean")]) for m, v in best.items()}
-    sd = {m: float(v[("target_gain", "std")]) for m, v in best.items()}
-    ours = (f"target-class test accuracy gain, mean over seeds: {ours_name} {g[ours_name]:.4f} "
-            f"(std {sd[ours_name]:.4f}), {rival} {g[rival]:.4f} (std {sd[rival]:.4f}); worst "
-            f"training constraint {ours_name} {w[ours_name]:.4f}, {rival} {w[rival]:.4f}")
-    similar = max(w.values()) <= feasible
-    return ours, "agrees" if g[ours_name] > g[rival] and similar else "differs"
+        ok = a[a["worst_constraint"] <= feasible]
+        rho, lr = (ok["target_gain"].idxmax() if len(ok) else a["worst_constraint"].idxmin())
+        runs = last[(last["method"] == m) & (last["rho"] == rho) & (last["lr"] == lr)]
+        st[m] = Stat.of(runs["target_gain"])
+        w[m] = float(runs["worst_constraint"].mean())
+    o = outcome(st, ours_name, higher_better=True, floor=1e-3)
+    if max(w.values()) > feasible:
+        o = "differs"
+    ours = (f"target-class test accuracy gain (mean+-std over {st[ours_name].n} seeds; noise: "
+            f"2 Welch standard errors, floor 0.001): {_fmt(st)}; worst training constraint "
+            + ", ".join(f"{m} {v:.4f}" for m, v in w.items())
+            + f" (similar: both <= {feasible}) ({o})")
+    return ours, aggregate([o], 1.0)
 
 
 def check_fstar(folder, tol=1e-8):
@@ -191,57 +206,6 @@ def last_selected_points(folder):
     t = t[t["selected"].astype(bool)]
     return t.sort_values("update").groupby(["dataset", "objective", "solver", "seed"],
                                            sort=False).tail(1)
-
-
-def _final_metric(folder, metric):
-    """Mean over seeds of ``metric`` at the last recorded point of the selected configurations
-    of a spec's results: a DataFrame ``dataset, objective, solver, value``; None without
-    results."""
-    last = last_selected_points(folder)
-    if last is None:
-        return None
-    return last.groupby(["dataset", "objective", "solver"])[metric].mean().rename("value") \
-        .reset_index()
-
-
-def check_scdro_tables(folder, ours=("rscdro", "rascdro"), metric="m_test_accuracy"):
-    """SCDRO paper, Tables 2-3: KL-constrained DRO solved by the paper's methods (``ours``)
-    reaches a higher test accuracy than ERM, KL-regularised DRO and the CVaR / chi-square DRO
-    objectives, per data set (mean over seeds at the last pass of the selected step size).
-    ``folder`` is the results of ``scdro_compare_klreg``; its siblings ``scdro_convex`` and
-    ``scdro_compare_spectral`` (or their ``_short`` versions) hold the other rows."""
-    import pandas as pd
-
-    root = Path(folder).parent
-    parts = []
-    for spec in ("scdro_convex", "scdro_compare_klreg", "scdro_compare_spectral"):
-        f = next((root / s for s in (spec, f"{spec}_short")
-                  if (root / s / "results.parquet").exists()), None)
-        t = _final_metric(f, metric) if f is not None else None
-        if t is None:
-            return None
-        parts.append(t.assign(spec=spec))
-    t = pd.concat(parts, ignore_index=True)
-    kl_c = t[(t["spec"] == "scdro_convex") & t["solver"].isin(ours)]
-    others = t[t["spec"] != "scdro_convex"]
-    lines, wins, total = [], 0, 0
-    for data, g in others.groupby("dataset", sort=True):
-        mine = kl_c[kl_c["dataset"] == data]
-        if not len(mine):
-            continue
-        total += 1
-        best_mine = mine.loc[mine["value"].idxmax()]
-        best_other = g.loc[g["value"].idxmax()]
-        wins += best_mine["value"] > best_other["value"]
-        lines.append(f"{data}: KL-constrained ({best_mine['solver']}) "
-                     f"{100 * best_mine['value']:.2f} % vs best other "
-                     f"{best_other['objective']} ({best_other['solver']}) "
-                     f"{100 * best_other['value']:.2f} %")
-    if not total:
-        return None
-    ours_text = (f"test accuracy, mean over seeds: {'; '.join(lines)}; KL-constrained DRO by "
-                 f"{' / '.join(ours)} best on {wins} of {total} data sets")
-    return ours_text, "agrees" if wins == total else "differs"
 
 
 def check_kl_cost(folder, ours="scdro", rival="pgsmd2", factor=10.0):

@@ -37,12 +37,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
+from . import _claims as cl
+from .verdict import VERDICTS
 from . import _script_checks as sc
 
-__all__ = ["EXPERIMENTS", "Experiment", "papers", "final_scores", "entries", "build",
-           "check_best"]
+__all__ = ["EXPERIMENTS", "Experiment", "papers", "entries", "build", "check_best"]
 
 PAPER_FILES = {
     "prospect": "prospect_dro_bias_variance_reduction.txt",
@@ -69,370 +68,265 @@ class Experiment:
     #: for the experiments that run as a benchmark script instead of a spec: the script (a
     #: path in the repository); ``spec`` is then the name of the results folder it writes
     script: str = ""
+    #: why a row that does not agree differs (solver, protocol or data), with the experiment
+    #: that shows it; shown in the report when the verdict is not "agrees"
+    why: str = ""
+    #: the results folder of the check when it is not the spec's own (e.g. the exact optima)
+    folder: str = ""
 
 
 def papers():
     return list(PAPER_FILES)
 
 
-# ---------------------------------------------------------------------------- results
-def final_scores(folder):
-    """Final relative or absolute gap of every selected (dataset, objective, solver): a
-    DataFrame ``dataset, objective, solver, gap``; None when the folder has no results."""
-    import pandas as pd
-
-    folder = Path(folder)
-    last = sc.last_selected_points(folder)
-    if last is not None:
-        last = last.assign(gap=last["value"] - last["f_star"])
-        return last.groupby(["dataset", "objective", "solver"], sort=False)["gap"].median() \
-            .reset_index()
-    sel, meta = folder / "selection.csv", folder / "metadata.json"
-    if sel.exists() and meta.exists():
-        s = pd.read_csv(sel)
-        s = s[s["selected"].astype(bool)]
-        fstar = {(r["dataset"], r["objective"]): r["f_star"]
-                 for r in json.loads(meta.read_text()).get("f_star", [])}
-        gap = [r["score"] - fstar.get((r["dataset"], r["objective"]), np.nan)
-               for _, r in s.iterrows()]
-        return s.assign(gap=gap)[["dataset", "objective", "solver", "gap"]]
-    return None
-
-
-def check_best(solver, rivals=None, share=0.5, skip_objectives=()):
-    """A check: ``solver`` (a name, or a tuple of names: any of them) has the lowest final gap
-    (the papers' "converges fastest / to the lowest suboptimality") on more than ``share`` of
-    the problems (those of the objectives in ``skip_objectives`` left out)."""
-    ours_set = {solver} if isinstance(solver, str) else set(solver)
-
-    def check(folder):
-        scores = final_scores(folder)
-        if scores is None:
-            return None
-        scores = scores[~scores["objective"].isin(skip_objectives)]
-        wins, total, counts = 0, 0, {}
-        for _, g in scores.groupby(["dataset", "objective"], sort=False):
-            g = g[g["solver"].isin(rivals)] if rivals else g
-            if not ours_set & set(g["solver"]) or len(g) < 2:
-                continue
-            total += 1
-            gaps = np.maximum(g["gap"].to_numpy(dtype=float), 0.0)
-            # ties: within 50 % of the best gap, or both at the optimum to 1e-9
-            best = np.nanmin(gaps)
-            winners = set(g["solver"][gaps <= max(1.5 * best, 1e-9)])
-            wins += bool(ours_set & winners)
-            for w in winners:
-                counts[w] = counts.get(w, 0) + 1
-        if total == 0:
-            return None
-        verdict = "agrees" if wins > share * total else "differs"
-        ours = (f"{' or '.join(sorted(ours_set))} has the lowest final suboptimality (median "
-                f"over seeds, selected "
-                f"step size; ties within 50 % or both below 1e-9 count) on {wins} of {total} "
-                "problems")
-        if verdict == "differs":
-            top = sorted(counts.items(), key=lambda kv: -kv[1])[:3]
-            ours += "; lowest most often: " + ", ".join(f"{k} ({v})" for k, v in top)
-        return ours, verdict
-    return check
-
-
-def check_fairness_gain(min_share=0.5):
-    """A check: the spectral risks' test fairness metric is closer to 0 than ERM's."""
-    def check(folder):
-        last = sc.last_selected_points(folder)
-        if last is None:
-            return None
-        cols = [c for c in last.columns if c.startswith("m_test_") and ":" in c]
-        if not cols:
-            return None
-        col = cols[0]
-        erm = float(np.abs(last.loc[last["objective"] == "mean", col]).mean())
-        per = last[last["objective"] != "mean"].groupby("objective")[col].apply(
-            lambda v: float(np.abs(v).mean()))
-        gains = 100 * (erm - per) / erm
-        ours = (f"|{col[2:]}| of ERM {erm:.4g}; relative improvement of the spectral risks "
-                + ", ".join(f"{k}: {v:+.1f}%" for k, v in gains.items()))
-        return ours, "agrees" if (gains > 0).mean() > min_share else "differs"
-    return check
-
-
-def check_wider_range(method="splplus", rival="sgm", also="spl"):
-    """A check (SPL+ paper): on the smooth losses (squared, logistic), ``method`` achieves a
-    low final suboptimality (within 10x of the best of all methods on the problem) over a wider
-    contiguous range of step sizes than ``rival`` on more than half of the problems (the
-    sensitivity runs' ``summary.csv``, column ``width_decades_vs_all``; no such range counts as
-    0 decades); also reported: ``also``'s range and whether ``lr = 1`` is good for ``method``."""
-    def check(folder):
-        import pandas as pd
-
-        path = Path(folder) / "summary.csv"
-        if not path.exists():
-            return None
-        t = pd.read_csv(path)
-        t = t[~t["problem_label"].str.contains("absolute")]
-        width = t.pivot(index="problem_label", columns="method",
-                        values="width_decades_vs_all").fillna(0.0)
-        if method not in width or rival not in width or not len(width):
-            return None
-        wins = int((width[method] > width[rival]).sum())
-        ties = int((width[method] == width[rival]).sum())
-        lr1 = t[t["method"] == method]["lr1_good"].astype(str).eq("True")
-        names = {method: "SPL+", rival: "SGM", also: "SPL"}
-        cols = [c for c in (method, also, rival) if c in width]
-        per = "; ".join(f"{p}: " + ", ".join(f"{names.get(c, c)} {width.loc[p, c]:.1f}"
-                                             for c in cols)
-                        for p in width.index)
-        ours = (f"decades of step size within 10x of the best final suboptimality (smooth "
-                f"losses) -- {per}; SPL+ wider than SGM on {wins} of {len(width)} problems "
-                f"({ties} ties); lr = 1 good for SPL+ on {int(lr1.sum())} of {len(lr1)}")
-        return ours, "agrees" if wins > 0.5 * len(width) else "differs"
-    return check
-
-
-def check_ablation(stable_ratio=2.0):
-    """A check (SONEX paper, Tables 3-5): within each ablated family (``sonex-beta*``,
-    ``alexr2-beta*``, ``alexr2-theta*``) the final gaps stay within ``stable_ratio`` of each
-    other, and the Adam-type SONEX (``sonex-adam``) ends below every momentum-type one."""
-    def check(folder):
-        scores = final_scores(folder)
-        if scores is None:
-            return None
-        gap = dict(zip(scores["solver"], scores["gap"].astype(float)))
-        parts, stable = [], True
-        for fam in ("sonex-beta", "alexr2-beta", "alexr2-theta"):
-            vals = [v for k, v in gap.items() if k.startswith(fam)]
-            if len(vals) < 2:
-                continue
-            ratio = max(vals) / max(min(vals), 1e-300)
-            stable &= ratio < stable_ratio
-            parts.append(f"{fam}*: {min(vals):.2g}-{max(vals):.2g} ({ratio:.2f}x)")
-        momentum = [v for k, v in gap.items() if k.startswith("sonex-beta")]
-        adam = gap.get("sonex-adam")
-        if not parts or adam is None or not momentum:
-            return None
-        ours = ("final gap per ablated family: " + "; ".join(parts)
-                + f"; sonex-adam {adam:.2g} against momentum-type SONEX {min(momentum):.2g}"
-                f"-{max(momentum):.2g}")
-        return ours, "agrees" if stable and adam < min(momentum) else "differs"
-    return check
-
-
-def check_comparable(reference, comparable, worse, factor=10.0, floor=1e-9):
-    """A check (Prospect Fig. 13): every solver of ``comparable`` ends within ``factor`` of
-    ``reference``'s final gap (or both below ``floor``) on more than half of the problems, and
-    ``worse`` ends above all of them on more than half."""
-    def check(folder):
-        scores = final_scores(folder)
-        if scores is None:
-            return None
-        near = {c: 0 for c in comparable}
-        worst, total, floored = 0, 0, 0
-        for _, g in scores.groupby(["dataset", "objective"], sort=False):
-            gap = dict(zip(g["solver"], np.maximum(g["gap"].astype(float), 0.0)))
-            if reference not in gap or worse not in gap or not all(c in gap for c in comparable):
-                continue
-            total += 1
-            ref = gap[reference]
-            for c in comparable:
-                near[c] += (gap[c] <= factor * ref or max(gap[c], ref) <= floor) \
-                    and (ref <= factor * gap[c] or max(gap[c], ref) <= floor)
-            worst += gap[worse] > max(gap[c] for c in (reference, *comparable))
-            floored += max(gap.values()) <= floor
-        if not total:
-            return None
-        ours = ("final gap within " f"{factor:g}x of {reference}'s (or both below {floor:g}): "
-                + ", ".join(f"{c} on {v} of {total}" for c, v in near.items())
-                + f"; {worse} ends above all of them on {worst} of {total} problems (every "
-                f"solver, {worse} included, below {floor:g} on {floored})")
-        ok = all(v > total / 2 for v in near.values()) and worst > total / 2
-        return ours, "agrees" if ok else "differs"
-    return check
+# ---------------------------------------------------------------------------- checks
+# every check tests one claim with the noise rule of :mod:`riskopt.bench.verdict`; see
+# :mod:`riskopt.bench._claims` (spec results) and :mod:`riskopt.bench._script_checks`
+check_best, check_wider_range, check_ablation = cl.check_best, cl.check_wider_range, \
+    cl.check_ablation
 
 
 _PROSPECT_RIVALS = ["sgd", "srda", "lsvrg", "saddlesaga", "prospect"]
+_P_RATE = ("\"Across datasets and objectives, we find that Prospect exhibits linear convergence at "
+           "a rate no worse than SaddleSAGA and LSVRG but that is often much better\" (Sec. 4)")
+_P_SAME = (" -- read as: Prospect's final relative suboptimality no worse than any rival's "
+           "beyond the noise (ties count), on every problem")
+_SONEX_GDRO = ("\"Our experiment results shows that SONEX performs better than SONX and OOA on "
+               "GDRO tasks\" (Sec. 5, r = 0.15) -- read as: the lowest final training objective "
+               "beyond the noise")
+_SOREL_SUBOPT = ("\"SOREL achieves the lowest suboptimality\" (Sec. 5.2, Tables 8-10: every fold, "
+                 "CVaR / ESRM / extremile; the one exception: extremile, fold 2 of acs) -- read "
+                 "as: the lowest final relative suboptimality beyond the noise on at least 90 % of "
+                 "the problems")
 
 EXPERIMENTS = [
-    Experiment("prospect", "Fig. 3", "prospect_fig3",
-               "Prospect converges fastest (in passes) on the regression benchmarks, for "
-               "every spectral risk, against SGD, SRDA, LSVRG and SaddleSAGA.",
-               check_best("prospect", _PROSPECT_RIVALS)),
+    Experiment("prospect", "Fig. 3", "prospect_fig3", _P_RATE + _P_SAME,
+               check_best("prospect", _PROSPECT_RIVALS, ties_ok=True)),
     Experiment("prospect", "Fig. 4 (diabetes)", "prospect_fig4_diabetes",
-               "Prospect converges rapidly on diabetes while LSVRG fails to converge; Prospect "
-               "is stable in statistical parity.", check_best("prospect", _PROSPECT_RIVALS)),
+               "\"Prospect converges rapidly on both datasets while LSVRG fails to converge on "
+               "diabetes\" (Sec. 4) -- the suboptimality part: Prospect no worse than any rival",
+               check_best("prospect", _PROSPECT_RIVALS, ties_ok=True)),
     Experiment("prospect", "Fig. 4 (acsincome)", "prospect_fig4_law",
-               "Prospect converges rapidly; SaddleSAGA fails to converge on acsincome.",
-               check_best("prospect", _PROSPECT_RIVALS),
-               notes="law stands in for acsincome (its training features were never "
-                     "published). The check covers Prospect's part of the claim only: on law "
-                     "SaddleSAGA converges too (prospect_fig4_law/REPORT.md), "
-                     "at many times Prospect's seconds (its O(n) dual step), so 'SaddleSAGA "
-                     "fails to converge' is not reproduced on the stand-in.",
+               "\"Prospect converges rapidly on both datasets while ... SaddleSAGA fails to "
+               "converge on acsincome\" (Sec. 4) -- the suboptimality part: Prospect no worse "
+               "than any rival",
+               check_best("prospect", _PROSPECT_RIVALS, ties_ok=True),
+               notes="law (target zfygpa in these committed runs) stands in for acsincome (its "
+                     "training features were never published); on law SaddleSAGA converges "
+                     "too, at many times Prospect's seconds (prospect_fig4_law/REPORT.md).",
                fallbacks=("prospect_fig4_law_no_saddlesaga",)),
     Experiment("prospect", "Fig. 5 (iwildcam)", "shift_iwildcam",
-               "Prospect and SaddleSAGA outperform LSVRG in training suboptimality on iwildcam.",
-               check_best("prospect", ["lsvrg", "prospect"]),
+               "\"For both amazon and iwildcam, Prospect and SaddleSAGA (with our heuristic) "
+               "outperform LSVRG in training suboptimality\" (Sec. 4) -- read as: each of "
+               "Prospect and SaddleSAGA below LSVRG beyond the noise",
+               cl.check_pair_beats(("prospect", "saddlesaga"), "lsvrg"),
                notes="trained on the validation split (the training features were never "
                      "published)."),
     Experiment("prospect", "Fig. 8", "prospect_fig8_hard",
-               "Prospect remains the fastest on the harder settings.",
-               check_best("prospect", _PROSPECT_RIVALS)),
+               "\"Prospect performs the best or close to best in terms of optimization "
+               "trajectories\" (App. H, harder spectra)" + _P_SAME,
+               check_best("prospect", _PROSPECT_RIVALS, ties_ok=True)),
     Experiment("prospect", "Fig. 9", "prospect_fig9_low_shift",
-               "With a small shift cost Prospect still converges linearly.",
-               check_best("prospect", _PROSPECT_RIVALS),
+               "Low shift cost nu = 1e-3 (App. H): the comparison of methods of Fig. 3 holds"
+               + _P_SAME, check_best("prospect", _PROSPECT_RIVALS, ties_ok=True),
                fallbacks=("prospect_fig9_low_shift_3sets",)),
     Experiment("prospect", "Fig. 10", "prospect_fig10_no_shift",
-               "At nu = 0 Prospect still performs best or close to best.",
-               check_best("prospect", _PROSPECT_RIVALS),
+               "No shift cost nu = 0 (App. H): the comparison of methods of Fig. 3 holds"
+               + _P_SAME, check_best("prospect", _PROSPECT_RIVALS, ties_ok=True),
                fallbacks=("prospect_fig10_no_shift_3sets",)),
     Experiment("prospect", "Fig. 11", "prospect_fig11_l2_small",
-               "With less regularisation the comparison of methods is unchanged.",
-               check_best("prospect", _PROSPECT_RIVALS),
+               "\"Performance rankings among methods reflect those of the original "
+               "parameters\" (App. H, mu = 1/(10n))" + _P_SAME,
+               check_best("prospect", _PROSPECT_RIVALS, ties_ok=True),
                fallbacks=("prospect_fig11_l2_small_3sets",)),
     Experiment("prospect", "Fig. 12", "prospect_fig12_l2_tiny",
-               "With tiny regularisation the comparison of methods is unchanged.",
-               check_best("prospect", _PROSPECT_RIVALS),
+               "\"Performance rankings among methods reflect those of the original "
+               "parameters\" (App. H, mu = 1/(100n))" + _P_SAME,
+               check_best("prospect", _PROSPECT_RIVALS, ties_ok=True),
                fallbacks=("prospect_fig12_l2_tiny_3sets",)),
     Experiment("prospect", "Fig. 13", "prospect_fig13_variants",
-               "All methods besides the original SaddleSAGA variant (primal LR = dual LR) "
-               "perform comparably; Prospect-Moreau converges at the same rate as Prospect.",
-               check_comparable("prospect", ("prospect_moreau", "saddlesaga"),
-                                "saddlesaga_equal"),
-               notes="'comparably' read as final gaps within 10x of Prospect's; the 'Search "
-                     "Dual LR' variant is not run (spec header). On the full grid the original "
-                     "variant is worse on yacht and concrete only: on energy, kin8nm and power "
-                     "it reaches 1e-9 within the budget like the others.",
+               "\"All methods besides the original variant (primal LR = dual LR) perform "
+               "comparably on yacht, energy, concrete, kin8nm, and power\" (App. H) -- read as: "
+               "passes to a relative suboptimality of 1e-6 of Prospect-Moreau and SaddleSAGA equal "
+               "to Prospect's within the noise or 25 %, the original variant slower beyond it",
+               cl.check_passes_to("prospect", ("prospect_moreau", "saddlesaga"),
+                                  "saddlesaga_equal"),
+               notes="the 'Search Dual LR' variant is not run (spec header).",
                fallbacks=("prospect_fig13_variants_3sets",)),
     Experiment("prospect", "Fig. 14", "prospect_fig14_walltime",
-               "Against wall time Prospect is also the fastest.",
-               check_best("prospect", _PROSPECT_RIVALS),
+               "\"at the large sample size setting, Prospect performs about 3x faster than "
+               "SaddleSAGA but achieves the same suboptimality\"; LSVRG \"achieves essentially "
+               "the same suboptimality as SGD\" (App. H) -- the suboptimality part: Prospect no "
+               "worse than any rival at the end of the budget",
+               check_best("prospect", _PROSPECT_RIVALS, ties_ok=True),
                fallbacks=("prospect_fig14_walltime_3sets",)),
     Experiment("prospect", "Fig. 15", "prospect_fig15_momentum",
-               "SGD with momentum and Adam do not close the gap to Prospect.",
-               check_best("prospect")),
+               "\"Adam and SGD with momentum perform comparably to standard SGD and are unable "
+               "to converge\" (App. H) -- read as: Prospect below SGD-momentum and Adam beyond "
+               "the noise",
+               check_best("prospect", ["prospect", "sgd_momentum", "adam"])),
     Experiment("sorel", "Fig. 2", "sorel_fig2",
-               "SOREL reaches the lowest suboptimality (nu = 0) against SGD, LSVRG and "
-               "Prospect.", check_best("sorel")),
+               "\"In terms of sample complexity and runtime, SOREL outperforms other baselines in "
+               "most cases; SOREL also achieve comparable results in the kin8nm dataset. In the "
+               "power dataset, the sample complexity of Prospect is better than that of SOREL\" "
+               "(Sec. 5.1) -- read as: SOREL lowest beyond the noise on most problems, kin8nm and "
+               "power (the paper's own exceptions) left out",
+               check_best("sorel", share=0.5, skip_datasets=("kin8nm", "power"))),
     Experiment("sorel", "Fig. 5", "sorel_fig5",
-               "SOREL converges fastest in wall time as well.",
-               check_best(("sorel", "sorel_minibatch"))),
-    Experiment("sorel", "Table 2 (law)", "sorel_table2_law",
-               "Spectral risks improve SMD over ERM on law by 15-25 % (CVaR, ESRM, extremile).",
-               check_fairness_gain(),
-               fallbacks=("sorel_table2_law_5fold", "sorel_table2_law_short")),
-    Experiment("sorel", "Table 2 (acs)", "sorel_table2_adult",
-               "Spectral risks improve EO over ERM on acs by 12-94 %.", check_fairness_gain(),
+               "\"In terms of sample complexity and runtime, SOREL outperforms other baselines in "
+               "most cases\" (Sec. 5.1, App. B: wall time) -- the same reading as Fig. 2, kin8nm "
+               "and power left out",
+               check_best(("sorel", "sorel_minibatch"), share=0.5,
+                          skip_datasets=("kin8nm", "power"))),
+    Experiment("sorel", "Table 2 (law)", "exact_optima",
+               "\"using spectral risks instead of the empirical risk does improve the fairness "
+               "metrics of the model\" (Sec. 5.2; law: SMD 0.052 for ERM, CVaR / ESRM / "
+               "extremile 25 / 20.5 / 15.6 % better) -- tested on the objectives, at their exact "
+               "optima, over the paper's 5 folds",
+               cl.check_fairness_exact("sorel_law", "test_smd:race",
+                                       {"cvar": 25.0, "esrm": 20.5, "extremile": 15.6}),
+               script="benchmarks/exact_optima.py",
+               notes="target ugpa (the loader's default since this report; the committed solver "
+                     "runs of sorel_table2_law used zfygpa, on which ERM's SMD is 0.71 and the "
+                     "spectral risks make it worse)."),
+    Experiment("sorel", "Table 2 (acs)", "exact_optima",
+               "\"using spectral risks instead of the empirical risk does improve the fairness "
+               "metrics of the model\" (Sec. 5.2; acs: EO improved by 12-94 %) -- at the exact "
+               "optima, 5 folds; the paper's EO is signed and averaged over the folds (shown), "
+               "the verdict is on |EO| per fold",
+               cl.check_fairness_exact("sorel_acs", "test_eo:race",
+                                       {"cvar": 94.0, "esrm": 12.0, "extremile": 48.0},
+                                       signed=True),
+               script="benchmarks/exact_optima.py",
+               notes="adult (Black / White rows) stands in for acs (not available offline)."),
+    Experiment("sorel", "Tables 8-10 (suboptimality per fold, law)", "sorel_table2_law",
+               _SOREL_SUBOPT, check_best(("sorel", "sorel_minibatch"), share=0.9,
+                                         skip_objectives=("mean",)),
+               notes="the full spec (5 folds x 3 seeds), target zfygpa in these committed runs "
+                     "(a solver comparison: the claim does not depend on the target).",
+               fallbacks=("sorel_table2_law_5fold",)),
+    Experiment("sorel", "Tables 8-10 (suboptimality per fold, acs)", "sorel_table2_adult",
+               _SOREL_SUBOPT, check_best(("sorel", "sorel_minibatch"), share=0.9,
+                                         skip_objectives=("mean",)),
                notes="adult (Black / White rows) stands in for acs.",
-               fallbacks=("sorel_table2_adult_5fold", "sorel_table2_adult_short")),
-    Experiment("sorel", "Tables 8-10 (suboptimality per fold, law)", "sorel_table2_law_5fold",
-               "SOREL achieves the lowest suboptimality in all settings (every fold, CVaR / ESRM "
-               "/ extremile), except for the extremile setting in fold 2 of acs.",
-               check_best(("sorel", "sorel_minibatch"), share=0.9, skip_objectives=("mean",)),
-               notes="mini-batch SOREL as in the paper's fairness runs; share needed: 90 % of "
-                     "the problems (the claim's one exception in 30)."),
-    Experiment("sorel", "Tables 8-10 (suboptimality per fold, acs)", "sorel_table2_adult_5fold",
-               "SOREL achieves the lowest suboptimality in all settings (every fold, CVaR / ESRM "
-               "/ extremile), except for the extremile setting in fold 2 of acs.",
-               check_best(("sorel", "sorel_minibatch"), share=0.9, skip_objectives=("mean",)),
-               notes="adult (Black / White rows) stands in for acs; share needed: 90 %."),
-    Experiment("sorel", "Sec. 5.3 (OOD)", "ood_adult",
-               "Spectral risks keep fairness and accuracy under a shift of population.",
-               check_fairness_gain(),
-               notes="adult's sexes play the states of acs."),
+               fallbacks=("sorel_table2_adult_5fold",)),
+    Experiment("sorel", "Sec. 5.3 (OOD, Fig. 4)", "ood_adult",
+               "\"models trained with ERM often fail to meet the expected fairness metrics in "
+               "other states. However, models trained with CVaR often achieves higher test "
+               "accuracy and better fairness metrics\" (Sec. 5.3) -- ERM against CVaR only, "
+               "per solver: test accuracy higher and |EO| lower, beyond the noise, in at least "
+               "half of the comparisons ('often')",
+               cl.check_shift(),
+               notes="adult's sexes play the states of acs (train on one, test on the other)."),
     Experiment("scdro", "Fig. 1 / 3 (convex)", "scdro_convex",
-               "RSCDRO and RASCDRO are consistently better than the baselines (SPD, FastDRO, "
-               "Dual SGM) in training and test accuracy; FastDRO is the worst.",
-               check_best(("rscdro", "rascdro")),
+               "\"the proposed methods outperform baselines under both the convex and non-"
+               "convex settings in terms of convergence speed, and generalization performance\" "
+               "(Sec. 5; Figs. 1 / 3: training and testing accuracy; FastDRO the worst) -- read "
+               "as: RSCDRO or RASCDRO above SPD, FastDRO and Dual SGM in final train and test "
+               "accuracy beyond the noise, FastDRO lowest",
+               cl.check_accuracy(("rscdro", "rascdro"), ("spd", "fastdro", "dual_sgm"),
+                                 worst="fastdro"),
                notes="digits_st / adult_st / a9a_st stand in for the -ST image sets and "
-                     "ImageNet-LT / iNaturalist (linear model from zero, 20 passes).",
+                     "ImageNet-LT / iNaturalist; a linear model.",
                fallbacks=("scdro_convex_short",)),
     Experiment("scdro", "Table 4 (rho)", "scdro_rho",
-               "SCDRO is better than PG-SMD2 and FastDRO for every rho.",
-               check_best("rascdro"), notes="linear model on digits_st.",
+               "\"our method SCDRO is better than baselines PG-SMD2 and FastDRO for different "
+               "values of rho\" (Sec. 5, Table 4: test accuracy) -- read as: RASCDRO's final "
+               "test accuracy above both beyond the noise for every rho",
+               cl.check_accuracy("rascdro", ("pgsmd2", "fastdro"), splits=("test",)),
+               notes="linear model on digits_st (the paper: ResNet20 on CIFAR10-ST / "
+                     "CIFAR100-ST).",
                fallbacks=("scdro_rho_short",)),
-    Experiment("sonex", "Fig. 1 (group DRO, adult)", "fcco_group_dro",
-               "SONEX performs better than SONX and OOA on group DRO (CVaR r = 0.15).",
-               check_best("sonex", ["sonex", "sonx", "ooa"]),
-               notes="adult with race x sex groups and a linear model stand in for "
-                     "Camelyon17 / Amazon / CelebA with pretrained networks; ALEXR2 also run."),
-    Experiment("sonex", "Fig. 1 (group DRO, law_school)", "fcco_group_dro_law",
-               "SONEX performs better than SONX and OOA on group DRO (CVaR r = 0.15).",
-               check_best("sonex", ["sonex", "sonx", "ooa"]),
-               notes="law_school GPA regression with race x sex groups, linear model."),
-    Experiment("sonex", "Fig. 1 (group DRO, compas)", "fcco_group_dro_compas",
-               "SONEX performs better than SONX and OOA on group DRO (CVaR r = 0.15).",
-               check_best("sonex", ["sonex", "sonx", "ooa"]),
-               notes="compas with caucasian x sex groups, linear model."),
-    Experiment("scdro", "Tables 2-3 (objectives)", "scdro_compare_klreg",
-               "KL-constrained DRO (solved by our methods) outperforms the ERM-based method "
-               "and the other f-divergence constrained / regularised DRO objectives (KL-"
-               "regularised, CVaR-constrained, chi-square) in test accuracy.",
-               sc.check_scdro_tables,
-               notes="convex rows only: linear model on digits_st / adult_st / a9a_st in place "
-                     "of ImageNet-LT / iNaturalist features; rows from scdro_convex, "
-                     "scdro_compare_klreg and scdro_compare_spectral (table: "
-                     "scdro_tables.md); chi-square-constrained DRO has no objective here.",
-               fallbacks=("scdro_compare_klreg_short",)),
+    Experiment("scdro", "Tables 2-3 (objectives)", "exact_optima",
+               "KL-constrained DRO \"outperform[s]\" the ERM-based method and the other "
+               "f-divergence DRO objectives in test accuracy (Tables 2-3; rho tuned in {0.1, "
+               "0.5, 1}) -- tested on the objectives at their exact optima",
+               cl.check_objectives_exact(), script="benchmarks/exact_optima.py",
+               notes="convex rows only: linear models on digits_st / adult_st / a9a_st in "
+                     "place of ImageNet-LT / iNaturalist features; chi-square: the "
+                     "chi2-regularised max-loss objective (no chi2-constrained one here)."),
     Experiment("scdro", "Fig. 5 (per-iteration cost)", "kl_dro_cost",
                "The primal-dual algorithm (PG-SMD2) incurs significant overhead per iteration "
                "for its dual variables, and the gap to SCDRO grows with the data set size.",
                sc.check_kl_cost, script="benchmarks/kl_dro_cost.py",
                notes="synthetic linear problems, n = 1e4 to 1e6, CPU (the paper: V100 GPU, "
                      "ResNets); 'grows' read as PG-SMD2's cost growing at least 10x more "
-                     "than SCDRO's."),
+                     "than SCDRO's; a timing, one run per point: no noise estimate."),
     Experiment("scdro", "Fig. 2 / 4 (non-convex)", "scdro_nonconvex",
-               "SCDRO achieves the best performance (training and testing accuracy) on all "
-               "the datasets, against PG-SMD2 and FastDRO.",
+               "\"the proposed methods outperform baselines under both the convex and non-"
+               "convex settings in terms of convergence speed, and generalization "
+               "performance\" (Sec. 5, Figs. 2 / 4: training and testing accuracy) -- read as: "
+               "SCDRO's final train and test accuracy above the rivals' beyond the noise",
                sc.check_scdro_nonconvex, script="benchmarks/scdro_nonconvex.py",
                notes="a 64-64-10 tanh MLP on digits_st, 60 epochs on the CPU, stands in for "
                      "ResNet20 on CIFAR10-ST / CIFAR100-ST (120 epochs, GPU); PG-SMD2 has no "
-                     "torch version here, ERM (SGD momentum) is run instead; the paper's "
-                     "curves are compared at their last epoch."),
-    Experiment("sonex", "Fig. 1 (group DRO, MLP)", "fcco_group_dro_mlp",
-               "SONEX performs better than SONX and OOA on group DRO (CVaR r = 0.15): lower "
-               "training loss.",
+                     "torch version here, ERM (SGD momentum) is run instead."),
+    Experiment("sonex", "Fig. 1 (group DRO, adult)", "fcco_group_dro", _SONEX_GDRO,
+               check_best("sonex", ["sonex", "sonx", "ooa"]),
+               notes="adult with race x sex groups (4 groups) and a linear model stand in for "
+                     "Camelyon17 / Amazon / CelebA with pretrained networks."),
+    Experiment("sonex", "Fig. 1 (group DRO, law_school)", "fcco_group_dro_law", _SONEX_GDRO,
+               check_best("sonex", ["sonex", "sonx", "ooa"]),
+               notes="law_school GPA regression (zfygpa in these committed runs) with race x "
+                     "sex groups (4 groups), linear model."),
+    Experiment("sonex", "Fig. 1 (group DRO, compas)", "fcco_group_dro_compas", _SONEX_GDRO,
+               check_best("sonex", ["sonex", "sonx", "ooa"]),
+               notes="compas with caucasian x sex groups (4 groups), linear model."),
+    Experiment("sonex", "Fig. 1 (group DRO, many groups)", "fcco_group_dro_many", _SONEX_GDRO,
+               check_best("sonex", ["sonex", "sonx", "ooa"]),
+               notes="adult with education x sex groups (32 groups, 4 sampled per step) and a "
+                     "linear model: many groups sampled partially, as in the paper (16-1252 "
+                     "groups, 4-8 per batch)."),
+    Experiment("sonex", "Fig. 1 (group DRO, MLP)", "fcco_group_dro_mlp", _SONEX_GDRO,
                sc.check_group_dro_mlp, script="benchmarks/fcco_group_dro_mlp.py",
                notes="a two-hidden-layer MLP (64-32, ReLU) on adult (race x sex groups) and "
                      "compas (caucasian x sex), 3 seeds, stands in for the pretrained "
                      "DenseNet / DistilBERT / ResNet50 on Camelyon17 / Amazon / CelebA."),
     Experiment("sonex", "Fig. 2 (AUC with ROC fairness)", "fcco_auc_fairness",
-               "ALEXR2 (smoothed hinge) maximises the AUC better than the baselines (SOX "
-               "squared hinge, SONX hinge) on both datasets, with similar constraint "
-               "satisfaction.",
+               "\"ALEXR2 optimizing smoothed hinge penalty function can better maximize AUC "
+               "value on both datasets than the baseline methods while still having similar "
+               "constraint satisfaction\" (Sec. 5; Fig. 3 plots training AUC and the worst "
+               "constraint per epoch) -- read as: the highest final training AUC beyond the "
+               "noise at matched constraint violation",
                sc.check_auc_fairness, script="benchmarks/fcco_auc_fairness.py",
                notes="adult and compas as in the paper, a two-hidden-layer MLP, the 14 "
                      "constraints (thresholds -3..3, kappa = 0.005), 60 epochs, 5 seeds; "
                      "ICPPAC is not implemented."),
     Experiment("sonex", "Fig. 3 (continual learning)", "fcco_continual_digits",
                "SONEX achieves a higher accuracy on the target task than SOX (squared hinge) "
-               "while retaining similar constraint satisfaction.",
+               "while retaining similar constraint satisfaction (Sec. 5).",
                sc.check_continual, script="benchmarks/fcco_continual_digits.py",
                notes="a multinomial logistic model on scikit-learn's digits (class 9 the new "
                      "target task, 9 non-forgetting constraints on the old classes), 3 seeds, "
                      "stands in for CLIP fine-tuned on BDD100K."),
     Experiment("sonex", "Tables 3-5 (ablations)", "fcco_ablation",
-               "Results are stable across beta <= 1 and theta; Adam-type updates beat "
-               "momentum-type ones.", check_ablation(),
+               "\"the final AUC of ALEXR2 remains relatively stable across this range\" (theta, "
+               "Table 4; beta: Table 3) and Adam-type updates \"consistently yield superior "
+               "performance\" (Table 5) -- read as: final gaps within 2x per family, and "
+               "sonex-adam below every momentum-type SONEX beyond the noise",
+               check_ablation(),
                notes="group DRO on adult (linear) in place of Amazon / the AUC task "
-                     "(REPORT.md); 'stable' read as final gaps within 2x of each other."),
+                     "(REPORT.md)."),
     Experiment("sorel", "Sec. 5.1 / Table 2 (reference optima f*)", "fstar_certified",
                "Suboptimality is measured against an L-BFGS optimum; values below 0 mean 'the "
                "solution's accuracy is higher than L-BFGS' (Table 2: -2.38e-8 on acs ESRM, "
                "-1.13e-7 and -2.12e-7 on law ESRM / extremile).",
                sc.check_fstar, script="benchmarks/fstar_certified.py",
-               notes="every f* of our runs (all papers' spectral-risk figures) re-solved by the "
-                     "certified Newton solver (a duality-gap bound, no reference needed); "
-                     "agrees when our references are exact to 1e-8, so that, unlike the "
-                     "paper's, no suboptimality of ours down to 1e-8 is an artefact of f*."),
+               notes="every f* of our runs re-solved by the certified Newton solver (a "
+                     "duality-gap bound, no reference needed); agrees when our references are "
+                     "exact to 1e-8; deterministic, no seeds."),
     Experiment("splplus", "Sec. 6.1", "splplus_synthetic",
-               "For smooth losses (squared, logistic) SPL and SPL+ admit a much larger range "
-               "of step sizes with a low suboptimality than SGM; for the absolute loss the "
-               "difference is barely noticeable; lambda = 1 is often good for SPL+.",
+               "\"SPL and SPL+ admit a much larger range of step sizes\" reaching a low "
+               "suboptimality than SGM for the smooth losses (squared, logistic); for the "
+               "absolute loss the difference is barely noticeable (Sec. 6.1) -- read as: the "
+               "range reaching the fixed accuracy wider by more than one grid step (least "
+               "squares), not narrower (logistic)",
                check_wider_range()),
     Experiment("splplus", "Sec. 6.2", "splplus_real",
-               "Least squares: SPL and SPL+ tolerate a much larger range of step sizes, the "
-               "best lambda at or near 1 for SPL+; logistic: SPL and SPL+ similar or better "
-               "than SGM.", check_wider_range(),
+               "Least squares: SPL and SPL+ tolerate a much larger range of step sizes; "
+               "logistic: SPL and SPL+ similar or better than SGM (Sec. 6.2) -- the same "
+               "reading as Sec. 6.1",
+               check_wider_range(),
                notes="power and kin8nm stand in for YearPredictionMSD, a9a for Covertype; "
                      "E2006-tfidf has no stand-in."),
 ]
@@ -509,9 +403,10 @@ def entries(selected=None, results_root="benchmarks/results", run=False, jobs=No
                 ours, verdict = "see the figure", "not checked automatically"
             else:
                 ours, verdict = result
+            why = e.why if verdict not in ("agrees", "not run") else ""
             out.append({"paper": paper, "item": e.item, "spec": spec, "folder": folder,
                         "done": done, "claim": e.claim, "ours": ours, "verdict": verdict,
-                        "notes": notes})
+                        "notes": notes, "why": why})
     return out
 
 
@@ -532,13 +427,24 @@ def build(selected=None, results_root="benchmarks/results", run=False, jobs=None
             notes, folder = r["notes"], r["folder"]
             sections.append(f"### {r['item']} -- `{r['spec']}`\n\n- claim: {r['claim']}\n"
                             f"- ours: {r['ours']}\n- verdict: **{r['verdict']}**"
-                            + (f" ({notes})" if notes else "") + "\n")
+                            + (f" ({notes})" if notes else "") + "\n"
+                            + (f"- why: {r['why']}\n" if r["why"] else ""))
             figs = sorted(folder.glob("*.png")) if r["done"] else []
             sections += [f"![{folder.name}/{p.name}]({os.path.relpath(p, base)})\n"
                          for p in figs[:2]]
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in dict.fromkeys(
+        [*VERDICTS, *(r["verdict"] for r in rows)])}
     head = ["# Reproduction report", "",
             "Built by `riskopt bench reproduce` from the results under "
             f"`{results_root}` (no solver was rerun unless `--run` was given).", "",
+            "Verdicts (" + ", ".join(f"{k}: {v}" for k, v in counts.items() if v) + "). Each "
+            "row tests the paper's claim (quoted) on the paper's metric, per method one value "
+            "per seed (or fold), mean +- std: **agrees** when the paper's ordering holds beyond "
+            "the noise (2 Welch standard errors of the difference, and the row's floor) on the "
+            "share of problems the claim names; **differs** when a rival is ahead beyond the "
+            "noise on so many problems that the share cannot be reached; **within noise** in "
+            "between; **too few seeds** when a method has fewer than 3 values (no noise "
+            "estimate). Rule: `riskopt.bench.verdict`; checks: `riskopt.bench._claims`.", "",
             "| paper | item | spec or script | verdict | ours |", "|---|---|---|---|---|"]
     cell = lambda t: str(t).replace("|", "\\|")  # noqa: E731 -- a pipe would end the cell
     head += [f"| {r['paper']} | {cell(r['item'])} | `{r['spec']}` | {r['verdict']} | "

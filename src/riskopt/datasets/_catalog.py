@@ -69,12 +69,14 @@ CATALOG = {
         licence="not stated (LSAC / SEAPHE terms unknown; research use)", raw="20,798 x 12",
         n_train=16638, n_test=4160, d=10, groups=["race", "sex"],
         files=["law_school/law_school_clean.csv"],
-        notes="target zfygpa (inferred); target='pass_bar' for classification; "
+        notes="target ugpa (SOREL: a student's GPA; target='zfygpa' the former default); "
+              "target='pass_bar' for classification; "
               "variant='kusner' reads law_data.csv (21,791 x 8, ZFYA)"),
     "adult": dict(
         task="binary", source="UCI Adult (dataset 2), Kohavi & Becker 1996", licence=_UCI,
         raw="32,561 x 15 + 16,281 x 15", n_train=32561, n_test=16281, d=100,
-        groups=["sex", "race"], files=["adult/adult.data.gz", "adult/adult.test.gz"]),
+        groups=["sex", "race", "education"],
+        files=["adult/adult.data.gz", "adult/adult.test.gz"]),
     "compas": dict(
         task="binary", source="ProPublica COMPAS two-year recidivism (Angwin et al. 2016)",
         licence="none stated (ProPublica public release; contains personal data)",
