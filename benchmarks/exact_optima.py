@@ -120,6 +120,16 @@ def markdown(df):
     return "\n".join(lines)
 
 
+def write(out, df, groups, t0):
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "results.csv", df.to_csv(index=False))
+    atomic_write_text(out / "results.md", markdown(df) + "\n")
+    atomic_write_json(out / "metadata.json", {
+        "script": "benchmarks/exact_optima.py", "groups": groups.split(","),
+        "git_commit": _git_commit(), "python": platform.python_version(),
+        "seconds": time.perf_counter() - t0})
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(GROUPS),
@@ -131,14 +141,8 @@ def main(argv=None):
     rows = []
     for group in a.only.split(","):
         rows += run_group(group.strip())
+        write(out, pd.DataFrame(rows), a.only, t0)   # after every group: a partial table
     df = pd.DataFrame(rows)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "results.csv", df.to_csv(index=False))
-    atomic_write_text(out / "results.md", markdown(df) + "\n")
-    atomic_write_json(out / "metadata.json", {
-        "script": "benchmarks/exact_optima.py", "groups": a.only.split(","),
-        "git_commit": _git_commit(), "python": platform.python_version(),
-        "seconds": time.perf_counter() - t0})
     print(f"wrote {out}/results.csv ({len(df)} rows, {time.perf_counter() - t0:.0f} s)")
 
 

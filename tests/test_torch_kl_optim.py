@@ -193,3 +193,27 @@ def test_pgsmd2_matches_the_numpy_twin(gamma):
         np.testing.assert_allclose(model.weight.detach().numpy().T, W, rtol=1e-9, atol=1e-11)
     p = torch.exp(opt.indexed_state("log_p"))
     assert float(p.sum()) == pytest.approx(1.0)
+
+
+def test_scdro_lambda_stays_in_lemma_1s_box_by_default():
+    # Lemma 1: lambda* <= lambda_0 + C / rho with C a bound on the losses; by default C is the
+    # largest loss met so far, so a start far above the box is pulled into it at the first step
+    from riskopt.torch.optim import SCDRO
+
+    X, y = _data()
+    model = torch.nn.Linear(3, 1, bias=False).double()
+    opt = SCDRO(model.parameters(), radius=0.5, shift_cost=0.01, lr=1e-3, lam_init=1e3)
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    seen = 0.0
+    for _ in range(3):
+        losses = bce(model(Xt)[:, 0], yt, reduction="none")
+        seen = max(seen, float(losses.max()))
+        opt.zero_grad()
+        opt.surrogate(losses).backward()
+        opt.step()
+        assert 0.01 <= opt.lam <= 0.01 + seen / 0.5 + 1e-12
+    unbounded = SCDRO(torch.nn.Linear(3, 1).parameters(), loss_bound=None, lam_init=1e3)
+    assert unbounded.lam == 1e3
+    with pytest.raises(ValueError, match="loss_bound"):
+        SCDRO(torch.nn.Linear(3, 1).parameters(), loss_bound="big")

@@ -209,3 +209,19 @@ def test_wider_range_uses_the_fixed_accuracy_width_and_one_grid_step(tmp_path):
     assert verdict == "agrees" and "absolute" not in ours
     assert write(1.5, 1.0, 1.5, 1.5)[1] == "within noise"   # one grid step: the noise
     assert write(2.5, 1.0, 0.5, 1.5)[1] == "differs"        # logistic narrower
+
+
+def test_warmstart_check_tunes_on_the_training_objective(tmp_path):
+    rows = []
+    # rscdro: setting a has the lower objective (selected) but the lower accuracy
+    for solver, cfg, F, acc in (("rscdro", "a", 0.30, 0.95), ("rscdro", "b", 0.40, 0.99),
+                                ("spd", "c", 0.35, 0.93), ("fastdro", "", 0.50, 0.80)):
+        for seed in range(3):
+            rows.append({"dataset": "adult_st", "solver": solver, "config": cfg, "lr": 0.1,
+                         "seed": seed, "F": F, "train_accuracy": acc + 0.001 * seed,
+                         "test_accuracy": acc - 0.001 * seed})
+    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+    ours, verdict = cl.check_warmstart(("rscdro",), ("spd", "fastdro"))(tmp_path)
+    assert verdict == "agrees" and "rscdro 95.10" in ours and "fastdro lowest: agrees" in ours
+    ours, verdict = cl.check_warmstart(("spd",), ("rscdro", "fastdro"))(tmp_path)
+    assert verdict == "differs"

@@ -79,8 +79,10 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
         Rate of the moving averages.
     lam_init : float, default 1.0
         Starting multiplier (clipped to the box).
-    loss_bound : float, optional
-        ``C`` of Lemma 1: ``lambda <= lambda_0 + C / rho``; None: no upper bound.
+    loss_bound : float, "auto" or None, default "auto"
+        ``C`` of Lemma 1: ``lambda <= lambda_0 + C / rho`` (the paper's box). ``"auto"``: the
+        largest per-sample loss seen so far (a bound on every loss the run has met, growing
+        with it); None: no upper bound.
     max_norm : float, optional
         Project the parameters (all of them, as one vector) on the ball of this radius.
     stage_steps : int, optional
@@ -94,7 +96,7 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
     """
 
     def __init__(self, params, radius=0.5, shift_cost=1e-3, lr=0.1, beta=0.1, lam_init=1.0,
-                 loss_bound=None, max_norm=None, stage_steps=None, mu=0.0, *,
+                 loss_bound="auto", max_norm=None, stage_steps=None, mu=0.0, *,
                  process_group=None, on_divergence="warn", check_every=10, blowup=1e6):
         check_positive("radius", radius)
         check_positive("shift_cost", shift_cost, allow_zero=True)
@@ -104,14 +106,18 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
             raise ValueError(f"beta must be in (0, 1], got {beta}")
         check_positive("lam_init", lam_init)
         check_positive("mu", mu, allow_zero=True)
-        for name, v in (("loss_bound", loss_bound), ("max_norm", max_norm),
-                        ("stage_steps", stage_steps)):
+        self._auto_bound = isinstance(loss_bound, str)
+        if self._auto_bound and loss_bound != "auto":
+            raise ValueError(f"loss_bound must be a positive number, 'auto' or None, got "
+                             f"{loss_bound!r}")
+        for name, v in (("loss_bound", None if self._auto_bound else loss_bound),
+                        ("max_norm", max_norm), ("stage_steps", stage_steps)):
             if v is not None:
                 check_positive(name, v)
         super().__init__(params, dict(lr=float(lr)))
         self.radius, self.shift_cost = float(radius), float(shift_cost)
         self.beta0, self.lr0 = float(beta), float(lr)
-        self.lam_max = math.inf if loss_bound is None else (
+        self.lam_max = math.inf if loss_bound is None or self._auto_bound else (
             self.shift_cost + float(loss_bound) / self.radius)
         self.max_norm, self.stage_steps, self.mu = max_norm, stage_steps, float(mu)
         dev = self.param_groups[0]["params"][0].device
@@ -119,7 +125,8 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
         self._scalars = {"lam": torch.tensor(lam, dtype=torch.float64, device=dev),
                          "log_s": torch.tensor(0.0, dtype=torch.float64, device=dev),
                          "u": torch.tensor(0.0, dtype=torch.float64, device=dev),
-                         "g_lam": torch.tensor(0.0, dtype=torch.float64, device=dev)}
+                         "g_lam": torch.tensor(0.0, dtype=torch.float64, device=dev),
+                         "loss_max": torch.tensor(0.0, dtype=torch.float64, device=dev)}
         self._t, self._started, self._pending = 0, False, False
         self._init_guard(process_group, on_divergence, check_every, blowup)
 
@@ -159,6 +166,7 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
             if l64.numel() == 0:
                 raise ValueError("surrogate needs a non-empty global batch")
             self._check_input_finite(l64, "losses")
+            sc["loss_max"] = torch.maximum(sc.get("loss_max", l64.max()), l64.max())
             _, beta = self._schedule()
             a = l64 / lam
             log_g = torch.logsumexp(a, 0) - math.log(a.numel())
@@ -205,7 +213,11 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
                 for p in params:
                     p.mul_(self.max_norm / norm)
         lam = sc["lam"] - lr * (sc["u"] + self.mu * sc["lam"])
-        sc["lam"] = lam.clamp(self.shift_cost, self.lam_max)
+        hi = self.lam_max
+        if self._auto_bound:   # Lemma 1 with C = the largest loss met so far
+            hi = self.shift_cost + max(float(sc["loss_max"]), 0.0) / self.radius
+            hi = max(hi, self.shift_cost)
+        sc["lam"] = lam.clamp(self.shift_cost, hi)
         self._started, self._pending = True, False
         self._t += 1
         self._end_step()
