@@ -306,7 +306,8 @@ def test_prospect_box_passes_match_the_old_paths(loss, alpha, div):
                                   ro.Extremile(2.0, shift_cost=0.5, divergence="kl")])
 def test_other_problems_stay_on_the_sorted_paths(risk):
     # a non-box spectrum with a shift cost is not the box oracle's: the default still bubbles
-    # (nu = 0 takes the rank oracle: tests/test_rank_oracle.py)
+    # (near the optimum; far from it, it hands the pass to hull_oracle:
+    # tests/test_hull_oracle.py; nu = 0 takes the rank oracle: tests/test_rank_oracle.py)
     n = 200
     rng = np.random.default_rng(4)
     X = rng.normal(size=(n, 3))

@@ -61,12 +61,23 @@ from .oracles import (CHI2, _bubble, _chi2_weight_at,
                       _chi2_weights_from_blocks, _nu0_weight_at, _pav_chi2_resume,
                       _weights_sorted_ws, sorted_order)
 from .prefetch import _prefetch
+from .hull_oracle import (_hull_build, _hull_replace, _hull_scratch, _hull_weight,
+                          _hull_weight_full)
 from .rank_oracle import (_rank_alloc, _rank_build, _rank_replace, _rank_weight,
                           chunk_size as _rank_chunk)
 
 ORACLE_FULL = 0         #: O(n) per step: PAV resumed at the lowest moved rank (chi2), full PAV (KL)
 ORACLE_INCREMENTAL = 1  #: the box oracle where it applies (CVaR, nu > 0), else the hull tree
 ORACLE_TREE = 2         #: O(s + log^2 n) per step: the hull tree of ``incremental_pav`` always
+ORACLE_HULL = 3         #: ``hull_oracle`` for every spectrum with a shift cost (CVaR included)
+#: ``ORACLE_INCREMENTAL`` on a non-box spectrum with a shift cost starts a pass on the hull
+#: tree (O(s + log^2 n) per step, s the swaps of the bubbling) and hands the rest of the pass
+#: to ``hull_oracle`` (cost per step independent of s) once the swaps so far exceed
+#: ``HULL_SWAPS`` per step plus ``HULL_SLACK``: the tree's cost per swap is ~1/600 of a
+#: hull query (benchmarks/prospect_incremental.py), so a pass far from the optimum (s ~ n/3)
+#: switches within a few steps and one near it (s of a few hundred) stays on the tree.
+HULL_SWAPS = 600
+HULL_SLACK = 20000
 #: a loss above this (or inf / nan) ends the sorted-table pass before it enters the table: the
 #: run has diverged, and the hull tree's geometry (prefix sums of losses) is not defined there
 #: (an infinite loss corrupted memory)
@@ -216,7 +227,10 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     * ``ORACLE_INCREMENTAL`` (the solver's default): for a box spectrum (CVaR, detected by
       ``box_oracle._box_spectrum``) with ``nu > 0``, and for any spectrum with ``nu = 0``
       (``rank_oracle``), ``_epoch_prospect_box`` (no bubbling); otherwise as
-      ``ORACLE_TREE``;
+      ``ORACLE_TREE`` until the swaps pass ``HULL_SWAPS`` per step (plus ``HULL_SLACK``),
+      then ``_epoch_prospect_box`` on ``hull_oracle`` for the rest of the pass;
+    * ``ORACLE_HULL``: ``_epoch_prospect_box`` on ``hull_oracle`` for every spectrum with a
+      shift cost (``rank_oracle`` for ``nu = 0``);
     * ``ORACLE_TREE``: for ``nu > 0`` (chi2 and KL) the hull
       tree of ``incremental_pav`` is built at the start of the pass, refreshed on the ranks
       the bubbling moved (O(s + log^2 n)) and ``q_i`` is read off it (O(log n)); a KL table
@@ -230,11 +244,14 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     8, or empty to skip) accumulates ``[0]`` swaps, ``[1]`` tree nodes refreshed (O(n)
     oracle: ranks re-pooled by the PAV), ``[2]`` bridge-descent steps, ``[3]`` steps, ``[4]``
     tree rebuilds (KL range), ``[5]`` refreshed nodes that kept their bridge, ``[6]`` tangent
-    walks, ``[7]`` buckets rebuilt.
+    walks, ``[7]`` buckets rebuilt (and, length 10, ``[8]`` / ``[9]`` of
+    ``_epoch_prospect_box``).
     """
-    if oracle == ORACLE_INCREMENTAL:
+    if oracle == ORACLE_INCREMENTAL or oracle == ORACLE_HULL:
         bc, bk, br = _box_spectrum(sigma) if nu > 0.0 else (0.0, 0, 0.0)
-        if bk >= 0:  # a box spectrum with a shift cost, or any spectrum without one
+        if oracle == ORACLE_HULL and nu > 0.0:
+            bk = -1  # hull_oracle, whatever the spectrum
+        if bk >= 0 or oracle == ORACLE_HULL:  # nu = 0: rank_oracle; a box: box_oracle
             _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, q,
                                 rho, gbar, order, rank, bc, bk, br, stats)
             return
@@ -275,6 +292,8 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         if rho[m] != 0.0:
             _add_outer(X, m, rho[m], D[m], gbar)
     inc = oracle != ORACLE_FULL
+    switch = oracle == ORACLE_INCREMENTAL and mode == 3
+    swaps = 0
     T = indices.shape[0]
     rnext = -1
     for t in range(T):
@@ -316,6 +335,13 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         if collect:
             stats[0] += hi - lo
             stats[3] += 1
+        swaps += hi - lo
+        if switch and swaps > HULL_SWAPS * (t + 1) + HULL_SLACK and t + 1 < T:
+            # far from the optimum: the rest of the pass on hull_oracle (``order`` sorts the
+            # table; gbar is recomputed exactly there, as at the start of every pass)
+            _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices[t + 1:], W,
+                                losses, D, q, rho, gbar, order, rank, 0.0, -1, 0.0, stats)
+            return
         if mode == 3:
             L0 = _ipav_update(ls, sigma, nu, div, L0, S, lo, hi, r1, stats)
             if L0 != L0:  # KL range exceeded: the O(n) oracle for the rest of the pass
@@ -356,24 +382,34 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
     entries ``bc``, one ``br``: CVaR) with a chi-square or KL cost, ``q_i`` is read off
     ``box_oracle`` (O(log n) per step); for ``nu = 0`` (any spectrum ``sigma``), off the
     multiset of ``rank_oracle`` (O(log n + B) amortised per step, whatever the number of ranks
-    the loss crosses). The same steps as ``_epoch_prospect``; ``order`` / ``rank`` are
+    the loss crosses); for any other spectrum with a shift cost (``bk < 0``), off
+    ``hull_oracle`` (its cost per step does not depend on the ranks crossed either; a wide
+    KL table or an unsettled query takes the O(n) PAV). The same steps as ``_epoch_prospect``; ``order`` / ``rank`` are
     rebuilt by one sort at the end of the pass.
     For ``K = 1`` the iterate and ``gbar`` live in local vectors during the pass (the same
     operations in the same order as the general loops, so the same numbers, vectorised).
     ``stats`` (int64; length 10 to collect): ``[3]`` steps, ``[8]`` elements that changed
-    set (the updated index re-filed, or crossed by the walk), ``[9]`` heap levels sifted."""
+    set (the updated index re-filed, or crossed by the walk), ``[9]`` heap levels sifted;
+    on ``hull_oracle`` (``bk < 0`` with ``nu > 0``): ``[8]`` Newton iterations, ``[9]``
+    chunks scanned."""
     n, p = X.shape
     K = W.shape[1]
     z, dz, c, shrink = _step_scratch(K, lr, reg)
     nu0 = nu == 0.0
-    B = _box_alloc(0 if nu0 else n)
+    hull = not nu0 and bk < 0
+    B = _box_alloc(0 if (nu0 or hull) else n)
     kl = div != CHI2
-    R = _rank_alloc(n if nu0 else 1, _rank_chunk(n))
-    if nu0:  # ``order`` sorts the table at the start of a pass (rebuilt at every pass end)
+    R = _rank_alloc(n if (nu0 or hull) else 1, _rank_chunk(n), hull)
+    work = _hull_scratch()
+    hst = np.zeros(2, dtype=np.int64)
+    if nu0 or hull:  # ``order`` sorts the table at the start of a pass (rebuilt at each end)
         ls0 = np.empty(n)
         for r in range(n):
             ls0[r] = losses[order[r]]
-        _rank_build(ls0, sigma, R)
+        if nu0:
+            _rank_build(ls0, sigma, R)
+        else:
+            _hull_build(ls0, sigma, nu, div, R)
     elif kl:
         _kl_build(losses, q, nu, bc, bk, br, B, stats)
     else:
@@ -404,10 +440,14 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
         i = indices[t]
         if t + 1 < T:  # the next step's row and table entries (a hint, no values)
             _prefetch_row(X, D, y, losses, rho, indices[t + 1])
-            if not nu0:
+            if not (nu0 or hull):
                 _prefetch(pos, indices[t + 1], 0)
         if nu0:
             qi = _rank_weight(R, sigma, losses[i])
+        elif hull:
+            qi = np.nan if R[14][4] != 0.0 else _hull_weight(R, losses[i], work, hst)
+            if qi != qi:  # a wide KL table, or an unsettled query: the O(n) PAV
+                qi = _hull_weight_full(R, sigma, losses[i])
         else:
             qi = _kl_weight(losses[i], f) if kl else _box_weight(losses[i], f)
         lold = losses[i]
@@ -418,7 +458,7 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
                 zz += X[i, j] * w1[j]
             z[0] = zz
             li = _loss_deriv(code, y[i], z, dz)
-            if nu0 and not li <= LOSS_LIMIT:  # diverged: the tables stay as they are
+            if (nu0 or hull) and not li <= LOSS_LIMIT:  # diverged: the tables stay as they are
                 break
             c0 = qi * dz[0] - ri * D[i, 0]
             for j in range(p):
@@ -429,13 +469,15 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
         else:
             _predict_row(X, i, W, z)
             li = _loss_deriv(code, y[i], z, dz)
-            if nu0 and not li <= LOSS_LIMIT:
+            if (nu0 or hull) and not li <= LOSS_LIMIT:
                 break
             _step_update(X, i, W, gbar, D, c, dz, qi, ri, lr, shrink)
         rho[i] = qi
         losses[i] = li
         if nu0:
             _rank_replace(R, lold, li)
+        elif hull:
+            _hull_replace(R, sigma, lold, li)
         elif kl:
             _kl_update(B, i, li, stats)
         else:
@@ -446,18 +488,21 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
         for j in range(p):
             W[j, 0] = w1[j]
             gbar[j, 0] = g1[j]
-    if not nu0:
+    if stats.shape[0] >= 10 and hull:
+        stats[8] += hst[0]
+        stats[9] += hst[1]
+    if not (nu0 or hull):
         _box_weights(losses, B, q, kl)
     with objmode():
         _sort_state(losses, order)
     for r in range(n):
         rank[order[r]] = r
-    if nu0:  # q = sigma by rank, averaged over ties (the sorted-table oracle's end of pass)
+    if nu0 or hull:  # q: the sorted-table oracle's end of pass (one PAV)
         ls = np.empty(n)
         qs = np.empty(n)
         for r in range(n):
             ls[r] = losses[order[r]]
-        _weights_sorted_ws(ls, sigma, 0.0, div, qs, np.empty(0), np.empty(0, dtype=np.int64))
+        _weights_sorted_ws(ls, sigma, nu, div, qs, np.empty(2 * n), np.empty(n, dtype=np.int64))
         for r in range(n):
             q[order[r]] = qs[r]
 

@@ -56,20 +56,131 @@ def chunk_size(n):
 
 
 @njit(cache=True)
-def _rank_alloc(n, B):
-    """Empty state for up to ``n`` values in chunks of capacity ``2 B`` (``n >= 1``)."""
+def _rank_alloc(n, B, hull=False):
+    """Empty state for up to ``n`` values in chunks of capacity ``2 B`` (``n >= 1``); with
+    ``hull``, also the per-value terms ``FV`` and the segment tree over the chunks that
+    ``hull_oracle`` searches (else those arrays are empty)."""
     nmax = 2 * (n // B) + 4
     Shi = np.zeros(n + 1)
     Slo = np.zeros(n + 1)
+    size = 1
+    while size < nmax:
+        size *= 2
+    nt = 2 * size if hull else 0
     return (np.empty((nmax, 2 * B)), np.zeros(nmax, dtype=np.int64),
             np.zeros(nmax, dtype=np.int64), np.empty(nmax), np.zeros(nmax + 1, dtype=np.int64),
-            np.array([0, B, 0, n], dtype=np.int64), np.zeros(nmax, dtype=np.int64), Shi, Slo)
+            np.array([0, B, 0, n, size, 0], dtype=np.int64), np.zeros(nmax, dtype=np.int64), Shi,
+            Slo, np.empty((nmax if hull else 0, 2 * B)), np.zeros(nt, dtype=np.int64),
+            np.zeros(nt), np.zeros(nt), np.zeros(nt), np.zeros(5))
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _fterm(fpar, x):
+    """The hull's term of a loss ``x``: ``x - L0`` (chi-square), ``exp((x - L0) / nu)`` (KL)."""
+    if fpar[3] == 0.0:
+        return x - fpar[0]
+    return np.exp((x - fpar[0]) / fpar[1])
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _tree_pull(tc, tF, tlo, thi, v):
+    a = 2 * v
+    b = a + 1
+    tc[v] = tc[a] + tc[b]
+    tF[v] = tF[a] + tF[b]
+    tlo[v] = tlo[a] if tc[a] > 0 else tlo[b]
+    thi[v] = thi[b] if tc[b] > 0 else thi[a]
+
+
+@njit(cache=True, _nrt=False)
+def _tree_leaf(R, k):
+    """Refresh leaf ``k`` (logical chunk) from its values (its sum recomputed, no drift) and
+    the path above it."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    if tc.shape[0] == 0:
+        return
+    size = meta[4]
+    p = lid[k]
+    m = cnt[p]
+    v = size + k
+    acc = 0.0
+    for j in range(m):
+        acc += FV[p, j]
+    tc[v] = m
+    tF[v] = acc
+    tlo[v] = FV[p, 0] if m > 0 else 0.0
+    thi[v] = FV[p, m - 1] if m > 0 else 0.0
+    v >>= 1
+    while v >= 1:
+        _tree_pull(tc, tF, tlo, thi, v)
+        v >>= 1
+
+
+@njit(cache=True, _nrt=False)
+def _tree_relayout(R, k0, k1, d):
+    """The tree after a split (``d = 1``) or a removal (``d = -1``) of a logical chunk: the
+    leaves at logical positions ``>= k1`` are the old ones shifted by ``d`` (no rescan), those
+    in ``[k0, k1)`` are rescanned, the internal nodes pulled: O(n / B + B)."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    if tc.shape[0] == 0:
+        return
+    size = meta[4]
+    if d > 0:
+        for j in range(size - 1, k1 - 1, -1):
+            _leaf_copy(tc, tF, tlo, thi, size + j, size + j - d)
+    elif d < 0:
+        for j in range(k1, size):
+            if j - d < size:
+                _leaf_copy(tc, tF, tlo, thi, size + j, size + j - d)
+            else:
+                tc[size + j] = 0
+                tF[size + j] = 0.0
+    _tree_rebuild(R, k0, k1)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _leaf_copy(tc, tF, tlo, thi, a, b):
+    tc[a] = tc[b]
+    tF[a] = tF[b]
+    tlo[a] = tlo[b]
+    thi[a] = thi[b]
+
+
+@njit(cache=True, _nrt=False)
+def _tree_rebuild(R, k0=0, k1=-1):
+    """Rescan the leaves of logical chunks ``[k0, k1)`` (all with ``k1 = -1``; the leaves
+    past the last chunk are emptied then) and pull every internal node."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    if tc.shape[0] == 0:
+        return
+    size = meta[4]
+    nc = meta[0]
+    kend = size if k1 < 0 else k1
+    for k in range(k0, kend):
+        v = size + k
+        if k < nc:
+            p = lid[k]
+            m = cnt[p]
+            acc = 0.0
+            for j in range(m):
+                acc += FV[p, j]
+            tc[v] = m
+            tF[v] = acc
+            tlo[v] = FV[p, 0]
+            thi[v] = FV[p, m - 1]
+        else:
+            tc[v] = 0
+            tF[v] = 0.0
+            tlo[v] = 0.0
+            thi[v] = 0.0
+    for v in range(size - 1, 0, -1):
+        _tree_pull(tc, tF, tlo, thi, v)
 
 
 @njit(cache=True, _nrt=False)
 def _fw_rebuild(R):
     """The Fenwick tree of the logical chunk counts, in O(number of chunks)."""
-    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
     for k in range(nc + 1):
         fw[k] = 0
@@ -103,7 +214,7 @@ def _fw_prefix(fw, k):
 def _rank_build(ls, sigma, R):
     """Fill ``R`` with the sorted values ``ls`` (length ``n``) and the prefix sums of
     ``sigma`` (same length)."""
-    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     n = ls.shape[0]
     B = meta[1]
     nmax = cnt.shape[0]
@@ -115,6 +226,9 @@ def _rank_build(ls, sigma, R):
         m = B if k < nc - 1 else n - pos
         for j in range(m):
             V[k, j] = ls[pos + j]
+        if FV.shape[0] > 0:
+            for j in range(m):
+                FV[k, j] = _fterm(fpar, ls[pos + j])
         cnt[k] = m
         lid[k] = k
         top[k] = ls[pos + m - 1]
@@ -129,6 +243,7 @@ def _rank_build(ls, sigma, R):
     meta[0] = nc
     meta[2] = nf
     _fw_rebuild(R)
+    _tree_rebuild(R)
     # double-double prefix sums of sigma (TwoSum)
     hi = 0.0
     lo = 0.0
@@ -180,7 +295,7 @@ def _bound(V, p, m, x, strict):
 @njit(cache=True, _nrt=False)
 def _rank_count(R, x, strict):
     """``#{l < x}`` (``#{l <= x}`` if ``strict``)."""
-    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
     k = _first_chunk(top, nc, x, strict)
     if k == nc:
@@ -204,7 +319,7 @@ def _rank_weight(R, sigma, x):
 @njit(cache=True, _nrt=False)
 def _remove_logical(R, k):
     """Drop logical chunk ``k`` (empty or merged away) and free its id."""
-    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
     free[meta[2]] = lid[k]
     meta[2] += 1
@@ -218,7 +333,7 @@ def _remove_logical(R, k):
 @njit(cache=True, _nrt=False)
 def _split(R, k):
     """Split the full logical chunk ``k`` into two halves (the upper half at ``k + 1``)."""
-    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
     p = lid[k]
     meta[2] -= 1
@@ -227,6 +342,9 @@ def _split(R, k):
     h = m // 2
     for j in range(h, m):
         V[p2, j - h] = V[p, j]
+    if FV.shape[0] > 0:
+        for j in range(h, m):
+            FV[p2, j - h] = FV[p, j]
     cnt[p2] = m - h
     cnt[p] = h
     for j in range(nc, k + 1, -1):
@@ -237,12 +355,13 @@ def _split(R, k):
     top[k] = V[p, h - 1]
     meta[0] = nc + 1
     _fw_rebuild(R)
+    _tree_relayout(R, k, k + 2, 1)
 
 
 @njit(cache=True, _nrt=False)
 def _rank_insert(R, x):
     """Add the value ``x`` to the multiset."""
-    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
     k = _first_chunk(top, nc, x, True)
     if k == nc:
@@ -253,18 +372,24 @@ def _rank_insert(R, x):
     for a in range(m, j, -1):
         V[p, a] = V[p, a - 1]
     V[p, j] = x
+    if FV.shape[0] > 0:
+        for a in range(m, j, -1):
+            FV[p, a] = FV[p, a - 1]
+        FV[p, j] = _fterm(fpar, x)
     cnt[p] = m + 1
     if j == m:
         top[k] = x
     _fw_add(fw, nc, k, 1)
     if m + 1 == V.shape[1]:
         _split(R, k)
+    else:
+        _tree_leaf(R, k)
 
 
 @njit(cache=True, _nrt=False)
 def _rank_delete(R, x):
     """Remove one copy of the value ``x`` (which must be in the multiset)."""
-    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
     k = _first_chunk(top, nc, x, False)
     p = lid[k]
@@ -272,6 +397,10 @@ def _rank_delete(R, x):
     j = _bound(V, p, m, x, False)
     for a in range(j, m - 1):
         V[p, a] = V[p, a + 1]
+    hull = FV.shape[0] > 0
+    if hull:
+        for a in range(j, m - 1):
+            FV[p, a] = FV[p, a + 1]
     m -= 1
     cnt[p] = m
     _fw_add(fw, nc, k, -1)
@@ -279,10 +408,12 @@ def _rank_delete(R, x):
         top[k] = V[p, m - 1]
     B = meta[1]
     if m >= B // 2 or nc == 1:
+        _tree_leaf(R, k)
         return
     if m == 0:
         _remove_logical(R, k)
         _fw_rebuild(R)
+        _tree_relayout(R, k, k, -1)
         return
     # merge with a neighbour, or share evenly when both would not fit in 1.5 B
     kl = k if k + 1 < nc else k - 1
@@ -293,27 +424,43 @@ def _rank_delete(R, x):
     if ml + mr <= (3 * B) // 2:
         for j2 in range(mr):
             V[pl, ml + j2] = V[pr, j2]
+        if hull:
+            for j2 in range(mr):
+                FV[pl, ml + j2] = FV[pr, j2]
         cnt[pl] = ml + mr
         top[kl] = top[kl + 1]
         _remove_logical(R, kl + 1)
+        _fw_rebuild(R)
+        _tree_relayout(R, kl, kl + 1, -1)
+        return
     else:
         h = (ml + mr) // 2
-        if ml > h:  # move the top ml - h values of the left chunk to the front of the right
-            d = ml - h
-            for j2 in range(mr - 1, -1, -1):
-                V[pr, j2 + d] = V[pr, j2]
-            for j2 in range(d):
-                V[pr, j2] = V[pl, h + j2]
-        else:  # move the first h - ml values of the right chunk to the end of the left
-            d = h - ml
-            for j2 in range(d):
-                V[pl, ml + j2] = V[pr, j2]
-            for j2 in range(d, mr):
-                V[pr, j2 - d] = V[pr, j2]
+        _share(V, pl, pr, ml, mr, h)
+        if hull:
+            _share(FV, pl, pr, ml, mr, h)
         cnt[pl] = h
         cnt[pr] = ml + mr - h
         top[kl] = V[pl, h - 1]
     _fw_rebuild(R)
+    _tree_leaf(R, kl)
+    _tree_leaf(R, kl + 1)
+
+
+@njit(cache=True, _nrt=False)
+def _share(V, pl, pr, ml, mr, h):
+    """Chunks ``pl`` (``ml`` values) and ``pr`` (``mr``) keep ``h`` and ``ml + mr - h``."""
+    if ml > h:  # move the top ml - h values of the left chunk to the front of the right
+        d = ml - h
+        for j2 in range(mr - 1, -1, -1):
+            V[pr, j2 + d] = V[pr, j2]
+        for j2 in range(d):
+            V[pr, j2] = V[pl, h + j2]
+    else:  # move the first h - ml values of the right chunk to the end of the left
+        d = h - ml
+        for j2 in range(d):
+            V[pl, ml + j2] = V[pr, j2]
+        for j2 in range(d, mr):
+            V[pr, j2 - d] = V[pr, j2]
 
 
 @njit(cache=True, _nrt=False)
@@ -328,7 +475,7 @@ def _rank_replace(R, old, new):
 @njit(cache=True)
 def _rank_values(R, out):
     """The multiset in sorted order (tests)."""
-    V, cnt, lid, top, fw, meta, free, Shi, Slo = R
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     pos = 0
     for k in range(meta[0]):
         p = lid[k]

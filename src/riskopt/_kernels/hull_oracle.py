@@ -1,0 +1,411 @@
+"""Incremental exact oracle for every spectrum with a chi-square or KL shift cost.
+
+The PAV of ``oracles._weights_sorted_ws`` is the slope of the greatest convex minorant (GCM)
+of a cumulative-sum diagram over the sorted losses ``l_(1) <= ... <= l_(n)``:
+
+* chi-square: points ``(k, Y(k))``, ``Y(k) = sum_{r <= k} (l_(r) - L0) - A S(k)``, ``A = 2 n
+  nu``, ``S(k) = sigma_1 + ... + sigma_k``; the rank-``r`` weight is ``q = max(0, (l_(r) - L0 -
+  s) / A)`` with ``s`` the GCM's slope over rank ``r``;
+* KL: points ``(S(k), E(k))``, ``E(k) = sum_{r <= k} exp((l_(r) - L0) / nu)`` (a weighted
+  isotonic regression of ``exp(l / nu) / sigma`` with weights ``sigma``); ``q = exp((l_(r) -
+  L0) / nu) / s``.
+
+(``L0`` is a reference loss: the median of the table at the build for chi-square, its
+mid-range for KL.) The structure is the blocked sorted list of ``rank_oracle`` (the loss
+multiset in value-ordered chunks), with each value's term ``f(l)`` (``l - L0`` or ``exp((l -
+L0) / nu)``) beside it and a segment tree over the chunks holding per node its count ``m``,
+the sum ``F`` of its terms and its smallest and largest terms ``f_lo``, ``f_hi``. Nothing in it
+depends on ranks, so a loss that moves across many ranks costs one deletion and one
+insertion (``O(log n + B)``, plus the splits and merges of ``rank_oracle``).
+
+Query (the weight of one loss ``x``, at rank ``r``: the first of its tie). The GCM segment over
+``r`` joins vertices ``p < r <= q`` and is the root of ``h_L(s) = h_R(s)``, ``h_L(s) =
+min_{k < r} G_s(k)``, ``h_R(s) = min_{k >= r} G_s(k)``, ``G_s(k) = Y(k) - s W(k)``: a Newton
+(Dinkelbach) iteration from ``(p, q) = (r - 1, r)``: ``s`` = the slope of ``(p, q)``, then ``p``
+and ``q`` the minimisers of ``G_s`` on either side, until neither moves. Each minimisation is a
+branch-and-bound descent of the segment tree: over a node of ``m`` values after ``P`` ranks,
+``Y(P + t) = Y(P) + U(t)`` with ``U`` convex (sorted terms), so ``U(t) >= t f_lo`` and ``U(t)
+>= F - (m - t) f_hi``, and ``-A S(P + t) - s W(P + t)`` is concave in ``t`` (``sigma``
+non-decreasing), so each linear bound plus the concave part is least at ``t = 0`` or ``t =
+m``: an O(1) lower bound of ``G_s`` over the node. Nodes whose bound is not below the best
+point found are pruned; leaves are scanned (``O(B)``). The final slope is computed from the
+range sum of the terms between ``p`` and ``q`` (segment-tree range query: no cancellation of
+prefix sums) and the double-double prefix sums of ``sigma``.
+
+Cost per query: O(iterations x (nodes visited x log n + chunks scanned x B)). The iterations
+and the chunks scanned depend on the table (how flat ``G_s`` is near its minimisers), not on
+the ranks the last update crossed; no bound is proved here beyond O(n) per query (every
+chunk scanned), which the benchmark measures (``benchmarks/prospect_incremental.py``). The
+iteration is capped (``MAX_NEWTON``); a query that does not settle returns ``nan`` and the
+caller uses the O(n) PAV (``_hull_weight_full``).
+
+KL terms: ``L0`` is the mid-range of the table at the build; a loss more than ``KL_WINDOW nu``
+from it triggers a rebuild about the new mid-range (O(n)); a table spanning more than ``2
+KL_RANGE nu`` is marked wide and left to the full PAV (as ``incremental_pav`` does).
+"""
+import numpy as np
+from numba import njit
+
+from .oracles import CHI2, _weights_sorted_ws
+from .rank_oracle import (_fterm, _rank_alloc, _rank_build, _rank_count, _rank_replace,
+                          _rank_values)
+
+MAX_NEWTON = 64   #: Newton iterations before a query gives up (the caller runs the full PAV)
+KL_RANGE = 600.0  #: a KL table spanning more than 2 KL_RANGE nu is left to the full PAV
+KL_WINDOW = 650.0  #: |l - L0| / nu beyond which the KL terms are rebuilt about the mid-range
+_EPS4 = 4.0 * 2.220446049250313e-16
+STACK = 256
+
+
+@njit(cache=True)
+def _hull_alloc(n, B):
+    return _rank_alloc(n, B, True)
+
+
+@njit(cache=True, _nrt=False)
+def _hull_build(ls, sigma, nu, div, R):
+    """Fill ``R`` with the sorted losses ``ls``; sets ``fpar = [L0, nu, A, kind, wide]`` and
+    ``meta[5]`` (the number of leading zeros of ``sigma``, KL). ``wide = 1``: a KL table
+    spanning more than ``2 KL_RANGE nu`` (its terms are not all representable: the caller
+    uses the full PAV, ``_hull_weight_full``)."""
+    fpar = R[14]
+    n = ls.shape[0]
+    fpar[4] = 0.0
+    if div == CHI2:
+        fpar[0] = ls[n // 2]
+        fpar[2] = 2.0 * n * nu
+        fpar[3] = 0.0
+    else:
+        fpar[0] = 0.5 * (ls[0] + ls[n - 1])
+        fpar[2] = 0.0
+        fpar[3] = 1.0
+        if ls[n - 1] - ls[0] > 2.0 * KL_RANGE * nu:
+            fpar[4] = 1.0
+    fpar[1] = nu
+    _rank_build(ls, sigma, R)
+    _set_zeros(R, sigma)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _cpart(Shi, fpar, k, s):
+    """The concave part ``-A S(k) - s W(k)`` of ``G_s(k)``."""
+    if fpar[3] == 0.0:
+        return -(fpar[2] * Shi[k] + s * k)
+    return -s * Shi[k]
+
+
+@njit(cache=True, _nrt=False)
+def _prefix_F(R, k):
+    """Sum of the terms of the ``k`` smallest losses."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    size = meta[4]
+    v = 1
+    acc = 0.0
+    kk = k
+    while v < size:
+        a = 2 * v
+        if kk <= tc[a]:
+            v = a
+        else:
+            acc += tF[a]
+            kk -= tc[a]
+            v = a + 1
+    p = lid[v - size]
+    for j in range(kk):
+        acc += FV[p, j]
+    return acc
+
+
+@njit(cache=True, _nrt=False)
+def _range_F(R, k0, k1):
+    """Sum of the terms of the losses of ranks ``k0 + 1 .. k1`` (1-based), summed over the
+    covering chunks and tree nodes (no difference of prefix sums)."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    size = meta[4]
+    nc = meta[0]
+    j0, P0 = _locate(R, k0)  # chunks and offsets of ranks k0 + 1 and k1
+    j1, P1 = _locate(R, k1 - 1)
+    p0 = lid[j0]
+    if j0 == j1:
+        acc = 0.0
+        for j in range(k0 - P0, k1 - P0):
+            acc += FV[p0, j]
+        return acc
+    acc = 0.0
+    for j in range(k0 - P0, cnt[p0]):
+        acc += FV[p0, j]
+    p1 = lid[j1]
+    acc2 = 0.0
+    for j in range(0, k1 - P1):
+        acc2 += FV[p1, j]
+    # full chunks j0 + 1 .. j1 - 1: bottom-up segment-tree range sum
+    mid = 0.0
+    lo = j0 + 1 + size
+    hi = j1 + size  # exclusive
+    while lo < hi:
+        if lo & 1:
+            mid += tF[lo]
+            lo += 1
+        if hi & 1:
+            hi -= 1
+            mid += tF[hi]
+        lo >>= 1
+        hi >>= 1
+    return acc + mid + acc2
+
+
+@njit(cache=True, _nrt=False)
+def _locate(R, e):
+    """``(logical chunk, ranks before it)`` of the loss of 0-based rank ``e``."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    size = meta[4]
+    v = 1
+    P = 0
+    kk = e
+    while v < size:
+        a = 2 * v
+        if kk < tc[a]:
+            v = a
+        else:
+            P += tc[a]
+            kk -= tc[a]
+            v = a + 1
+    return v - size, P
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _node_bound(Shi, fpar, s, P, Fp, m, F, flo, fhi):
+    """Lower bound of ``G_s`` over the points ``P .. P + m`` of a node, and its rounding
+    allowance."""
+    a0 = Fp + _cpart(Shi, fpar, P, s)
+    aM = Fp + _cpart(Shi, fpar, P + m, s)
+    b1 = aM + m * flo
+    b2 = a0 + (F - m * fhi)
+    b3 = aM + F
+    lb1 = a0 if a0 < b1 else b1
+    lb2 = b2 if b2 < b3 else b3
+    lb = lb1 if lb1 > lb2 else lb2
+    tol = _EPS4 * (abs(a0) + abs(aM) + abs(F) + m * (abs(flo) + abs(fhi)))
+    return lb - tol
+
+
+@njit(cache=True, _nrt=False)
+def _search(R, s, klo, khi, best, kbest, ybest, sv, sP, sF, sb):
+    """Minimise ``G_s(k) = Y(k) - A S(k) - s W(k)`` over ``k`` in ``[klo, khi]``, starting
+    from a known point (``best = G_s(kbest)``, ``ybest = Y(kbest)``); a point replaces it
+    only when strictly lower. Returns ``(best, kbest, ybest, leaves scanned)``."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    size = meta[4]
+    scanned = 0
+    if klo == 0 and 0.0 < best:  # the origin
+        best = 0.0
+        kbest = 0
+        ybest = 0.0
+    h = 0
+    sv[0] = 1
+    sP[0] = 0
+    sF[0] = 0.0
+    sb[0] = -np.inf
+    h = 1
+    while h > 0:
+        h -= 1
+        v = sv[h]
+        P = sP[h]
+        Fp = sF[h]
+        if sb[h] >= best:
+            continue
+        m = tc[v]
+        if v >= size:  # a chunk: scan its points inside [klo, khi]
+            p = lid[v - size]
+            scanned += 1
+            acc = Fp
+            t0 = klo - P if klo > P else 1
+            for t in range(1, t0):
+                acc += FV[p, t - 1]
+            t1 = khi - P if khi - P < m else m
+            for t in range(t0, t1 + 1):
+                acc += FV[p, t - 1]
+                k = P + t
+                g = acc + _cpart(Shi, fpar, k, s)
+                if g < best:
+                    best = g
+                    kbest = k
+                    ybest = acc
+            continue
+        a = 2 * v
+        b = a + 1
+        ma = tc[a]
+        # children: their point ranges [P + 1, P + ma] and [P + ma + 1, P + m]
+        la = np.inf
+        lb = np.inf
+        if ma > 0 and P + ma >= klo and P + 1 <= khi:
+            la = _node_bound(Shi, fpar, s, P, Fp, ma, tF[a], tlo[a], thi[a])
+        mb = m - ma
+        if mb > 0 and P + m >= klo and P + ma + 1 <= khi:
+            lb = _node_bound(Shi, fpar, s, P + ma, Fp + tF[a], mb, tF[b], tlo[b], thi[b])
+        if h + 2 > sv.shape[0]:
+            return np.nan, -1, 0.0, scanned
+        # push the child with the larger bound first (the smaller one is searched first)
+        if la <= lb:
+            if lb < best:
+                sv[h] = b
+                sP[h] = P + ma
+                sF[h] = Fp + tF[a]
+                sb[h] = lb
+                h += 1
+            if la < best:
+                sv[h] = a
+                sP[h] = P
+                sF[h] = Fp
+                sb[h] = la
+                h += 1
+        else:
+            if la < best:
+                sv[h] = a
+                sP[h] = P
+                sF[h] = Fp
+                sb[h] = la
+                h += 1
+            if lb < best:
+                sv[h] = b
+                sP[h] = P + ma
+                sF[h] = Fp + tF[a]
+                sb[h] = lb
+                h += 1
+    return best, kbest, ybest, scanned
+
+
+@njit(cache=True, _nrt=False)
+def _slope(R, p, q, yp, yq):
+    """The slope between points ``p < q`` from the quick prefix values (the iteration)."""
+    Shi = R[7]
+    fpar = R[14]
+    if fpar[3] == 0.0:
+        return ((yq - yp) - fpar[2] * (Shi[q] - Shi[p])) / (q - p)
+    return (yq - yp) / (Shi[q] - Shi[p])
+
+
+@njit(cache=True, _nrt=False, error_model="numpy")
+def _hull_weight(R, x, work, stats):
+    """The weight of a loss ``x`` of the multiset, or ``nan`` when the iteration does not
+    settle in ``MAX_NEWTON`` steps. ``work``: int64 scratch of length >= 2 STACK (the search
+    stacks) and float scratch; ``stats[0]`` += Newton iterations, ``stats[1]`` += chunks
+    scanned."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    sv, sP, sF, sb = work
+    n = meta[3]
+    a = _rank_count(R, x, False)
+    r = a + 1
+    fx = _fterm(fpar, x)
+    p = a
+    yp = _prefix_F(R, p)
+    q = r
+    yq = yp + fx
+    zlo = r
+    if fpar[3] != 0.0:
+        z = meta[5]  # leading zeros of sigma: the block of r <= z reaches past them
+        if zlo < z + 1:
+            zlo = z + 1
+            yq = _prefix_F(R, zlo)
+            q = zlo
+    it = 0
+    ok = False
+    while it < MAX_NEWTON:
+        it += 1
+        s = _slope(R, p, q, yp, yq)
+        gp = yp + _cpart(Shi, fpar, p, s)
+        gq = yq + _cpart(Shi, fpar, q, s)
+        # a point replaces p (q) only when lower by more than the rounding of G there
+        # (KL terms are positive: the rounding of a prefix sum is relative to it)
+        fm = abs(tlo[1]) if abs(tlo[1]) > abs(thi[1]) else abs(thi[1])
+        if fpar[3] != 0.0:
+            fm = 0.0
+        tp = _EPS4 * 4.0 * (abs(yp) + abs(gp - yp) + p * fm)
+        tq = _EPS4 * 4.0 * (abs(yq) + abs(gq - yq) + q * fm)
+        g2, p2, yp2, sc1 = _search(R, s, 0, r - 1, gp - tp, p, yp, sv, sP, sF, sb)
+        g3, q2, yq2, sc2 = _search(R, s, zlo, n, gq - tq, q, yq, sv, sP, sF, sb)
+        if stats.shape[0] >= 2:
+            stats[1] += sc1 + sc2
+        if p2 < 0 or q2 < 0 or g2 != g2 or g3 != g3:
+            break
+        if p2 == p and q2 == q:
+            ok = True
+            break
+        p = p2
+        q = q2
+        yp = yp2
+        yq = yq2
+    if stats.shape[0] >= 2:
+        stats[0] += it
+    if not ok:
+        return np.nan
+    dy = _range_F(R, p, q)
+    if fpar[3] == 0.0:
+        ds = (Shi[q] - Shi[p]) + (Slo[q] - Slo[p])
+        c = (dy - fpar[2] * ds) / (q - p)
+        v = ((x - fpar[0]) - c) / fpar[2]
+        return v if v > 0.0 else 0.0
+    dw = (Shi[q] - Shi[p]) + (Slo[q] - Slo[p])
+    return fx * (dw / dy)
+
+
+@njit(cache=True)
+def _hull_weight_full(R, sigma, x):
+    """The weight of ``x`` by the O(n) PAV over the multiset (the fallback)."""
+    fpar = R[14]
+    n = R[5][3]
+    ls = np.empty(n)
+    _rank_values(R, ls)
+    qs = np.empty(n)
+    div = CHI2 if fpar[3] == 0.0 else 1
+    _weights_sorted_ws(ls, sigma, fpar[1], div, qs, np.empty(2 * n), np.empty(n, dtype=np.int64))
+    a = _rank_count(R, x, False)
+    return qs[a]
+
+
+@njit(cache=True)
+def _hull_scratch():
+    return (np.empty(STACK, dtype=np.int64), np.empty(STACK, dtype=np.int64),
+            np.empty(STACK), np.empty(STACK))
+
+
+@njit(cache=True)
+def _hull_replace(R, sigma, old, new):
+    """One loss changes from ``old`` to ``new``. KL: a loss more than ``KL_WINDOW nu`` from
+    ``L0`` rebuilds the terms about the new table's mid-range (O(n)), or marks the table wide
+    (``fpar[4] = 1``, see ``_hull_build``); a wide table is rebuilt at every update until it
+    fits again. Returns False when the table is wide."""
+    fpar = R[14]
+    if fpar[3] != 0.0 and (fpar[4] != 0.0 or abs(new - fpar[0]) > KL_WINDOW * fpar[1]):
+        n = R[5][3]
+        ls = np.empty(n)
+        _rank_values(R, ls)
+        _rank_replace_sorted(ls, old, new)
+        _hull_build(ls, sigma, fpar[1], 1, R)
+        return fpar[4] == 0.0
+    _rank_replace(R, old, new)
+    return True
+
+
+@njit(cache=True)
+def _rank_replace_sorted(ls, old, new):
+    """Replace one copy of ``old`` by ``new`` in the sorted array ``ls`` (kept sorted)."""
+    n = ls.shape[0]
+    i = np.searchsorted(ls, old)
+    for j in range(i, n - 1):
+        ls[j] = ls[j + 1]
+    ls[n - 1] = new
+    j = n - 1
+    while j > 0 and ls[j - 1] > new:
+        ls[j] = ls[j - 1]
+        j -= 1
+    ls[j] = new
+
+
+@njit(cache=True, _nrt=False)
+def _set_zeros(R, sigma):
+    meta = R[5]
+    z = 0
+    while z < sigma.shape[0] and sigma[z] == 0.0:
+        z += 1
+    meta[5] = z

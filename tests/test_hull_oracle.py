@@ -1,0 +1,217 @@
+"""The shift-cost incremental oracle (``riskopt._kernels.hull_oracle``) against the O(n) PAV.
+
+Property tests (hypothesis): the loss tables and update sequences of
+``test_incremental_pav._case`` (continuous, ties, exponential, a large offset; small moves,
+fresh draws, jumps to both ends, rewrites of an existing value), every spectrum family of that
+file, chi-square and KL, shift costs over four decades, chunk sizes 2 to 64. After every update
+the weight the structure gives every sample's loss must equal ``oracles._risk_weights`` (sort +
+PAV) to 1e-12 absolute (the weights sum to 1), and the Newton iteration must settle (no
+fallback). A pure-NumPy twin of the query (``_numpy_weight``: the GCM slope over the rank by
+the min-max formula on the cumulative-sum diagram) is checked against both.
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+import riskopt as ro
+from riskopt._kernels import hull_oracle as ho
+from riskopt._kernels import oracles as ko
+from riskopt._kernels import prospect as kp
+from test_incremental_pav import DISTS, MOVES, SPECTRA, _case
+
+TOL = 1e-12
+
+
+@njit(cache=True)
+def _replay(losses, sigma, nu, div, idx, vals, B):
+    """Apply ``losses[idx[t]] = vals[t]`` one by one; after each, compare every sample's
+    weight with the full oracle. Returns ``(max abs error, fallbacks, stats)``."""
+    n = losses.shape[0]
+    R = ho._hull_alloc(n, B)
+    ho._hull_build(np.sort(losses), sigma, nu, div, R)
+    work = ho._hull_scratch()
+    stats = np.zeros(2, dtype=np.int64)
+    qf = np.empty(n)
+    worst = 0.0
+    fallbacks = 0
+    wide = 0
+    for t in range(-1, idx.shape[0]):
+        if t >= 0:
+            i = idx[t]
+            ho._hull_replace(R, sigma, losses[i], vals[t])
+            losses[i] = vals[t]
+        ko._risk_weights(losses, sigma, nu, div, qf)
+        if R[14][4] != 0.0:  # a wide KL table: only if it spans more than 2 KL_RANGE nu
+            wide += 1
+            if not losses.max() - losses.min() > 2.0 * ho.KL_RANGE * nu:
+                return np.inf, 0, stats
+            continue
+        for j in range(n):
+            w = ho._hull_weight(R, losses[j], work, stats)
+            if w != w:
+                fallbacks += 1
+                w = ho._hull_weight_full(R, sigma, losses[j])
+            e = abs(w - qf[j])
+            if e > worst:
+                worst = e
+    return worst, fallbacks, stats
+
+
+def _numpy_weight(losses, sigma, nu, div, x):
+    """The twin: sort, the cumulative-sum diagram, and the GCM slope over the first rank of
+    ``x`` by the min-max formula ``max_{p < r} min_{q >= r} slope(p, q)`` (O(n^2))."""
+    ls = np.sort(losses)
+    n = ls.size
+    S = np.concatenate([[0.0], np.cumsum(sigma)])
+    if div == ko.CHI2:
+        A = 2 * n * nu
+        L0 = ls[n // 2]
+        Y = np.concatenate([[0.0], np.cumsum(ls - L0)]) - A * S
+        W = np.arange(n + 1.0)
+    else:
+        L0 = ls[-1]
+        Y = np.concatenate([[0.0], np.cumsum(np.exp((ls - L0) / nu))])
+        W = S
+    r = int(np.count_nonzero(ls < x)) + 1
+    best = -np.inf
+    for p in range(r):
+        qs = np.arange(r, n + 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sl = (Y[qs] - Y[p]) / (W[qs] - W[p])
+        sl = np.where(W[qs] > W[p], sl, np.inf)
+        best = max(best, sl.min())
+    if div == ko.CHI2:
+        return max(0.0, ((x - L0) - best) / A)
+    return np.exp((x - L0) / nu) / best
+
+
+def _check(seed, n, spectrum, dist, move, div, nu_rel, B, steps):
+    losses, sigma, idx, vals = _case(seed, n, spectrum, dist, move, steps)
+    spread = max(float(np.ptp(np.concatenate([losses, vals]))), 1.0)
+    nu = nu_rel * spread
+    worst, fallbacks, stats = _replay(losses.copy(), sigma, nu, div, idx, vals, B)
+    assert worst <= TOL, (worst, fallbacks)
+    assert fallbacks == 0, fallbacks
+    return stats
+
+
+PROP = settings(max_examples=60, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow])
+cases = dict(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120),
+             spectrum=st.sampled_from(SPECTRA), dist=st.sampled_from(DISTS),
+             move=st.sampled_from(MOVES), div=st.sampled_from([ko.CHI2, ko.KL]),
+             nu_rel=st.sampled_from([1e-3, 1e-2, 0.1, 1.0]), B=st.sampled_from([2, 3, 8, 64]))
+
+
+@PROP
+@given(**cases)
+def test_hull_weights_equal_full_pav_after_every_update(seed, n, spectrum, dist, move, div,
+                                                         nu_rel, B):
+    _check(seed, n, spectrum, dist, move, div, nu_rel, B, steps=min(2 * n + 5, 100))
+
+
+@pytest.mark.parametrize("div", [ko.CHI2, ko.KL])
+@pytest.mark.parametrize("n,spectrum,dist,move,B", [
+    (1500, "esrm", "gauss", "ends", 16), (1200, "extremile", "ties", "mixed", 8),
+    (1000, "user", "exp", "fresh", 32)])
+def test_hull_weights_at_larger_n(div, n, spectrum, dist, move, B):
+    _check(11 + n, n, spectrum, dist, move, div, 0.1, B, steps=20)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(**{**cases, "n": st.integers(1, 2000)})
+def test_hull_weights_property_up_to_2000(seed, n, spectrum, dist, move, div, nu_rel, B):
+    _check(seed, n, spectrum, dist, move, div, nu_rel, B, steps=40)
+
+
+@pytest.mark.parametrize("div", [ko.CHI2, ko.KL])
+@pytest.mark.parametrize("spectrum,dist", [("esrm", "gauss"), ("cvar", "ties"),
+                                           ("user", "exp")])
+def test_numpy_twin_gives_the_same_weights(div, spectrum, dist):
+    losses, sigma, idx, vals = _case(9, 60, spectrum, dist, "mixed", 30)
+    nu = 0.1 * max(float(np.ptp(losses)), 1.0)
+    R = ho._hull_alloc(60, 4)
+    ho._hull_build(np.sort(losses), sigma, nu, div, R)
+    work = ho._hull_scratch()
+    st_ = np.zeros(2, dtype=np.int64)
+    qf = np.empty(60)
+    for i, v in zip(idx, vals):
+        ko._risk_weights(losses, sigma, nu, div, qf)
+        for j in range(60):
+            tw = _numpy_weight(losses, sigma, nu, div, losses[j])
+            assert abs(tw - qf[j]) <= TOL
+            assert abs(ho._hull_weight(R, losses[j], work, st_) - tw) <= TOL
+        ho._hull_replace(R, sigma, losses[i], v)
+        losses[i] = v
+
+
+# ------------------------------------------------------------------------------- solver
+def _user(rng, n):
+    s = np.sort(rng.exponential(size=n))
+    return s / s.sum()
+
+
+def _objective(n, risk, div, seed=0, d=4, ties=False):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = X @ rng.normal(size=d) + rng.standard_t(4, size=n)
+    if ties:
+        X = np.round(X)
+        y = np.round(y)
+    kw = dict(shift_cost=0.3, divergence=div)
+    r = {"esrm": ro.ESRM(1.0, **kw), "extremile": ro.Extremile(2.0, **kw),
+         "cvar": ro.CVaR(0.3, **kw), "user": ro.SpectralRisk(_user(rng, n), **kw)}[risk]
+    return ro.Objective("absolute" if ties else "squared", r, X, y, l2_reg=1.0 / n,
+                        fit_intercept=True)
+
+
+def _solvers(lr, *oracles):
+    out = []
+    for o in oracles:
+        s = ro.solvers.Prospect(lr=lr, random_state=0)
+        s._oracle = o
+        s._stats = np.zeros(10, dtype=np.int64)
+        out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("div", ["chi2", "kl"])
+@pytest.mark.parametrize("risk,ties", [("esrm", False), ("extremile", True), ("user", False),
+                                       ("cvar", False)])
+def test_prospect_hull_path_matches_the_sorted_path_step_by_step(risk, ties, div):
+    n = 100
+    obj = _objective(n, risk, div, ties=ties)
+    new, old = _solvers(0.02, kp.ORACLE_HULL, kp.ORACLE_FULL)
+    s_new = new.init_state(obj)
+    s_old = old.init_state(obj)
+    idx = np.random.default_rng(1).integers(0, n, size=n)
+    for t in range(n):  # one kernel call per step: every iterate is compared
+        s_new = new.update(obj, s_new, indices=idx[t:t + 1])
+        s_old = old.update(obj, s_old, indices=idx[t:t + 1])
+        for f in ("coef", "losses", "derivs", "q", "rho", "gbar"):
+            a, b = getattr(s_new, f), getattr(s_old, f)
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()),
+                                       err_msg=f"{f} at step {t}")
+    assert new._stats[8] > 0 and new._stats[0] == 0  # Newton iterations, no bubbling
+
+
+@pytest.mark.parametrize("div", ["chi2", "kl"])
+def test_default_switches_to_the_hull_far_from_the_optimum(div):
+    # from the default start the bubbling moves ~n/3 ranks per step: the default oracle
+    # hands the pass to hull_oracle within a few dozen steps, and the passes agree with the
+    # hull tree's (to rounding: gbar is recomputed at the switch)
+    n = 3000
+    obj = _objective(n, "esrm", div, seed=3)
+    inc, tree = _solvers(0.01, kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE)
+    a, b = inc.init_state(obj), tree.init_state(obj)
+    for _ in range(2):
+        idx = np.random.default_rng(int(a.epoch)).integers(0, n, size=n)
+        a, b = inc.update(obj, a, indices=idx), tree.update(obj, b, indices=idx)
+        np.testing.assert_allclose(a.coef, b.coef, rtol=0, atol=1e-10 * np.abs(b.coef).max())
+        np.testing.assert_allclose(a.q, b.q, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(a.order, b.order)
+    assert inc._stats[8] > 0 and inc._stats[0] < tree._stats[0] / 10
