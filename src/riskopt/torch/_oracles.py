@@ -166,13 +166,14 @@ def _sorted_nu0(ls, sigma):
 
 def _select_two_level(l, sigma, z):
     """Selection form for a two-level spectrum with ``z`` leading zeros (original order)."""
-    n = l.shape[-1]
     t = torch.kthvalue(l, z + 1, dim=-1, keepdim=True).values
     below = (l < t).sum(-1, keepdim=True)
-    tie = (l == t).sum(-1, keepdim=True)
-    cs = _cumsum0(sigma).expand(*l.shape[:-1], n + 1)
-    w_tie = (cs.gather(-1, below + tie) - cs.gather(-1, below)) / tie.to(l.dtype)
-    return torch.where(l > t, sigma[-1], torch.where(l == t, w_tie, 0.0))
+    at = l == t
+    tie = at.sum(-1, keepdim=True)
+    # the tie holds ranks [below, below + tie), z among them: sigma sums to
+    # f + (below + tie - 1 - z) s over them
+    w_tie = (sigma[z] + (below + tie - 1 - z) * sigma[-1]) / tie
+    return torch.where(l > t, sigma[-1], torch.where(at, w_tie, 0.0))
 
 
 # ------------------------------------------------------------------- parallel PAV
@@ -305,8 +306,7 @@ def spectral_weights(l, sigma, nu, div, z=None, two_level=None):
     (``nu = 0`` only)."""
     if nu == 0.0 and two_level is not None:
         q = _select_two_level(l, sigma, two_level)
-        top = l.amax(-1, keepdim=True)
-        return top.squeeze(-1) + (q * (l - top)).sum(-1), q
+        return (q * l).sum(-1), q
     ls, order = torch.sort(l, dim=-1, stable=True)
     if nu == 0.0:
         qs = _sorted_nu0(ls, sigma)
@@ -332,13 +332,18 @@ def kl_penalised(l, lam):
     """``(lam log mean exp(l / lam), softmax(l / lam))`` per row (float64)."""
     n = l.shape[-1]
     c = l.amax(-1, keepdim=True)
-    z = (l - c) / lam
-    lse = torch.logsumexp(z, -1)
-    q = torch.exp(z - lse.unsqueeze(-1))
+    d = l - c
+    z = d / lam
+    lse = torch.logsumexp(z, -1, keepdim=True)
+    q = torch.exp(z - lse)
     lme = lse - math.log(n)
-    near = torch.log1p(torch.expm1(z).mean(-1))  # lam >> range: no cancellation
-    zmin = z.amin(-1)
-    return c.squeeze(-1) + lam * torch.where(zmin > -0.5, near, lme), q
+    near = torch.log1p(torch.expm1(z).mean(-1, keepdim=True))  # lam >> range: no cancellation
+    zmin = z.amin(-1, keepdim=True)
+    val = c + lam * torch.where(zmin > -0.5, near, lme)
+    # lam > 1e8 x the range (d / lam may underflow): mean(d) + Var(d) / (2 lam)
+    dm = d.mean(-1, keepdim=True)
+    quad = c + dm + ((d - dm) * ((d - dm) / lam)).mean(-1, keepdim=True) / 2
+    return torch.where(zmin > -1e-8, quad, val).squeeze(-1), q
 
 
 def kl_constrained(l, radius, shift_cost=0.0, steps=40, early_exit=None):

@@ -1,17 +1,14 @@
 r"""KL-penalised and KL-constrained DRO of a batch (the maths: :mod:`riskopt.objectives.kl_dro`)."""
-import math
-
+import numpy as np
 import torch
 from torch import nn
-
-import numpy as np
 
 from ..._validation import check_int, check_positive
 from ...objectives.kl_dro import kl_dro_weights
 from .. import _oracles as _to
-from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_rows, _check_choice,
-                      _check_finite_t, _check_losses, _host_eager, _reduce, _to_numpy64,
-                      _work_dtype)
+from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_dot, _check_choice,
+                      _check_finite_np, _check_losses, _check_value_finite, _host_eager,
+                      _reduce)
 
 __all__ = ["KLDROLoss", "kl_dro"]
 
@@ -25,8 +22,8 @@ class KLDROLoss(_GatherMixin, nn.Module):
 
     * ``KLDROLoss(shift_cost=lam)``: :math:`\lambda\log\frac1b\sum_i e^{l_i/\lambda} = \max_q
       q^\top l - \lambda KL(q\|\mathbf 1/b)` (the same as ``SpectralRiskLoss(ro.MaxLoss(
-      shift_cost=lam, divergence="kl"))``); gradient ``softmax(l / lam)``. Without ``gather``
-      this is computed by ``torch.logsumexp`` on the losses' device (no host round trip).
+      shift_cost=lam, divergence="kl"))``); gradient ``softmax(l / lam)``, computed in float64
+      on the losses' device (:func:`riskopt.torch._oracles.kl_penalised`).
     * ``KLDROLoss(radius=rho, shift_cost=lam0)``: :math:`\max_{KL(q\|\mathbf 1/b)\le\rho}
       q^\top l - \lambda_0 KL(q\|\mathbf 1/b)` through its 1-D dual over :math:`\lambda \ge
       \lambda_0` (SCDRO paper, Eq. 2), solved in float64 on the losses' device by
@@ -80,71 +77,45 @@ class KLDROLoss(_GatherMixin, nn.Module):
         self.newton_steps = check_int("newton_steps", newton_steps, minimum=1)
         self.last_lam = None
 
-    def _penalised(self, losses):
-        """Penalised value with autograd through ``logsumexp`` (gradient ``softmax``)."""
-        lam = self.shift_cost
-        dt = _work_dtype(losses)  # float16: l / lam overflows 65504
-        fi = torch.finfo(dt)
-        wide = dt if fi.tiny <= lam <= fi.max else torch.float64  # lam = 1e-300 in float32
-        x = losses.to(wide)
-        c = x.detach().amax(-1, keepdim=True)
-        z = (x - c) / lam  # <= 0: l / lam = 1e5 / 1e-300 overflowed even in float64
-        lme = torch.logsumexp(z, dim=-1) - math.log(losses.shape[-1])
-        # lam far above the range of the losses: log1p(mean(expm1(z))) keeps the digits
-        # that logsumexp - log(b) cancels (lam = 1e20 gave the max loss, not the mean);
-        # chosen on the device (no host round trip)
-        near = torch.log1p(torch.expm1(z).mean(-1))
-        zmin = z.detach().amin(-1)
-        c = c.squeeze(-1)
-        val = c + lam * torch.where(zmin > -0.5, near, lme)
-        # lam > 1e8 x the range: z may underflow (losses ~1e-300, lam = 1e300 gave the max
-        # loss): mean(d) + Var(d) / (2 lam), on d zeroed unless chosen (no NaN gradient)
-        tiny = (zmin > -1e-8).unsqueeze(-1)
-        d = torch.where(tiny, x - c.unsqueeze(-1), torch.zeros_like(x))
-        dm = d.mean(-1, keepdim=True)
-        quad = c + dm.squeeze(-1) + ((d - dm) * ((d - dm) / lam)).mean(-1) / 2
-        return torch.where(zmin > -1e-8, quad, val).to(dt)
-
-    def _constrained(self, l64):
-        """``(value, q, lam)`` of each row (float64, no autograd)."""
-        use_torch = self.oracle == "torch" or (
-            self.oracle == "auto" and (l64.ndim > 1 or not _host_eager(l64)
-                                       or l64.shape[-1] > 512))
+    def _weights(self, l64):
+        """``(value, q, lam)`` of each row (float64, no autograd): the tensor program on a
+        device / under compile, NumPy (:func:`kl_dro_weights`) on CPU tensors in eager mode
+        (``oracle="auto"``)."""
         if self.oracle == "numba" and torch.compiler.is_compiling():
             raise ValueError("oracle='numba' cannot run under torch.compile; use 'auto'")
-        if use_torch:
+        if self.oracle == "torch" or (self.oracle == "auto" and not _host_eager(l64)):
+            if self.radius is None:
+                val, q = _to.kl_penalised(l64, self.shift_cost)
+                return val, q, self.shift_cost
             return _to.kl_constrained(l64, self.radius, self.shift_cost, self.newton_steps)
-        rows = _to_numpy64(l64).reshape(-1, l64.shape[-1])
+        l_np = l64.cpu().numpy()
+        if self.check_finite:  # (host, eager: no sync)
+            _check_finite_np("losses", l_np)
+        if l_np.ndim == 1:
+            val, q, lam = kl_dro_weights(l_np, self.shift_cost, self.radius)
+            return val, torch.from_numpy(q), lam
+        rows = l_np.reshape(-1, l_np.shape[-1])
         out = [kl_dro_weights(r, self.shift_cost, self.radius) for r in rows]
         shape = l64.shape[:-1]
         val = torch.tensor([o[0] for o in out], dtype=torch.float64).reshape(shape)
         q = torch.from_numpy(np.stack([o[1] for o in out])).reshape(l64.shape)
         lam = torch.tensor([o[2] for o in out], dtype=torch.float64).reshape(shape)
-        return val.to(l64.device), q.to(l64.device), lam.to(l64.device)
+        return val, q, lam
 
     def forward(self, losses):
         _check_losses(losses, allow_empty=self.gather, batched=not self.gather)
-        if self.radius is None and not self.gather:
-            if self.check_finite:
-                _check_finite_t("losses", losses)
-            self.last_lam = self.shift_cost
-            return _reduce(self._penalised(losses), self.reduction)
         if self.gather:
             l_np, _, local = self._gather_losses(losses)
             l64 = torch.from_numpy(l_np).to(losses.device)
         else:
             l64 = losses.detach().to(torch.float64)
-            if self.check_finite:
-                _check_finite_t("losses", l64)
-        if self.radius is None:  # penalised, gathered
-            val, q = _to.kl_penalised(l64, self.shift_cost)
-            lam = self.shift_cost
-        else:
-            val, q, lam = self._constrained(l64)
+        val, q, lam = self._weights(l64)
+        if self.check_finite and isinstance(val, torch.Tensor):
+            _check_value_finite(val, l64)  # a NaN / inf loss makes the risk non-finite
         self.last_lam = lam
         if self.gather:
-            return _attach_rows(losses, val, q[local], self._scale())
-        return _reduce(_attach_rows(losses, val, q), self.reduction)
+            return _attach_dot(losses, q[local], val, self._scale())
+        return _reduce(_attach_dot(losses, q, val), self.reduction)
 
     def extra_repr(self):
         if self.radius is None:

@@ -6,8 +6,9 @@ from torch import nn
 from ... import risks as _risks
 from ..._kernels import oracles as _ko
 from .. import _oracles as _to
-from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_rows, _check_choice,
-                      _check_finite_t, _check_losses, _check_risk, _host_eager, _reduce,
+from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_dot, _check_choice,
+                      _check_finite_np, _check_losses, _check_risk, _check_value_finite,
+                      _host_eager, _reduce,
                       _to_numpy64)
 
 __all__ = ["SpectralRiskLoss"]
@@ -59,9 +60,10 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         ``"torch"``: the exact oracle as a tensor program on the losses' device
         (:mod:`riskopt.torch._oracles`: no host synchronisation, ``torch.compile(fullgraph=
         True)`` traces it). ``"numba"``: the reference numba oracle on the host (eager only).
-        ``"auto"``: ``"torch"``, except for a shift penalty (``shift_cost > 0``) on CPU
-        tensors in eager mode, where the sequential numba PAV is faster and there is no
-        device to wait for.
+        ``"auto"``: ``"torch"`` on every device but the CPU and under ``torch.compile``;
+        ``"numba"`` for CPU tensors in eager mode, where there is no device to wait for and
+        the numba oracle (selection / sequential PAV, O(b)) is faster than the tensor
+        program (whose merge tree costs ~40 small ops per level in eager mode).
 
     Examples
     --------
@@ -82,6 +84,7 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         self.reduction = _check_choice("reduction", reduction, _REDUCTIONS)
         self.oracle = _check_choice("oracle", oracle, _ORACLES)
         self._sigma = {}
+        self._plans = {}
         if isinstance(self.risk, _risks.SpectralRisk):
             self.register_buffer("_sigma_fixed", torch.from_numpy(
                 np.array(self.risk.sigma, dtype=np.float64)), persistent=False)
@@ -110,31 +113,47 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         return sigma
 
     def _use_torch(self, l):
-        """The oracle for these losses: ``"auto"`` runs the tensor program except for a
-        shift penalty (``nu > 0``) on CPU tensors in eager mode, where the sequential O(b)
-        numba PAV is faster than the O(log b)-level merge tree (benchmarks/
-        torch_losses_speed.py) and no device is waited for."""
+        """The oracle for these losses: ``"auto"`` runs the tensor program on any device but
+        the CPU and under ``torch.compile``, and the numba oracle on CPU tensors in eager
+        mode (no device to wait for there, and faster: benchmarks/torch_losses_speed.py)."""
         if self.oracle == "numba":
             if torch.compiler.is_compiling():
                 raise ValueError("oracle='numba' cannot run under torch.compile; use 'auto'")
             return False
         if self.oracle == "torch":
             return True
-        return not (float(self.risk.shift_cost) > 0 and _host_eager(l))
+        return not _host_eager(l)
+
+    def _plan(self, b, sigma):
+        plan = self._plans.get(b, False)
+        if plan is False:
+            plan = _ko.selection_plan(sigma) if float(self.risk.shift_cost) == 0.0 else None
+            if len(self._plans) > 16:
+                self._plans.clear()
+            self._plans[b] = plan
+        return plan
 
     def _numba_rows(self, l64):
-        """``(values, q)`` of every row by the numba oracle (host, float64)."""
-        l_np = np.ascontiguousarray(_to_numpy64(l64))
+        """``(values, q)`` of every row by the numba oracle (host, float64); ``values`` a
+        float for a 1-D batch."""
+        l_np = l64.cpu().numpy()
+        if self.check_finite:
+            _check_finite_np("losses", l_np)
         b = l_np.shape[-1]
-        rows = l_np.reshape(-1, b)
+        sigma = self._spectrum(b)
+        plan = self._plan(b, sigma)
+        nu, div = float(self.risk.shift_cost), self.risk.div_code
+        if l_np.ndim == 1:
+            q = np.empty(b)
+            val = _ko.spectral_risk_weights(np.ascontiguousarray(l_np), sigma, nu, div, q, plan)
+            return val, torch.from_numpy(q)
+        rows = np.ascontiguousarray(l_np.reshape(-1, b))
         qs = np.empty_like(rows)
         vals = np.empty(rows.shape[0])
-        sigma = self._spectrum(b)
         for i in range(rows.shape[0]):
-            vals[i] = _ko.risk_weights(rows[i], sigma, float(self.risk.shift_cost),
-                                       self.risk.div_code, qs[i])
-        return (torch.from_numpy(vals.reshape(l_np.shape[:-1])).to(l64.device),
-                torch.from_numpy(qs.reshape(l_np.shape)).to(l64.device))
+            vals[i] = _ko.spectral_risk_weights(rows[i], sigma, nu, div, qs[i], plan)
+        return (torch.from_numpy(vals.reshape(l_np.shape[:-1])),
+                torch.from_numpy(qs.reshape(l_np.shape)))
 
     def _rows(self, l64):
         """``(R, q)`` of each row of float64 losses (no autograd)."""
@@ -158,22 +177,24 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         (each row of a ``(..., b)`` tensor)."""
         _check_losses(losses, batched=True)
         l64 = losses.detach().to(torch.float64)
+        val, q = self._rows(l64)
         if self.check_finite:
-            _check_finite_t("losses", l64)
-        return self._rows(l64)[1].to(losses.dtype)
+            _check_value_finite(val, l64)
+        return q.to(device=losses.device, dtype=losses.dtype)
 
     def forward(self, losses):
         _check_losses(losses, allow_empty=self.gather, batched=not self.gather)
+        nu0 = float(self.risk.shift_cost) == 0.0
         if self.gather:
             l_np, _, local = self._gather_losses(losses)
-            l64 = torch.from_numpy(l_np).to(losses.device)
-            val, q = self._rows(l64)
-            return _attach_rows(losses, val, q[local], self._scale())
+            val, q = self._rows(torch.from_numpy(l_np))
+            return _attach_dot(losses, q[local], val, self._scale())
         l64 = losses.detach().to(torch.float64)
-        if self.check_finite:
-            _check_finite_t("losses", l64)
         val, q = self._rows(l64)
-        return _reduce(_attach_rows(losses, val, q), self.reduction)
+        if self.check_finite and isinstance(val, torch.Tensor):  # (numba: checked there)
+            _check_value_finite(val, l64)  # a NaN / inf loss makes the risk non-finite
+        # nu = 0: the risk is q . l itself
+        return _reduce(_attach_dot(losses, q, None if nu0 else val), self.reduction)
 
     def extra_repr(self):
         return (f"risk={self.risk!r}, gather={self.gather}, reduction={self.reduction!r}, "

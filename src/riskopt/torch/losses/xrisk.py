@@ -47,7 +47,7 @@ from torch import nn
 
 from ..._validation import check_positive
 from .. import _oracles as _to
-from ._common import _attach_rows, _check_choice, _host_eager
+from ._common import _attach_dot, _check_choice, _host_eager
 
 __all__ = ["PAUCLoss", "TwoWayPAUCLoss", "pairwise_surrogate"]
 
@@ -186,7 +186,7 @@ class PAUCLoss(_PairwiseBase):
         scores, labels = _check_scores(scores, labels)
         L, rows, mask = self._pairs(scores, labels)
         v, q = self._inner(L.detach().to(torch.float64), mask)
-        r = _attach_rows(L, v, q)
+        r = _attach_dot(L, q, v)
         if rows is None:
             return r.mean()
         w = rows.to(r.dtype)
@@ -240,4 +240,4 @@ class TwoWayPAUCLoss(_PairwiseBase):
             val, p = val[0], p[0]
         if rows is not None:
             p = torch.where(rows, p, 0.0)
-        return _attach_rows(L.flatten(), val, (p.unsqueeze(-1) * q).flatten())
+        return _attach_dot(L.flatten(), (p.unsqueeze(-1) * q).flatten(), val)
