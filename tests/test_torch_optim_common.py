@@ -42,8 +42,10 @@ def _worker(rank, path, names):
                             world_size=2)
     out = {}
     for name in names:
-        out[name] = D.run(name, STEPS, rank, 2, save_at=SAVE_AT,
-                          wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))
+        info = {}
+        out[name] = (*D.run(name, STEPS, rank, 2, save_at=SAVE_AT, info=info,
+                            wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)),
+                     info["comm_calls"])
     torch.save(out, f"{path}/rank{rank}.pt")
     dist.destroy_process_group()
 
@@ -108,10 +110,16 @@ def test_checkpoint_device_round_trip(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_ddp_matches_one_process_run(name, ddp):
     p, s, _ = D.run(name, STEPS)
-    (p0, s0, _), (p1, s1, _) = ddp[0][name], ddp[1][name]
+    (p0, s0, _, calls), (p1, s1, _, _) = ddp[0][name], ddp[1][name]
     assert torch.equal(p0, p1) and torch.equal(s0, s1)       # identical on every rank
     assert _rel(p0, p) <= 1e-10 and _rel(s0, s) <= 1e-10     # = the one-process run
     assert not torch.equal(p, D.run(name, STEPS - 1)[0])     # (the steps did move)
+    # one gather per step (two for PG-SMD2: weights() needs the global batch size), plus
+    # one whenever a rank's batch outgrows every earlier one (at most 3 times here)
+    per_step = 2 if D.ROWS[name][2] == "pgsmd2" else 1
+    assert per_step * STEPS < calls <= per_step * STEPS + 3
+    if D.ROWS[name][2] == "scdro":    # per-rank batches 7, 7, 6, 9, 7, 7: grows at 1 and 4
+        assert calls == STEPS + 2
 
 
 @pytest.mark.parametrize("name", NAMES)

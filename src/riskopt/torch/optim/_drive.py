@@ -92,12 +92,14 @@ def drive_step(kind, opt, model, module, X, y, groups, idx):
         (opt.weights(idx) * losses).sum().backward()
         opt.step(indices=idx, losses=losses.detach())
         return
-    elif kind == "fcco":
-        ids, g_now, counts = _group_means(_losses(model(x), t), groups[idx])
+    elif kind == "fcco":      # with a direct term: a tenth of the batch's mean loss
+        losses = _losses(model(x), t)
+        ids, g_now, counts = _group_means(losses, groups[idx])
         g_prev = opt.evaluate_previous(
             module, lambda f: _group_means(_losses(f(x), t), groups[idx])[1])
         opt.zero_grad()
-        opt.surrogate(ids, g_now, g_prev, counts=counts).backward()
+        opt.surrogate(ids, g_now, g_prev, counts=counts, direct=0.1 * losses.mean(),
+                      direct_count=idx.numel()).backward()
     elif kind == "ooa":
         ids, L, counts = _group_means(_losses(model(x), t), groups[idx])
         opt.zero_grad()
@@ -131,12 +133,13 @@ def state_tensors(opt):
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
-def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None):
+def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None):
     """Train row ``name`` for ``steps`` steps (this rank's share of each global batch).
 
     ``wrap(module)`` returns what the forward calls (e.g. a DDP wrapper). Returns the
     parameters (flattened), the optimizer state vector and, with ``save_at``, the
-    ``(model, optimizer)`` state dicts after ``save_at`` steps.
+    ``(model, optimizer)`` state dicts after ``save_at`` steps; ``info`` (a dict) receives
+    the number of collectives the optimizer's gathers issued (``comm_calls``).
     """
     X, y, groups, module = make_problem(seed=seed)
     model = module if wrap is None else wrap(module)
@@ -147,6 +150,8 @@ def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None):
         if save_at is not None and k == save_at:
             saved = copy.deepcopy((module.state_dict(), opt.state_dict()))
         drive_step(kind, opt, model, module, X, y, groups, split(idx, rank, world))
+    if info is not None:
+        info["comm_calls"] = opt.comm_calls
     flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
     return flat, state_tensors(opt), saved
 

@@ -75,9 +75,8 @@ class GuardMixin:
         self.on_divergence, self.check_every, self.blowup = on_divergence, check_every, blowup
         self._gatherer = None
         dev = self.param_groups[0]["params"][0].device
-        self._g = {"bad": torch.zeros((), dtype=torch.bool, device=dev),
-                   "first": torch.full((), -1, dtype=torch.int64, device=dev),
-                   "ref": torch.full((), math.nan, dtype=torch.float64, device=dev)}
+        self._g = {"bad": False, "first": -1, "ref": math.nan}
+        self._g_on(dev)
         self._g_steps, self._g_reported = 0, False
 
     # ------------------------------------------------------------------ communication
@@ -104,14 +103,17 @@ class GuardMixin:
             self._gatherer = _dist.ColumnGatherer(group)
         return self._gatherer(columns, device)
 
-    def _gather_by_index(self, idx, counts, values, device):
+    def _gather_by_index(self, idx, counts, values, device, rank_count=None):
         """Merge the ranks' per-index estimates ``values`` (each of shape ``idx.shape``).
 
         Returns ``(I, merged, local)``. Without a group: ``idx``, the values (float64) and
         ``None``. Under a group: the distinct indices ``I`` of the global batch (sorted), the
         counts-weighted means of the ranks' estimates of each, and ``(pos, weight)``: where
         this rank's rows sit in ``I`` and their weight ``W c_ir / C_i`` (their share of the
-        index's rows, times the world size for DDP's averaging).
+        index's rows, times the world size for DDP's averaging). With ``rank_count`` (a
+        positive number per rank, e.g. the rows behind a batch-mean term), ``local`` also
+        holds this rank's weight ``W n_r / sum_r n_r`` for that term (travelling in the same
+        collective, as one more column holding the number in its first row).
         """
         vals = [v.detach().reshape(-1).to(device, torch.float64) for v in values]
         if self._group() is None:
@@ -122,7 +124,15 @@ class GuardMixin:
             c = torch.as_tensor(counts).detach().reshape(-1).to(device, torch.float64)
             if c.numel() != idx.numel() or not bool(torch.isfinite(c).all() & (c > 0).all()):
                 raise ValueError("counts must hold one positive finite count per index")
-        table, sizes, off = self._gather([idx, c, *vals], device)
+        cols = [idx, c, *vals]
+        if rank_count is not None:
+            rc = float(rank_count)
+            if not (math.isfinite(rc) and rc > 0):
+                raise ValueError(f"direct_count must be a positive number, got {rank_count!r}")
+            first = torch.zeros(idx.numel(), dtype=torch.float64, device=device)
+            first[:1] = rc
+            cols.append(first)
+        table, sizes, off = self._gather(cols, device)
         gi, gc = table[:, 0].to(torch.int64), table[:, 1]
         I, inv = torch.unique(gi, return_inverse=True)
         C = torch.zeros(I.numel(), dtype=torch.float64, device=device).index_add_(0, inv, gc)
@@ -130,7 +140,10 @@ class GuardMixin:
                   for j in range(len(vals))]
         loc = slice(off, off + idx.numel())
         weight = gc[loc] / C[inv[loc]] * len(sizes)
-        return I, merged, (inv[loc], weight)
+        if rank_count is None:
+            return I, merged, (inv[loc], weight)
+        share = float(len(sizes)) * rc / float(table[:, -1].sum())
+        return I, merged, (inv[loc], weight, share)
 
     @property
     def comm_calls(self):
@@ -151,15 +164,41 @@ class GuardMixin:
 
     @torch.no_grad()
     def _track(self, objective):
-        """Fold the step's tracked objective (0-d tensor) into the divergence flags."""
-        g = self._g
-        obj = objective.detach().to(g["ref"].device, torch.float64)
+        """Fold the step's tracked objective (0-d tensor) into the divergence flags: Python
+        numbers for a CPU objective (no sync to avoid, fewer small ops), tensors on its
+        device otherwise (no host sync)."""
+        obj = objective.detach()
+        g = self._g_on(obj.device)
+        if obj.device.type == "cpu":
+            v = float(obj)
+            if math.isnan(g["ref"]):
+                g["ref"] = max(abs(v), 1.0) if math.isfinite(v) else 1.0
+            bad = not math.isfinite(v) or abs(v) > self.blowup * g["ref"]
+            if bad and g["first"] < 0:
+                g["first"] = self._g_steps + 1
+            g["bad"] = g["bad"] or bad
+            return
+        obj = obj.to(torch.float64)
         first = torch.where(torch.isfinite(obj), obj.abs().clamp(min=1.0), torch.ones_like(obj))
         g["ref"] = torch.where(torch.isnan(g["ref"]), first, g["ref"])
         bad = ~torch.isfinite(obj) | (obj.abs() > self.blowup * g["ref"])
         g["first"] = torch.where(bad & (g["first"] < 0),
                                  torch.full_like(g["first"], self._g_steps + 1), g["first"])
         g["bad"] = g["bad"] | bad
+
+    def _g_on(self, device):
+        """The flags as Python numbers (CPU) or as tensors on ``device``."""
+        g = self._g
+        if device.type == "cpu":
+            if isinstance(g["ref"], torch.Tensor):
+                self._g = g = {"bad": bool(g["bad"]), "first": int(g["first"]),
+                               "ref": float(g["ref"])}
+        elif not isinstance(g["ref"], torch.Tensor) or g["ref"].device != device:
+            self._g = g = {
+                "bad": torch.as_tensor(g["bad"], dtype=torch.bool).to(device),
+                "first": torch.as_tensor(g["first"], dtype=torch.int64).to(device),
+                "ref": torch.as_tensor(g["ref"], dtype=torch.float64).to(device)}
+        return g
 
     def _end_step(self):
         self._g_steps += 1
@@ -182,9 +221,9 @@ class GuardMixin:
     def check_divergence(self):
         """Check now (one host sync): returns True when the run diverged, after reporting it
         (once) as ``on_divergence`` says."""
-        flags = [torch.isfinite(t).all().to(self._g["bad"].device)
-                 for t in self._state_tensors() if t.numel()]
-        finite = bool(torch.stack(flags).all()) if flags else True
+        flags = [torch.isfinite(t).all() for t in self._state_tensors() if t.numel()]
+        finite = True if not flags else bool(   # one host sync
+            torch.stack([f.to(flags[0].device) for f in flags]).all())
         blew = bool(self._g["bad"])
         if finite and not blew:
             return False
@@ -205,7 +244,7 @@ class GuardMixin:
     # ------------------------------------------------------------------ checkpoints
     def _guard_state(self):
         return {"steps": self._g_steps, "reported": self._g_reported,
-                **{k: v.detach().clone() for k, v in self._g.items()}}
+                **{k: torch.as_tensor(v).clone() for k, v in self._g.items()}}
 
     def _load_guard_state(self, state):
         if state is None:      # a checkpoint from before the guard
@@ -213,3 +252,4 @@ class GuardMixin:
         dev = self.param_groups[0]["params"][0].device
         self._g_steps, self._g_reported = int(state["steps"]), bool(state["reported"])
         self._g = {k: state[k].to(dev) for k in ("bad", "first", "ref")}
+        self._g_on(dev)

@@ -337,7 +337,8 @@ class _FCCOBase(IndexedStateOptimizer):
                              "previous iterate (opt.evaluate_previous(model, fn))")
         return idx
 
-    def surrogate(self, indices, g_now, g_prev=None, direct=None, counts=None):
+    def surrogate(self, indices, g_now, g_prev=None, direct=None, counts=None,
+                  direct_count=None):
         r"""Update the tracked values ``u_i`` of the batch's outer indices and return the
         scalar :math:`\mathrm{direct} + \frac1{|I|}\sum_{i\in I} y_i\, g_{\mathrm{now},i}`
         (``y_i = outer.grad(u_i, smoothing)`` held constant; with :class:`GroupCVaR`,
@@ -363,6 +364,12 @@ class _FCCOBase(IndexedStateOptimizer):
             estimate on the global batch, exactly; without ``counts`` every rank's estimate
             counts once (exact when the ranks hold equally many rows of each index). Ignored
             without a process group.
+        direct_count : float, optional
+            Under data parallelism: the number of rows behind ``direct`` on this rank (a mean
+            over them). ``direct`` is then weighted by this rank's share of the global rows,
+            which makes its gradient the one of the global batch's mean; without it DDP
+            averages the ranks' gradients of ``direct`` (exact for equal per-rank batches).
+            Ignored without a process group.
         """
         idx = self._check_batch(indices, g_now, g_prev, self._gp() > 0)
         if direct is not None and (not isinstance(direct, torch.Tensor) or direct.numel() != 1):
@@ -371,7 +378,9 @@ class _FCCOBase(IndexedStateOptimizer):
         with torch.no_grad():
             table = self.indexed_state("u")
             vals = [g_now, g_prev] if use_prev else [g_now]
-            I, merged, loc = self._gather_by_index(idx, counts, vals, table.device)
+            I, merged, loc = self._gather_by_index(
+                idx, counts, vals, table.device,
+                rank_count=direct_count if direct is not None else None)
             for name, v in zip(("g_now", "g_prev"), merged):
                 self._check_input_finite(v, name)
             now = merged[0].to(table.dtype)
@@ -397,12 +406,13 @@ class _FCCOBase(IndexedStateOptimizer):
             if self._s is not None:
                 out = out + self._s
         else:   # this rank's rows, weighted by their share of each index, times W (DDP)
-            pos, weight = loc
+            pos, weight = loc[:2]
             out = ((y[pos] * weight).to(g_now.dtype) * g_now).sum() / I.numel()
             if self._s is not None:                # s is not DDP's: its gradient, globally
                 self._pending = 1.0 - y.to(torch.float64).mean()
         if direct is not None:
-            out = out + direct.reshape(())
+            share = loc[2] if loc is not None and len(loc) > 2 else 1.0
+            out = out + (direct.reshape(()) * share if share != 1.0 else direct.reshape(()))
         return out
 
     def _gp(self):
