@@ -185,3 +185,24 @@ def test_float16_model_with_losses_of_1e3(name):
     assert torch.isfinite(D.state_tensors(opt)).all()     # no overflow
     moved = [not torch.equal(a, p) for a, p in zip(before, module.parameters())]
     assert all(moved), "a parameter did not move: the update underflowed"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_grad_scaler_leaves_the_iterates_unchanged(name):
+    # a GradScaler multiplies the surrogate by 2^k and unscales the gradients before the
+    # step: exact in binary floating point, so the iterates must be the same bit for bit
+    # (ASCDRO's gradients at the previous iterate included: a parameter group of its own)
+    if not hasattr(torch, "amp") or not hasattr(torch.amp, "GradScaler"):
+        pytest.skip("torch.amp.GradScaler is not available")
+
+    def train(scaler):
+        X, y, groups, module = D.make_problem(dtype=torch.float32)
+        opt = D.make_optimizer(name, module.parameters(), X.shape[0], 4)
+        for idx in D.batches(X.shape[0], 4):
+            D.drive_step(D.ROWS[name][2], opt, module, module, X, y, groups, idx,
+                         scaler=scaler)
+        return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+    plain = train(None)
+    scaled = train(torch.amp.GradScaler("cpu", init_scale=2.0 ** 10))
+    assert torch.equal(plain, scaled)

@@ -73,40 +73,47 @@ def _group_means(losses, gid):
     return ids, sums / counts, counts
 
 
-def drive_step(kind, opt, model, module, X, y, groups, idx):
+def drive_step(kind, opt, model, module, X, y, groups, idx, scaler=None):
     """One training step of the optimizer ``opt`` (of ``kind``) on the rows ``idx``:
     ``model`` is what the forward pass calls (a DDP wrapper or the module), ``module`` the
-    plain module (for the evaluations at the previous iterate)."""
+    plain module (for the evaluations at the previous iterate); ``scaler``: a
+    ``torch.amp.GradScaler`` (``scaler.scale(...).backward()``, ``scaler.step(opt)``)."""
     x, t = X[idx], y[idx]
+    step_kwargs = {}
     if kind == "scdro":
         opt.zero_grad()
-        opt.surrogate(_losses(model(x), t)).backward()
+        out = opt.surrogate(_losses(model(x), t))
     elif kind == "ascdro":
         losses = _losses(model(x), t)
         prev = _losses(torch.func.functional_call(module, opt.previous_params(module), (x,)), t)
         opt.zero_grad()
-        opt.surrogate(losses, prev).backward()
+        out = opt.surrogate(losses, prev)
     elif kind == "pgsmd2":
         losses = _losses(model(x), t)
         opt.zero_grad()
-        (opt.weights(idx) * losses).sum().backward()
-        opt.step(indices=idx, losses=losses.detach())
-        return
+        out = (opt.weights(idx) * losses).sum()
+        step_kwargs = dict(indices=idx, losses=losses.detach())
     elif kind == "fcco":      # with a direct term: a tenth of the batch's mean loss
         losses = _losses(model(x), t)
         ids, g_now, counts = _group_means(losses, groups[idx])
         g_prev = opt.evaluate_previous(
             module, lambda f: _group_means(_losses(f(x), t), groups[idx])[1])
         opt.zero_grad()
-        opt.surrogate(ids, g_now, g_prev, counts=counts, direct=0.1 * losses.mean(),
-                      direct_count=idx.numel()).backward()
+        out = opt.surrogate(ids, g_now, g_prev, counts=counts, direct=0.1 * losses.mean(),
+                            direct_count=idx.numel())
     elif kind == "ooa":
         ids, L, counts = _group_means(_losses(model(x), t), groups[idx])
         opt.zero_grad()
-        opt.surrogate(ids, L, counts=counts).backward()
+        out = opt.surrogate(ids, L, counts=counts)
     else:
         raise ValueError(f"unknown kind {kind!r}")
-    opt.step()
+    if scaler is None:
+        out.backward()
+        opt.step(**step_kwargs)
+    else:
+        scaler.scale(out).backward()
+        scaler.step(opt, **step_kwargs)
+        scaler.update()
 
 
 def split(idx, rank, world):

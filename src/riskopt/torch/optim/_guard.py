@@ -160,7 +160,8 @@ class GuardMixin:
 
     # ------------------------------------------------------------------ divergence
     def _lr_text(self):
-        return ", ".join(f"{g['lr']:g}" for g in self.param_groups if "lr" in g)
+        return ", ".join(f"{g['lr']:g}" for g in self.param_groups
+                         if "lr" in g and not g.get("previous_iterate"))
 
     @torch.no_grad()
     def _track(self, objective):

@@ -302,6 +302,9 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
                     "m": torch.tensor(-math.inf, **f64)}
         self._params = [p for g in self.param_groups for p in g["params"]]
         self._prev = [p.detach().clone().requires_grad_(True) for p in self._params]
+        # the previous iterate is a parameter group of its own (never stepped: lr 0), so that
+        # zero_grad clears its gradients and a GradScaler unscales them with the others
+        self.add_param_group({"params": self._prev, "lr": 0.0, "previous_iterate": True})
         self._t, self._started, self._pending = 0, False, None
         self._init_guard(process_group, on_divergence, check_every, blowup)
 
@@ -440,7 +443,7 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
         return loss
 
     def _extra_tensors(self):
-        return (*self._sc.values(), *self._prev)
+        return tuple(self._sc.values())
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self):
