@@ -140,18 +140,19 @@ def state_tensors(opt):
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
-def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None):
+def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None, **extra):
     """Train row ``name`` for ``steps`` steps (this rank's share of each global batch).
 
     ``wrap(module)`` returns what the forward calls (e.g. a DDP wrapper). Returns the
     parameters (flattened), the optimizer state vector and, with ``save_at``, the
     ``(model, optimizer)`` state dicts after ``save_at`` steps; ``info`` (a dict) receives
-    the number of collectives the optimizer's gathers issued (``comm_calls``).
+    the number of collectives the optimizer's gathers issued (``comm_calls``); ``extra``
+    goes to the optimizer (e.g. ``process_group=False``).
     """
     X, y, groups, module = make_problem(seed=seed)
     model = module if wrap is None else wrap(module)
     kind = ROWS[name][2]
-    opt = make_optimizer(name, module.parameters(), X.shape[0], 4)
+    opt = make_optimizer(name, module.parameters(), X.shape[0], 4, **extra)
     saved = None
     for k, idx in enumerate(batches(X.shape[0], steps)):
         if save_at is not None and k == save_at:
