@@ -85,3 +85,34 @@ def test_pauc_bad_input():
         PAUCLoss("cvx")
     with pytest.raises(ValueError, match="tail_fraction"):
         PAUCLoss(tail_fraction=1.5)
+
+
+def test_roc_fairness_loss_equals_its_formula_and_compiles():
+    """Eq. (53) by boolean indexing in NumPy against the masked module; the forward
+    compiles with fullgraph (no host read) and gives the same value."""
+    from riskopt.torch.losses import ROCFairnessAUCLoss
+    rng = np.random.default_rng(5)
+    b = 60
+    s_np = rng.normal(size=b)
+    y = (rng.random(b) < 0.4).astype(int)
+    a = (rng.random(b) < 0.5).astype(int)
+    y[:4], a[:4] = [0, 0, 1, 1], [0, 1, 0, 1]
+    sig = lambda t: 1 / (1 + np.exp(-t))  # noqa: E731
+    taus = np.arange(-3.0, 4.0)
+    direct = -sig(s_np[y == 1][:, None] - s_np[y == 0][None, :]).mean()
+
+    def m(sel):
+        return sig(s_np[sel][:, None] - taus[None, :]).mean(0)
+    g = np.concatenate([m((y == 1) & (a == 1)) - m((y == 1) & (a == 0)),
+                        m((y == 0) & (a == 1)) - m((y == 0) & (a == 0))])
+    for pen, f in (("hinge", lambda h: h), ("squared_hinge", lambda h: h * h)):
+        crit = ROCFairnessAUCLoss(kappa=0.01, rho=2.0, penalty=pen)
+        s = torch.tensor(s_np, requires_grad=True)
+        d_t, g_t = crit.terms(s, torch.tensor(y), torch.tensor(a))
+        assert abs(float(d_t) - direct) < 1e-12
+        np.testing.assert_allclose(g_t.detach().numpy(), g, rtol=0, atol=1e-12)
+        want = direct + 2.0 * f(np.maximum(np.abs(g) - 0.01, 0)).mean()
+        v = crit(s, torch.tensor(y), torch.tensor(a))
+        assert abs(float(v) - want) < 1e-12
+    v2 = torch.compile(crit, fullgraph=True, backend="eager")(s, torch.tensor(y), torch.tensor(a))
+    assert abs(float(v2) - want) < 1e-12

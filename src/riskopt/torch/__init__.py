@@ -12,6 +12,7 @@
 * :class:`KLDROLoss` — KL-penalised and KL-constrained DRO;
 * :class:`PAUCLoss`, :class:`TwoWayPAUCLoss` — one-way / two-way partial AUC (pairwise
   X-risks: CVaR or KL-DRO over the negatives of each positive);
+* :class:`ROCFairnessAUCLoss` — AUC with ROC-fairness constraints (SONEX/ALEXR2, Eq. 53);
 * :mod:`riskopt.torch.distributed` — all-gathers for ``gather=True`` (global weights under
   data parallelism, gradients scaled for DDP's averaging);
 * :mod:`riskopt.torch.optim` — :class:`~riskopt.torch.optim.IndexedStateOptimizer`, the base
@@ -31,8 +32,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
     ) from exc
 
 from . import distributed, losses, optim
-from .losses import (GroupDROLoss, KLDROLoss, PAUCLoss, SpectralRiskLoss, TableSpectralRiskLoss,
-                     TwoWayPAUCLoss, kl_dro)
+from .losses import (GroupDROLoss, KLDROLoss, PAUCLoss, ROCFairnessAUCLoss, SpectralRiskLoss,
+                     TableSpectralRiskLoss, TwoWayPAUCLoss, kl_dro)
 
 __all__ = ["SpectralRiskLoss", "TableSpectralRiskLoss", "GroupDROLoss", "KLDROLoss", "kl_dro",
-           "PAUCLoss", "TwoWayPAUCLoss", "distributed", "losses", "optim"]
+           "PAUCLoss", "TwoWayPAUCLoss", "ROCFairnessAUCLoss", "distributed", "losses", "optim"]

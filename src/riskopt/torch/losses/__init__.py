@@ -39,7 +39,8 @@ is, as before, the NumPy function.)
     NumPy maths live in :mod:`riskopt.objectives.kl_dro`).
 :class:`PAUCLoss`, :class:`TwoWayPAUCLoss` (``.xrisk``)
     Pairwise X-risks: one-way partial AUC (CVaR or KL-DRO over the negatives of each
-    positive) and two-way partial AUC (an outer CVaR / KL over the positives).
+    positive) and two-way partial AUC (an outer CVaR / KL over the positives);
+    :class:`ROCFairnessAUCLoss`: AUC with ROC-fairness constraints (SONEX/ALEXR2, Eq. 53).
 
 Batched risks and oracles
 -------------------------
@@ -88,7 +89,7 @@ from .group_dro import GroupDROLoss
 from .kl import KLDROLoss, kl_dro
 from .spectral import SpectralRiskLoss
 from .table import TableSpectralRiskLoss
-from .xrisk import PAUCLoss, TwoWayPAUCLoss, pairwise_surrogate
+from .xrisk import PAUCLoss, ROCFairnessAUCLoss, TwoWayPAUCLoss, pairwise_surrogate
 
 __all__ = ["SpectralRiskLoss", "TableSpectralRiskLoss", "GroupDROLoss", "KLDROLoss", "kl_dro",
-           "PAUCLoss", "TwoWayPAUCLoss", "pairwise_surrogate"]
+           "PAUCLoss", "TwoWayPAUCLoss", "ROCFairnessAUCLoss", "pairwise_surrogate"]

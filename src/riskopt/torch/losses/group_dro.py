@@ -5,6 +5,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ... import risks as _risks
+from ..._kernels import oracles as _ko
 from ..._validation import check_int, check_positive
 from .. import distributed as _dist
 from .. import _oracles as _to
@@ -114,7 +116,17 @@ class GroupDROLoss(_GatherMixin, nn.Module):
             masked = torch.where(present, means, torch.full_like(means, -math.inf))
             top = masked == masked.max()
             return top.to(means.dtype) / top.sum()
-        return _to.cvar_present(means, present, self.tail_fraction)
+        if not _host_eager(means):  # tensor program: no host read of the present groups
+            return _to.cvar_present(means, present, self.tail_fraction)
+        # CPU, eager: the numba oracle on the present groups (faster than the tensor program)
+        pres = present.numpy()
+        mp = np.ascontiguousarray(means.numpy()[pres])
+        k = mp.shape[0]
+        qp = np.empty(k)
+        _ko._risk_weights(mp, _risks.CVaR(self.tail_fraction).spectrum(k), 0.0, _ko.CHI2, qp)
+        q = np.zeros(self.n_groups)
+        q[pres] = qp
+        return torch.from_numpy(q)
 
     def forward(self, losses, groups):
         _check_losses(losses, allow_empty=self.gather)

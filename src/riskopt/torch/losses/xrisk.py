@@ -29,7 +29,11 @@ the pairwise error (squared hinge :math:`\max(m - t, 0)^2` by default, as LibAUC
   or the nested KL form :math:`\lambda' \log \frac1{n_+}\sum_i (\frac1{n_-}\sum_j
   e^{L_{ij}/\lambda})^{\lambda/\lambda'}` (LibAUC's ``tpAUC_KL_Loss``).
 
-The gradient is the Danskin gradient of the exact batch risk (LibAUC's losses instead track
+* **AUC with ROC-fairness constraints** (SONEX/ALEXR2 paper, Sec. 6, Eq. (53)),
+  :class:`ROCFairnessAUCLoss`: the pairwise sigmoid AUC loss plus penalties of the 14 TPR /
+  FPR gaps between two groups (its docstring).
+
+The gradient of the partial-AUC losses is the Danskin gradient of the exact batch risk (LibAUC's losses instead track
 moving-average estimators per positive, SOPA / SOPA-s, to reduce the mini-batch bias; these
 are the plug-in batch estimates, like :class:`SpectralRiskLoss`).
 
@@ -49,7 +53,7 @@ from ..._validation import check_positive
 from .. import _oracles as _to
 from ._common import _attach_dot, _check_choice, _host_eager
 
-__all__ = ["PAUCLoss", "TwoWayPAUCLoss", "pairwise_surrogate"]
+__all__ = ["PAUCLoss", "TwoWayPAUCLoss", "ROCFairnessAUCLoss", "pairwise_surrogate"]
 
 _SURROGATES = ("squared_hinge", "hinge", "logistic", "sigmoid")
 
@@ -241,3 +245,68 @@ class TwoWayPAUCLoss(_PairwiseBase):
         if rows is not None:
             p = torch.where(rows, p, 0.0)
         return _attach_dot(L.flatten(), (p.unsqueeze(-1) * q).flatten(), val)
+
+
+def _masked_mean(x, mask):
+    """Mean of ``x`` over the rows flagged by ``mask`` (leading dim), no boolean indexing."""
+    w = mask.to(x.dtype)
+    return (w.reshape(w.shape + (1,) * (x.ndim - 1)) * x).sum(0) / w.sum()
+
+
+class ROCFairnessAUCLoss(nn.Module):
+    r"""AUC maximisation with ROC-fairness constraints (SONEX/ALEXR2 paper, Sec. 6, Eq. (53)).
+
+    For scores :math:`s_i`, labels :math:`y_i \in \{0,1\}` and a protected attribute
+    :math:`a_i \in \{0, 1\}` (group P: ``a = 1``, U: ``a = 0``):
+
+    .. math::
+
+        F(w) = -\frac1{n_+ n_-}\sum_{i\in D_+, j\in D_-}\sigma(s_i - s_j)
+        + \frac{\rho}{m}\sum_{c=1}^{m} f\big(|g_c(w)| - \kappa\big),
+
+    with the :math:`m = 2 |T|` inner functions, for each threshold :math:`\tau \in T`
+    (default :math:`\{-3, \dots, 3\}`): the TPR gap
+    :math:`g^+_\tau = \mathrm{mean}_{P\cap D_+}\sigma(s - \tau) -
+    \mathrm{mean}_{U\cap D_+}\sigma(s - \tau)` and the FPR gap :math:`g^-_\tau` (the same over
+    :math:`D_-`); ``penalty`` :math:`f(h) = \max(h, 0)` (``"hinge"``) or
+    :math:`\max(h, 0)^2` (``"squared_hinge"``). ``forward`` is the plug-in batch value (the
+    inner means of a mini-batch are biased inside :math:`f`); for the compositional
+    optimizers :class:`riskopt.torch.optim.SONEX` / ``ALEXR2`` / ``SONX`` / ``SOX``,
+    :meth:`terms` returns the direct term and the ``m`` inner values to pass as
+    ``opt.surrogate(idx, g_now, g_prev, direct=F)`` (see ``benchmarks/fcco_auc_fairness.py``).
+    Masks, no boolean indexing: no host synchronisation (an empty cell gives NaN).
+    """
+
+    def __init__(self, thresholds=(-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0), kappa=0.005,
+                 rho=1.0, penalty="hinge"):
+        super().__init__()
+        self.thresholds = tuple(float(t) for t in thresholds)
+        if not self.thresholds:
+            raise ValueError("thresholds must not be empty")
+        self.kappa = check_positive("kappa", kappa, allow_zero=True)
+        self.rho = check_positive("rho", rho, allow_zero=True)
+        self.penalty = _check_choice("penalty", penalty, ("hinge", "squared_hinge"))
+
+    def terms(self, scores, labels, protected):
+        """``(direct, g)``: the AUC term and the ``2 |T|`` gaps ``[g+_tau..., g-_tau...]``."""
+        scores, labels = _check_scores(scores, labels)
+        prot = torch.as_tensor(protected, device=scores.device).reshape(-1).detach()
+        if prot.shape != scores.shape:
+            raise ValueError(f"protected must have shape {tuple(scores.shape)}")
+        pos, neg = labels == 1, labels == 0
+        prot = prot.to(torch.bool)
+        pair = (pos.unsqueeze(1) & neg.unsqueeze(0)).to(scores.dtype)
+        direct = -(torch.sigmoid(scores.unsqueeze(1) - scores.unsqueeze(0)) * pair).sum() \
+            / pair.sum()
+        taus = torch.tensor(self.thresholds, dtype=scores.dtype, device=scores.device)
+        sg = torch.sigmoid(scores.unsqueeze(1) - taus)  # (b, |T|)
+        g = torch.cat([_masked_mean(sg, pos & prot) - _masked_mean(sg, pos & ~prot),
+                       _masked_mean(sg, neg & prot) - _masked_mean(sg, neg & ~prot)])
+        return direct, g
+
+    def forward(self, scores, labels, protected):
+        direct, g = self.terms(scores, labels, protected)
+        h = torch.clamp(g.abs() - self.kappa, min=0.0)
+        if self.penalty == "squared_hinge":
+            h = h * h
+        return direct + self.rho * h.mean()
