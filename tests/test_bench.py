@@ -318,10 +318,12 @@ def test_run_end_to_end_resume_and_plot(tmp_path):
         assert (out / name).stat().st_size > 1000
     assert [p.name for p in res.figures] == ["figure.png", "figure.pdf"]
 
-    # delete two finished runs: a rerun redoes exactly those two
+    # delete two finished runs and the table (their record): a rerun redoes exactly those
+    # two (with the table, they are restored from it: tests/test_bench_record.py)
     victims = cells[:2]
     for p in victims:
         p.unlink()
+    os.replace(res.table, tmp_path / "kept.parquet")
     again = rb.run(spec, out=out, jobs=1, progress=False, plot=False)
     assert again.complete and again.n_run == 2 and again.n_reused == n_total - 2
     table2 = pd.read_parquet(again.table)

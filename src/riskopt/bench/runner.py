@@ -9,8 +9,10 @@ Output folder (default ``results/<spec name>``)::
                          in flight. <id> hashes the run's content (problem, solver, all
                          hyper-parameters, seed, budget), so editing a spec reruns only what
                          changed. cells/<id>.error.json records a run that raised; it is
-                         retried on the next invocation.
-    results.parquet      long form, one row per recorded point of every run
+                         retried on the next invocation. cells/ is a local cache, not the
+                         record: a run whose cells/ is missing (a fresh clone) restores every
+                         finished run from results.parquet (:mod:`riskopt.bench._record`)
+    results.parquet      long form, one row per recorded point of every run: the record
     selection.parquet    one row per (dataset, objective, solver, config) with the score of
     selection.csv        the selection rule, and the ``selected`` flag
     metadata.json        versions, CPU, spec, timings, f*, selected configs, file list
@@ -70,7 +72,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _io, _lock, _meta, _procs, _state, problems, record_metrics
+from . import _io, _lock, _meta, _procs, _record, _state, problems, record_metrics
 from ..callbacks import Callback
 from .spec import SpecError, load_spec
 from .spec_tools import l2_value
@@ -382,7 +384,8 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
         Run at most this many not-yet-finished cells, then stop (resume later by running
         again). Useful to split work or to test resumption.
     fresh : bool, default False
-        Delete this spec's finished cells (and the f* cache) first.
+        Delete this spec's finished cells (and the f* cache) first and recompute every
+        run (nothing is restored from ``results.parquet``).
     plot : bool, default True
         Write the figures once every cell is finished.
     echo : callable, optional
@@ -447,10 +450,16 @@ def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plo
     errors, n_run, n_reused = [], 0, None
     for attempt in range(2):  # a second round only if a cell proves unreadable at the merge
         fstar = _state.load_fstar(fstar_path)
+        if n_reused is None and not fresh:  # the cache lacks a run the record holds
+            restored = _record.restore_cells(_absent(cells, cells_dir), cells_dir,
+                                             out / _record.TABLE)
+            if restored:
+                say(f"restored {len(restored)} finished run(s) from {_record.TABLE} into "
+                    "the cells/ cache")
         done, _ = _state.check_cells(cells, cells_dir)
-        pending = [c for c in cells if c.id not in done]
         if n_reused is None:
             n_reused = len(done)
+        pending = [c for c in cells if c.id not in done]
 
         def cost(c):
             return -sizes[c.dataset]["n_train"] * c.passes
@@ -611,12 +620,22 @@ def prepare(spec):
 
 def status(spec, out=None):
     """``(n_runs, n_finished)`` of a spec in an output folder (nothing is run or repaired;
-    unreadable cell files do not count as finished)."""
+    unreadable cell files do not count as finished; a run that ``results.parquet`` holds
+    counts as finished: :func:`run` restores it from there)."""
     spec = load_spec(spec)
     out = Path(out) if out is not None else Path("results") / spec.name
     cells = enumerate_cells(spec)
     done, _ = _state.check_cells(cells, out / "cells", repair=False)
-    return len(cells), len(done)
+    restorable = _record.restorable(_absent(cells, out / "cells"), out / _record.TABLE)
+    return len(cells), len(done | restorable)
+
+
+def _absent(cells, cells_dir):
+    """The cells with neither a file nor an error record in ``cells_dir``: those a run
+    restores from ``results.parquet`` when it holds them (a corrupt file is recomputed, a
+    recorded error retried, as before)."""
+    return [c for c in cells if not (cells_dir / f"{c.id}.parquet").exists()
+            and not (cells_dir / f"{c.id}.error.json").exists()]
 
 
 def _fstar_task(key, problem, reference, parent=None):
@@ -682,20 +701,19 @@ def merge_cells(spec, cells, cells_dir, fstar, corrupt=None):
             corrupt.append((path, f"unreadable parquet: {str(exc).splitlines()[0][:200]}"))
             continue
         obj = spec.objective_for(c.dataset, c.objective_index)
-        sol = spec.solvers[c.solver_index]
         rec = fstar[_hash(spec.problem(c.dataset, c.objective_index))]
-        params = {k: v for k, v in c.config.items() if k != "lr"}
+        ident = cell_labels(spec, c, labels)
         const = {
             "spec": spec.name, "dataset": c.dataset,
             "dataset_label": spec.dataset_label(c.dataset),
-            "objective": labels[c.objective_index], "family": obj.family,
+            "objective": ident["objective"], "family": obj.family,
             "risk": obj.risk or "", "loss": obj.loss,
             "shift_cost": float(obj.shift_cost) if obj.family == "spectral" else 0.0,
             "divergence": obj.divergence if obj.family == "spectral" else "",
             "l2_reg": float(l2_value(obj.l2_reg, rec.get("n", _n_train(spec, c)))),
-            "solver": sol.display, "solver_name": sol.name, "config": config_label(c.config),
-            "lr": float(c.config["lr"]), "params": json.dumps(params, sort_keys=True),
-            "seed": int(c.seed), "budget": int(c.passes), "f_star_ref": float(rec["f_star"]),
+            **{k: ident[k] for k in ("solver", "solver_name", "config", "lr", "params",
+                                     "seed", "budget")},
+            "f_star_ref": float(rec["f_star"]),
         }
         for k, v in const.items():
             f[k] = v
@@ -723,6 +741,19 @@ def merge_cells(spec, cells, cells_dir, fstar, corrupt=None):
             gap = gap / (first - t["f_star"])
         t["suboptimality"] = gap
     return t[cols]
+
+
+def cell_labels(spec, c, labels=None):
+    """The columns of the long-form table that name the cell ``c`` (one value each):
+    ``dataset, objective, solver, solver_name, config, lr, params, seed, budget``. Together
+    they identify a cell's rows in ``results.parquet`` (:mod:`riskopt.bench._record`)."""
+    labels = labels if labels is not None else spec.objective_labels()
+    sol = spec.solvers[c.solver_index]
+    params = {k: v for k, v in c.config.items() if k != "lr"}
+    return {"dataset": c.dataset, "objective": labels[c.objective_index],
+            "solver": sol.display, "solver_name": sol.name, "config": config_label(c.config),
+            "lr": float(c.config["lr"]), "params": json.dumps(params, sort_keys=True),
+            "seed": int(c.seed), "budget": int(c.passes)}
 
 
 def _n_train(spec, c):

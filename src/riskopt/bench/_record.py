@@ -1,0 +1,132 @@
+"""A results folder's record and its cache: finished cells restored from ``results.parquet``.
+
+The committed record of an experiment is its long-form table ``results.parquet`` (every
+recorded point of every cell), with ``spec.json``, ``fstar.json``, ``metadata.json``, the
+selection / sensitivity tables and the figures. The per-cell files ``cells/<id>.parquet`` are
+a local cache (not committed): a run in a folder whose cache is missing (a fresh clone) gets
+each finished cell back from the table instead of rerunning it.
+
+How a cell is found in the table without any index stored in it: the table's schema metadata
+``riskopt.spec`` is the spec that made it; its cells (:func:`~riskopt.bench.runner.
+enumerate_cells`) have content-hash ids, so a cell of the current spec with the same id is the
+same run (problem, solver, every hyper-parameter, seed, budget, record, initial point), and its
+rows are those whose naming columns (:func:`~riskopt.bench.runner.cell_labels`) hold its
+values, in table order. The cell's own columns (``TRACE_COLUMNS`` and the recorded metrics) are
+copied back unchanged, so the restored file equals the one the run wrote bit for bit, except
+``suboptimality`` where the merge recomputes it (``record.value != "profile"``): there the cell
+held NaN, and NaN is written back. A cell whose labels are not unique in the table spec, or a
+spec with ``lower_to_best`` profile records (the cell's own suboptimality is not in the table),
+is not restored: it is rerun. ``scripts/consolidate_results.py`` checks all of this against
+the cell files of a folder before they are removed from the repository.
+"""
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from . import _io
+
+TABLE = "results.parquet"
+SPEC_KEY = b"riskopt.spec"
+
+
+def table_spec(table_path):
+    """The spec recorded in ``results.parquet``'s schema metadata, or ``None`` (no table, an
+    unreadable one, or one without a spec)."""
+    import pyarrow.parquet as pq
+
+    from .spec import SpecError, spec_from_dict
+
+    path = Path(table_path)
+    if not path.exists():
+        return None
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        text = meta.get(SPEC_KEY)
+        return None if text is None else spec_from_dict(json.loads(text),
+                                                        check_registry=False)
+    except SpecError as exc:
+        why = f"the spec it was made with is invalid now ({exc})"
+    except Exception as exc:  # OSError, pyarrow's ArrowInvalid, JSON errors: unreadable
+        why = f"unreadable ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})"
+    warnings.warn(f"{path}: {why}; its cells will be rerun", _io.RecoveryWarning, stacklevel=3)
+    return None
+
+
+def _restorable_cells(cells, table_path):
+    """``({cell id: labels}, table spec)`` for the cells of ``cells`` that the table holds."""
+    from .runner import cell_labels, enumerate_cells
+
+    old = table_spec(table_path)
+    if old is None or (old.record.value == "profile" and old.reference["lower_to_best"]):
+        return {}, old
+    want = {c.id for c in cells}
+    labels = old.objective_labels()
+    found, seen = {}, {}
+    for c in enumerate_cells(old):
+        lab = cell_labels(old, c, labels)
+        key = tuple(lab.values())
+        seen[key] = seen.get(key, 0) + 1
+        if c.id in want:
+            found[c.id] = lab
+    dup = {k for k, n in seen.items() if n > 1}
+    return {cid: lab for cid, lab in found.items() if tuple(lab.values()) not in dup}, old
+
+
+def restorable(cells, table_path):
+    """The ids of the cells of ``cells`` that ``table_path`` can give back (the table itself
+    is not read, only its spec)."""
+    return set(_restorable_cells(cells, table_path)[0])
+
+
+def cell_frames(cells, table_path):
+    """``{cell id: DataFrame}``: the cells of ``cells`` rebuilt from the table, each as the
+    run wrote it (columns ``TRACE_COLUMNS`` + recorded metrics, in that order)."""
+    import pandas as pd
+
+    from . import record_metrics
+    from ._state import TRACE_COLUMNS
+
+    found, old = _restorable_cells(cells, table_path)
+    if not found:
+        return {}
+    try:
+        table = pd.read_parquet(table_path)
+    except Exception as exc:  # a footer that reads, a body that does not
+        warnings.warn(f"{table_path}: unreadable ({str(exc).splitlines()[0][:200]}); its "
+                      "cells will be rerun", _io.RecoveryWarning, stacklevel=2)
+        return {}
+    names = list(next(iter(found.values())).keys())
+    own = list(TRACE_COLUMNS) + [record_metrics.column(m) for m in old.record.metrics]
+    if any(c not in table.columns for c in names + own):
+        return {}
+    keep_sub = old.record.value == "profile"  # else the merge recomputed it: the cell had NaN
+    groups = table.groupby(names, sort=False, dropna=False).indices
+    out = {}
+    for cid, lab in found.items():
+        rows = groups.get(tuple(lab.values()))
+        if rows is None or len(rows) == 0:
+            continue
+        part = table.iloc[np.sort(rows)]
+        frame = pd.DataFrame({c: part[c].to_numpy() for c in own})
+        if not keep_sub:
+            frame["suboptimality"] = np.full(len(frame), np.nan)
+        if not np.array_equal(frame["update"].to_numpy(), np.arange(len(frame))):
+            continue  # not one whole run: rerun it
+        out[cid] = frame
+    return out
+
+
+def restore_cells(cells, cells_dir, table_path):
+    """Write ``cells/<id>.parquet`` for every cell of ``cells`` that ``table_path`` holds;
+    returns the ids written. Each file carries its cell's key, as a file written by the run
+    does."""
+    if not cells:
+        return set()
+    frames = cell_frames(cells, table_path)
+    by_id = {c.id: c for c in cells}
+    for cid, frame in frames.items():
+        _io.atomic_write_parquet(Path(cells_dir) / f"{cid}.parquet", frame,
+                                 {"riskopt.cell": json.dumps(by_id[cid].key)})
+    return set(frames)
