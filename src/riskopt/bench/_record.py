@@ -7,10 +7,10 @@ a local cache (not committed): a run in a folder whose cache is missing (a fresh
 each finished cell back from the table instead of rerunning it.
 
 How a cell is found in the table without any index stored in it: the table's schema metadata
-``riskopt.spec`` is the spec that made it; its cells (:func:`~riskopt.bench.runner.
+``riskopt.spec`` is the spec that made it; its cells (:func:`~riskopt.bench._cells.
 enumerate_cells`) have content-hash ids, so a cell of the current spec with the same id is the
 same run (problem, solver, every hyper-parameter, seed, budget, record, initial point), and its
-rows are those whose naming columns (:func:`~riskopt.bench.runner.cell_labels`) hold its
+rows are those whose naming columns (:func:`~riskopt.bench._cells.cell_labels`) hold its
 values, in table order. The cell's own columns (``TRACE_COLUMNS`` and the recorded metrics) are
 copied back unchanged, so the restored file equals the one the run wrote bit for bit, except
 ``suboptimality`` where the merge recomputes it (``record.value != "profile"``): there the cell
@@ -56,7 +56,7 @@ def table_spec(table_path):
 
 def _restorable_cells(cells, table_path):
     """``({cell id: labels}, table spec)`` for the cells of ``cells`` that the table holds."""
-    from .runner import cell_labels, enumerate_cells
+    from ._cells import cell_labels, enumerate_cells
 
     old = table_spec(table_path)
     if old is None or (old.record.value == "profile" and old.reference["lower_to_best"]):

@@ -73,13 +73,11 @@ from pathlib import Path
 import numpy as np
 
 from . import _io, _lock, _meta, _procs, _record, _state, problems, record_metrics
+from ._cells import CELL_FORMAT, Cell, cell_labels, config_label, enumerate_cells  # noqa: F401
 from ..callbacks import Callback
 from .spec import SpecError, load_spec
 from .spec_tools import l2_value
 from .spec_tools import content_hash as _hash
-
-CELL_FORMAT = 1
-
 
 @dataclass
 class RunResult:
@@ -118,49 +116,6 @@ def _compute_fstar(problem, reference):
 
 
 # ---------------------------------------------------------------------------- cells
-@dataclass
-class Cell:
-    id: str
-    dataset: str
-    objective_index: int
-    solver_index: int
-    config: dict
-    seed: int
-    passes: int  # the budget: passes, or steps on a data stream
-    key: dict
-
-
-def enumerate_cells(spec):
-    """Every run of the spec, in spec order (dataset, objective, solver, config, seed)."""
-    cells = []
-    rec = spec.record
-    for d in spec.datasets:
-        streaming = spec.dataset(d).streaming
-        for j in range(len(spec.objectives)):
-            for i, sol in enumerate(spec.solvers):
-                for cfg in sol.configs():
-                    for seed in spec.seeds:
-                        key = {"format": CELL_FORMAT, "problem": spec.problem(d, j),
-                               "solver": sol.name, "config": cfg, "seed": seed,
-                               "passes": spec.budget(d)}
-                        if rec.value != "profile":
-                            key["record"] = {"value": rec.value, "every": rec.every} \
-                                if not streaming else {"value": rec.value,
-                                                       "points": rec.points}
-                            if rec.metrics:
-                                key["record"]["metrics"] = list(rec.metrics)
-                        if spec.init != "zeros":
-                            key["init"] = spec.init_table()
-                        cells.append(Cell(_hash(key), d, j, i, cfg, seed, spec.budget(d), key))
-    return cells
-
-
-def config_label(cfg):
-    """``lr=0.01`` or ``lr=0.01,dual_lr=0.4`` (all hyper-parameters but the seed)."""
-    return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                    for k, v in cfg.items())
-
-
 def record_steps(budget, points):
     """Streams: step 0 and ``points`` log-spaced steps in ``[10, budget]`` (unique)."""
     lo = min(10, budget)
@@ -741,19 +696,6 @@ def merge_cells(spec, cells, cells_dir, fstar, corrupt=None):
             gap = gap / (first - t["f_star"])
         t["suboptimality"] = gap
     return t[cols]
-
-
-def cell_labels(spec, c, labels=None):
-    """The columns of the long-form table that name the cell ``c`` (one value each):
-    ``dataset, objective, solver, solver_name, config, lr, params, seed, budget``. Together
-    they identify a cell's rows in ``results.parquet`` (:mod:`riskopt.bench._record`)."""
-    labels = labels if labels is not None else spec.objective_labels()
-    sol = spec.solvers[c.solver_index]
-    params = {k: v for k, v in c.config.items() if k != "lr"}
-    return {"dataset": c.dataset, "objective": labels[c.objective_index],
-            "solver": sol.display, "solver_name": sol.name, "config": config_label(c.config),
-            "lr": float(c.config["lr"]), "params": json.dumps(params, sort_keys=True),
-            "seed": int(c.seed), "budget": int(c.passes)}
 
 
 def _n_train(spec, c):
