@@ -58,11 +58,19 @@ tol`` times the mean loss at the start. Where there is no per-sample curvature (
 outputs, other problem families) scipy's SLSQP solves the same program with the same
 constraint functions and gradients.
 
-What is certified: at the returned point the constraints hold to the feasibility tolerance and
-the Newton decrement of the Lagrangian (with the computed multipliers ``lambda >= 0``) is below
-``1e-2 tol |F|``: a KKT point. Bounded group loss with a convex loss and a convex risk is a
-convex program (so that point is the optimum: tested against cvxpy); the smoothed rate
-constraints are not convex (a local solution, from the start ``w = 0`` or the warm start).
+What is certified: at the returned point the constraints hold to the feasibility tolerance,
+and the Newton decrement of the Lagrangian (with the computed multipliers ``lambda >= 0``) and
+the complementarity ``sum_j lambda_j |c_j|`` are below ``1e-2 tol |F|``: a KKT point.
+Bounded group loss with a convex loss and a convex risk is a convex program (so that point is
+the optimum: tested against cvxpy); the smoothed rate constraints are not convex (a local
+solution, from the start ``w = 0`` or the warm start).
+
+**Endgame.** The exact Hessian of the Lagrangian is indefinite where the multipliers of the
+rate constraints are large; the model then adds ``sigma A_a' A_a`` (``A_a`` the gradients of
+the constraints active at the last step), which leaves the SQP step unchanged when the active
+set is right (only the multipliers shift, and are shifted back) and makes it positive
+definite under the second-order conditions, so the last steps converge fast (adult, race,
+equalized odds: 59 steps with the negative curvature dropped, 19 with this term).
 The model is deterministic (no randomised classifier).
 """
 import numpy as np
@@ -305,25 +313,45 @@ def _risk_curvature(obj, w, z):
 
 
 #: the shares of the negative curvature (the smoothed rates' non-convex part) tried in the
-#: Hessian model, largest first, while it stays positive definite
-NEGATIVE_CURVATURE = (1.0, 0.5, 0.0)
+#: Hessian model after the exact one, largest first, while it stays positive definite
+NEGATIVE_CURVATURE = (0.5, 0.0)
+#: the weights ``sigma`` (per unit of the curvature scale) of the term ``sigma A_a' A_a`` tried
+#: to make the exact Hessian positive definite (``A_a`` the gradients of the active constraints)
+AUGMENT = (1.0, 10.0, 100.0, 1000.0)
 
 
-def _hessian_factor(X, h, reg):
-    """Cholesky factor of ``X' diag(h+ - theta h-) X + diag(reg)`` for the largest ``theta``
-    of :data:`NEGATIVE_CURVATURE` that keeps it positive definite (None if none does)."""
+def _hessian_factor(X, h, reg, Aa=None):
+    """``(cho_factor, sigma)`` of a positive definite model of the Lagrangian's Hessian
+    ``X' diag(h) X + diag(reg)``: the exact one; else the exact one plus ``sigma A_a' A_a``
+    (the rows of ``A_a``: the gradients of the constraints active at the last step; on their
+    null space the model is exact, and the QP's step is the exact Newton-SQP step with the
+    multipliers shifted by ``sigma A_a d``); else with a share of :data:`NEGATIVE_CURVATURE`
+    of the negative curvature. ``(None, 0)`` if none is positive definite."""
     from .objectives._dual import weighted_gram
 
     hp, hn = np.maximum(h, 0.0), np.maximum(-h, 0.0)
     H = weighted_gram(X, hp) + np.diag(reg)
     H[np.diag_indices_from(H)] += 1e-12 * max(float(np.trace(H)) / H.shape[0], 1e-300)
-    Hn = weighted_gram(X, hn) if np.any(hn > 0) else None
-    for theta in NEGATIVE_CURVATURE if Hn is not None else (0.0,):
+    if not np.any(hn > 0):
         try:
-            return cho_factor(H - theta * Hn if theta else H)
+            return cho_factor(H), 0.0
+        except LinAlgError:
+            return None, 0.0
+    Hn = weighted_gram(X, hn)
+    tries = [(1.0, 0.0)]
+    if Aa is not None and Aa.shape[0]:
+        scale = float(np.trace(Hn)) / max(float(np.sum(Aa * Aa)) / Aa.shape[0], 1e-300)
+        tries += [(1.0, a * scale) for a in AUGMENT]
+    tries += [(theta, 0.0) for theta in NEGATIVE_CURVATURE]
+    for theta, sig in tries:
+        M = H - theta * Hn if theta else H
+        if sig:
+            M = M + sig * (Aa.T @ Aa)
+        try:
+            return cho_factor(M), sig
         except LinAlgError:
             continue
-    return None
+    return None, 0.0
 
 
 def _newton_ok(obj):
@@ -370,7 +398,8 @@ def _sqp(obj, prob, w, lam, feas, rtol, max_iter):
         h = _risk_curvature(obj, w, z)
         r = prob.rows
         h[r] += mu[prob.cell[r]] * ddphi[r] / prob.sizes[prob.cell[r]]
-        L = _hessian_factor(X, h, reg)
+        act = np.flatnonzero(lam > 0) if J else np.zeros(0, dtype=np.int64)
+        L, sig = _hessian_factor(X, h, reg, A[act] if act.size else None)
         if L is None:
             msg = "the Hessian model is not positive definite"
             break
@@ -379,6 +408,8 @@ def _sqp(obj, prob, w, lam, feas, rtol, max_iter):
             HA = cho_solve(L, A.T)
             lam = _box_qp(A @ HA, A @ Hg - c)
             d = -(Hg + HA @ lam)
+            if sig:  # the multipliers of the model without the sigma A_a' A_a term
+                lam[act] = np.maximum(lam[act] + sig * (A[act] @ d), 0.0)
         else:
             d = -Hg
         gl = g + (A.T @ lam if J else 0.0)
@@ -387,7 +418,8 @@ def _sqp(obj, prob, w, lam, feas, rtol, max_iter):
         if np.max(lam, initial=0.0) >= _LAMBDA_MAX:
             msg = "the constraints look infeasible (multipliers diverge)"
             break
-        if viol <= feas and dec <= rtol * max(abs(f), 1e-12):
+        comp = float(lam @ np.maximum(-c, 0.0)) if J else 0.0  # complementarity
+        if viol <= feas and max(dec, comp) <= rtol * max(abs(f), 1e-12):
             converged, msg = True, "KKT point"
             break
         rho = max(rho, 1.5 * float(np.max(lam, initial=0.0)))
