@@ -478,8 +478,10 @@ def _slsqp(obj, prob, w, feas, rtol, max_iter):
                    options={"maxiter": max_iter, "ftol": rtol * max(f0, 1e-12)})
     x = res.x
     c, A = cons_jac(x)
-    for _ in range(5 if res.success else 0):  # SLSQP meets the constraints to its own accuracy (~ftol): a few
-        act = np.flatnonzero(c > -0.5 * feas)  # minimal-norm Gauss-Newton corrections
+    # SLSQP meets the constraints to its own accuracy (~ftol): a few minimal-norm Gauss-Newton
+    # corrections onto them
+    for _ in range(5 if res.success else 0):
+        act = np.flatnonzero(c > -0.5 * feas)
         if not act.size or float(np.max(c)) <= 0.5 * feas:
             break
         x = x + np.linalg.lstsq(A[act], -(c[act] + 0.5 * feas), rcond=None)[0]
