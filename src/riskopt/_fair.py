@@ -22,9 +22,13 @@ import warnings
 import numpy as np
 from sklearn.utils.validation import _check_sample_weight
 
+from . import fairness
 from .fairness import FairnessProblem, parse_constraint, sensitive_codes, solve
 
 _RATES = ("demographic_parity", "equalized_odds", "equal_opportunity")
+#: a UserWarning when the hard training rates exceed the smoothed ones by more than this
+#: (or than the bound): the smoothing is too coarse for the fitted model
+HARD_GAP = 0.05
 
 
 def setup(est, X, y, sample_weight, sensitive_features, n_classes=None):
@@ -110,3 +114,12 @@ def _attributes(est, obj, prob, res):
     est.hard_constraint_values_ = np.asarray(hard)
     est.constraint_rates_ = np.asarray(rates)
     est.multipliers_ = prob.multipliers(res.lam)
+    gap = float(np.max(est.hard_constraint_values_ - est.constraint_values_, initial=0.0))
+    if prob.kind == "rate" and gap > max(prob.tol, HARD_GAP):
+        warnings.warn(
+            f"{type(est).__name__}: the constraint holds for the smoothed rates "
+            f"({np.max(est.constraint_values_):.3g}) but the hard rates differ by up to "
+            f"{np.max(est.hard_constraint_values_):.3g} on the training data: many samples lie "
+            f"within a few SMOOTHING = {fairness.SMOOTHING:g} logits of the decision boundary "
+            "(a risk that shrinks the model, e.g. a small-tail CVaR); lower "
+            "riskopt.fairness.SMOOTHING for a tighter smoothing", UserWarning, stacklevel=5)

@@ -88,6 +88,8 @@ CONSTRAINTS = ("demographic_parity", "equalized_odds", "equal_opportunity",
 CONSTRAINT_SPECS = CONSTRAINTS + tuple(f"{c}:to_overall" for c in CONSTRAINTS[:3])
 #: the logit scale ``tau`` of the smoothed rate ``mean sigmoid(z / tau)``
 SMOOTHING = 0.1
+#: SQP steps at most per intermediate stage of the shift-cost continuation (non-smooth risks)
+STAGE_MAX_ITER = 50
 #: largest multiplier before the constraints are declared infeasible
 _LAMBDA_MAX = 1e8
 
@@ -521,8 +523,11 @@ def solve(obj, prob, coef0=None, tol=1e-4, max_iter=1000):
             nu /= 10.0
         stages.append(obj.with_shift(nu_end, 0))
     total = 0
-    for stage in stages:
-        res = _sqp(stage, prob, w, lam, feas, rtol, max(max_iter - total, 1))
+    for k, stage in enumerate(stages):
+        last = k == len(stages) - 1  # earlier stages: warm starts, solved 100x more loosely
+        cap = max(max_iter - total, 1) if last else min(STAGE_MAX_ITER, max(max_iter - total, 1))
+        res = _sqp(stage, prob, w, lam, feas if last else 100 * feas,
+                   rtol if last else 100 * rtol, cap)
         total += res.n_iter
         w, lam = res.coef, res.lam
     res.n_iter = total
