@@ -27,7 +27,8 @@ from .fairness import FairnessProblem, parse_constraint, sensitive_codes, solve
 
 _RATES = ("demographic_parity", "equalized_odds", "equal_opportunity")
 #: a UserWarning when the hard training rates exceed the smoothed ones by more than this
-#: (or than the bound): the smoothing is too coarse for the fitted model
+#: (or than the bound; plus 2 / the smallest cell's size): the smoothing is too coarse for the
+#: fitted model
 HARD_GAP = 0.05
 
 
@@ -115,7 +116,8 @@ def _attributes(est, obj, prob, res):
     est.constraint_rates_ = np.asarray(rates)
     est.multipliers_ = prob.multipliers(res.lam)
     gap = float(np.max(est.hard_constraint_values_ - est.constraint_values_, initial=0.0))
-    if prob.kind == "rate" and gap > max(prob.tol, HARD_GAP):
+    # (plus two samples of the smallest cell: the hard rates move by 1 / n_k per sample)
+    if prob.kind == "rate" and gap > max(prob.tol, HARD_GAP) + 2.0 / prob.sizes.min():
         warnings.warn(
             f"{type(est).__name__}: the constraint holds for the smoothed rates "
             f"({np.max(est.constraint_values_):.3g}) but the hard rates differ by up to "
