@@ -72,7 +72,7 @@ def _fit(make, X, y, s, repeats):
             else:
                 est.fit(X, y, sensitive_features=s)
         ts.append(time.perf_counter() - t)
-    warned = [str(w.message)[:200] for w in caught if issubclass(w.category, Warning)]
+    warned = sorted({f"{w.category.__name__}: {str(w.message)[:160]}" for w in caught})[:5]
     return float(np.median(ts)), est, warned
 
 
