@@ -219,3 +219,21 @@ def test_grad_scaler_leaves_the_iterates_unchanged(name):
     plain = train(None)
     scaled = train(torch.amp.GradScaler("cpu", init_scale=2.0 ** 10))
     assert torch.equal(plain, scaled)
+
+
+@pytest.mark.parametrize("values", [[2.0, 3.0, 5e6, 1.0], [0.5, float("nan"), 1.0],
+                                    [float("inf"), 1.0], [-3.0, -4e6, 1e7]])
+def test_divergence_flags_same_on_device_path_and_cpu_path(values):
+    # the device path (0-d tensors, no host sync: what a CUDA run uses) and the CPU path
+    # (Python numbers) must flag the same step; the device path is run here on CPU tensors
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt = topt.SCDRO([p], check_every=0)
+    g = {"bad": torch.tensor(False), "first": torch.tensor(-1),
+         "ref": torch.tensor(float("nan"), dtype=torch.float64)}
+    for v in values:
+        obj = torch.tensor(v, dtype=torch.float64)
+        opt._track(obj)
+        opt._track_tensor(obj, g)
+        opt._g_steps += 1
+        assert bool(g["bad"]) == opt._g["bad"] and int(g["first"]) == opt._g["first"]
+    assert opt._g["bad"]              # every sequence above blows up or goes non-finite

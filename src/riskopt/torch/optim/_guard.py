@@ -179,6 +179,11 @@ class GuardMixin:
                 g["first"] = self._g_steps + 1
             g["bad"] = g["bad"] or bad
             return
+        self._track_tensor(obj, g)
+
+    def _track_tensor(self, obj, g):
+        """The device path of :meth:`_track`: ``g`` holds 0-d tensors on ``obj``'s device,
+        updated without a host sync."""
         obj = obj.to(torch.float64)
         first = torch.where(torch.isfinite(obj), obj.abs().clamp(min=1.0), torch.ones_like(obj))
         g["ref"] = torch.where(torch.isnan(g["ref"]), first, g["ref"])
