@@ -27,6 +27,8 @@ Without an initialised process group (or with a group of one) everything reduces
 single-process computation, so the same training script runs with and without
 ``torch.distributed``.
 """
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -145,7 +147,8 @@ class ColumnGatherer:
     decision from the same gathered headers, so they never disagree on the buffer size.
     Integers (dataset indices, counts) travel exactly as float64 up to ``2**53``.
 
-    ``calls`` and ``bytes`` count the collectives issued and the bytes each rank received.
+    ``calls`` and ``bytes`` count the collectives issued and the bytes each rank received;
+    ``seconds`` the wall time spent in them (waiting for the slower rank included).
     """
 
     def __init__(self, group=None):
@@ -153,6 +156,7 @@ class ColumnGatherer:
         self.capacity = 0
         self.calls = 0
         self.bytes = 0
+        self.seconds = 0.0
 
     def __call__(self, columns, device):
         r"""Gather ``columns`` (1-D tensors of a common local length ``b``; detached,
@@ -180,7 +184,9 @@ class ColumnGatherer:
             if r and k:
                 buf[1:1 + r * k] = block[:r].reshape(-1)
             parts = [torch.empty_like(buf) for _ in range(ws)]
+            t0 = time.perf_counter()
             dist.all_gather(parts, buf, group=group)
+            self.seconds += time.perf_counter() - t0
             self.calls += 1
             self.bytes += 8 * buf.numel() * ws
             sizes = [int(x) for x in torch.stack([p[0] for p in parts]).tolist()]
