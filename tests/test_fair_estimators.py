@@ -205,3 +205,11 @@ def test_fairlearn_form_to_overall_holds_on_the_training_data():
         assert max(worst) <= 0.02 + 1e-6
         np.testing.assert_allclose(est.constraint_values_, worst, atol=1e-10)
         assert max(worst) >= 0.02 - 1e-6      # active: the bound is reached
+
+
+def test_an_infeasible_bound_says_so():
+    X, y, s = _problem(6, n=200)
+    with pytest.warns(ConvergenceWarning, match="infeasible"):
+        ro.RiskRegressor(risk="mean", constraint="bounded_group_loss",
+                         constraint_tol=1e-3).fit(X, X[:, 0] + 3 * np.sin(7 * X[:, 1]),
+                                                  sensitive_features=s)

@@ -20,6 +20,7 @@ is the unconstrained one) and bounded group loss bounds the mean loss.
 import warnings
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import _check_sample_weight
 
 from . import fairness
@@ -95,7 +96,14 @@ def fit(est, obj, coef0):
     est.n_iter_ = max(int(res.n_iter), 1)
     est.objective_trace_ = np.array([f0, float(obj.value(res.coef))])
     _attributes(est, obj, prob, res)
-    return obj.as_matrix(res.coef), res.converged
+    if not res.converged:  # the solver's reason (e.g. an infeasible bound), not the generic one
+        warnings.warn(
+            f"{type(est).__name__} with constraint={est.constraint!r}: {res.message} after "
+            f"{est.n_iter_} steps (constraint_values_ = {np.round(est.constraint_values_, 6)}"
+            f", bound {est.constraint_tol:g}). A bound below what any model reaches makes "
+            "the constraints infeasible: loosen constraint_tol; otherwise increase max_iter.",
+            ConvergenceWarning, stacklevel=6)
+    return obj.as_matrix(res.coef), True
 
 
 def _attributes(est, obj, prob, res):
