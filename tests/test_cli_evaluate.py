@@ -43,9 +43,9 @@ def test_classification_report_matches_the_metrics(tables, tmp_path, capsys):
     assert main(["evaluate", str(model), str(test_path), "--sensitive", "sex",
                  "--out", str(out)]) == 0
     r = json.loads(out.read_text())
-    import joblib
+    from riskopt.model_io import load_model
 
-    est = joblib.load(model)["estimator"]  # a Pipeline: preprocessing + RiskClassifier
+    est = load_model(model)["estimator"]  # a Pipeline: preprocessing + RiskClassifier
     pred = est.predict(test[["a", "b", "c"]])
     y = test["label"].to_numpy()
     assert r["overall"]["rows"] == 100
@@ -129,9 +129,9 @@ def test_group_dro_model_is_evaluated_by_the_risk_of_its_group_losses(tmp_path, 
     assert main(["evaluate", str(model), str(path), "--out", str(out)]) == 0
     r = json.loads(out.read_text())["overall"]
     assert r["risk"].endswith("over the groups of 'g'")
-    import joblib
+    from riskopt.model_io import load_model
 
-    est = joblib.load(model)["estimator"]
+    est = load_model(model)["estimator"]
     loss = 0.5 * (est.predict(df[["a", "b"]]) - df.y.to_numpy()) ** 2
     gl = pd.Series(loss).groupby(df.g).mean().to_numpy()
     assert r["risk_of_losses"] == pytest.approx(ro.CVaR(0.5).value(gl), rel=1e-12)

@@ -70,11 +70,11 @@ def test_fit_group_dro_minimises_the_worst_group_loss(table, tmp_path, capsys):
         line = next(ln for ln in out.splitlines() if ln.startswith("worst-group loss (grp)"))
         worst[bool(flag)] = float(line.split(":")[1].split()[0])
     assert "over the groups of 'grp' (group DRO)" in out
-    import joblib
+    from riskopt.model_io import load_model
 
     from riskopt.estimators import RiskRegressor
 
-    saved = joblib.load(tmp_path / "m1.joblib")
+    saved = load_model(tmp_path / "m1.joblib")
     assert saved["group_dro"] is True
     # the saved pipeline standardises the columns first: the same fit on standardised X
     Xs = (X - X.mean(0)) / X.std(0)
@@ -174,14 +174,14 @@ def test_predict_needs_the_model_features(table, tmp_path, capsys):
 
 
 def test_default_risk_is_the_estimators(table, tmp_path, capsys):
-    import joblib
+    from riskopt.model_io import load_model
 
     path, _ = table
     for target, drop, want in (("label", "y", "esrm:1"), ("y", "label", "cvar:0.1")):
         model = tmp_path / f"{target}.joblib"
         assert main(["fit", str(path), "--target", target, "--drop", drop, "--quiet",
                      "--out", str(model)]) == 0
-        est = joblib.load(model)["estimator"][-1]  # the pipeline's last step
+        est = load_model(model)["estimator"][-1]  # the pipeline's last step
         import riskopt as ro
 
         assert est.risk == ro.parse_risk(want)
@@ -248,9 +248,9 @@ def test_preprocessing_inside_the_model(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "features: 2 numeric (imputed: median, standardised), 2 categorical (one-hot) -> " \
            "7 model inputs" in out  # 2 + city (3 + missing imputed away: 3) + member (2)
-    import joblib
+    from riskopt.model_io import load_model
 
-    saved = joblib.load(model)
+    saved = load_model(model)
     pipe = saved["estimator"]
     assert saved["preprocess"] and [name for name, _ in pipe.steps] == ["preprocess", "model"]
     acc = np.mean(pipe.predict(df.drop(columns="bought")) == df["bought"])

@@ -64,9 +64,9 @@ def test_progress_table_and_the_same_model(table, tmp_path, capsys, solver, risk
     objective, updates = _summary(out_on)
     row = [ln for ln in err_on.splitlines() if f"{updates}/200" in ln][-1]  # the last frame
     assert {"lbfgs": "L-BFGS", "auto": "newton", "prospect": "prospect"}[solver] in row
-    import joblib
+    from riskopt.model_io import load_model
 
-    trace = joblib.load(model)["estimator"].steps[-1][1].objective_trace_
+    trace = load_model(model)["estimator"].steps[-1][1].objective_trace_
     shown = float(row.split(f"{updates}/200")[1].split()[0])
     assert shown == pytest.approx(np.nanmin(trace), rel=1e-5)  # the returned (best) iterate
     assert shown == pytest.approx(objective, rel=1e-3)

@@ -233,7 +233,7 @@ def test_mixed_label_types_are_named():
 
 def test_csv_labels_mixing_numbers_and_text_are_read_as_text(tmp_path, capsys):
     """Without ``low_memory=False`` a large CSV could give a column of ints *and* strings."""
-    import joblib
+    from riskopt.model_io import load_model
 
     df = _frame()
     df["lab"] = np.where(df["y"] > 0, "1", "x")
@@ -242,7 +242,7 @@ def test_csv_labels_mixing_numbers_and_text_are_read_as_text(tmp_path, capsys):
     model = tmp_path / "m.joblib"
     assert main(["fit", str(path), "--target", "lab", "--features", "a", "b", "--quiet",
                  "--out", str(model)]) == 0
-    assert [type(c).__name__ for c in joblib.load(model)["estimator"].classes_] == ["str"] * 2
+    assert [type(c).__name__ for c in load_model(model)["estimator"].classes_] == ["str"] * 2
 
 
 # ---------------------------------------------------------------------------- unnamed columns
@@ -463,17 +463,15 @@ def test_outputs_honour_the_umask(command, mask, mode, files, tmp_path, capsys):
 def test_a_failed_write_keeps_the_old_file_and_no_temporary(files, tmp_path, capsys,
                                                             monkeypatch):
     import errno
-
-    import joblib
+    import os
 
     model = tmp_path / "m.joblib"
     model.write_bytes(b"old model")
 
-    def full(obj, fh, *a, **k):
-        fh.write(b"half a model")
+    def full(fd):  # the disk fills while the model is flushed
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(joblib, "dump", full)
+    monkeypatch.setattr(os, "fsync", full)
     _error(capsys, COMMANDS["fit"](files, model),
            f"--out: cannot write {model}: no space left on the device; free some space or "
            "write elsewhere")

@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 
 from . import _cli_fair
-from ._cli_fit import (FitError, _per_sample_losses, check_complete, check_label_types,
-                       check_output, final_estimator, load_model, model_input, read_table,
-                       write_output)
+from ._cli_fit import (MODEL_FILES, FitError, _per_sample_losses, add_trust, check_complete,
+                       check_label_types, check_output, final_estimator, load_model,
+                       model_input, read_table, write_output)
 
 FORMATS = ("markdown", "csv", "json")
 
@@ -184,7 +184,7 @@ def write_text(text, out):
 
 
 def cmd_evaluate(args):
-    model = load_model(args.model)
+    model = load_model(args.model, trust=args.trust)
     df = read_table(args.data)
     if args.out:
         check_output(args.out)
@@ -221,7 +221,9 @@ the file's extension .md/.csv/.json unless --format says otherwise):
              parity difference and the absolute mean difference of the predicted
              positive probability (classification); the absolute mean difference
              and the statistical parity (KS distance) of the predictions
-             (regression)."""
+             (regression).
+
+""" + MODEL_FILES
 
 
 def add_parser(sub):
@@ -232,6 +234,7 @@ def add_parser(sub):
                        description=EVALUATE_DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     e.add_argument("model", help="model file written by 'riskopt fit'")
+    add_trust(e)
     e.add_argument("data", help="CSV or parquet file with the features and the target column")
     e.add_argument("--group", nargs="+", metavar="COL",
                    help="group column(s): per-group error and loss, worst group")

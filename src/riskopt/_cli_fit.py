@@ -8,7 +8,7 @@
                 [--no-intercept] [--features COL ...] [--drop COL ...] [--group COL]
                 [--group-dro] [--categorical COL ...] [--impute median|mean|none]
                 [--no-scale] [--no-preprocess] [--seed S] [--progress | --quiet]
-                --out model.joblib
+                --out model.skops
     riskopt predict MODEL DATA [--proba] [--id-column COL ...] [--out predictions.csv]
 
 ``DATA`` is a CSV file or a parquet file; the saved model a scikit-learn ``Pipeline`` (a
@@ -374,9 +374,10 @@ def cmd_fit(args):
              "risk": str(risk), "group": args.group, "group_dro": bool(args.group_dro),
              "preprocess": prep is not None, "constraint": args.constraint,
              "constraint_tol": args.constraint_tol, "sensitive": args.sensitive}
-    import joblib
+    from . import model_io
 
-    write_output(args.out, lambda fh: joblib.dump(model, fh))
+    data = model_io.dumps(model)
+    write_output(args.out, lambda fh: fh.write(data))
     trace = getattr(reg, "objective_trace_", None)
     objective = float(trace[-1]) if trace is not None and len(trace) else float("nan")
     print(f"model: {args.out}")
@@ -406,29 +407,22 @@ def cmd_fit(args):
     return 0
 
 
-def load_model(path):
-    """The dict saved by ``riskopt fit``, or a one-line :class:`FitError`."""
-    import joblib
+def load_model(path, trust=False):
+    """The dict saved by ``riskopt fit`` (a safe skops file, see :mod:`riskopt.model_io`), or
+    a one-line :class:`FitError`: a pickle/joblib file is never unpickled, a file that would
+    build untrusted types is refused unless ``trust``."""
+    from . import model_io
 
-    path = Path(path)
-    if not path.exists():
-        raise FitError(f"model file not found: {path}")
-    if path.is_dir():
-        raise FitError(f"model file {path} is a folder; give the file written by riskopt fit")
     try:
-        model = joblib.load(path)
-        model["estimator"], model["features"]
-    except Exception as exc:
-        msg = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise FitError(f"{path} is not a riskopt model file ({msg}); give a file written by "
-                       "`riskopt fit`") from None
-    return model
+        return model_io.load_model(path, trust=trust)
+    except model_io.ModelFileError as exc:
+        raise FitError(str(exc)) from None
 
 
 def cmd_predict(args):
     import pandas as pd
 
-    model = load_model(args.model)
+    model = load_model(args.model, trust=args.trust)
     est = model["estimator"]
     df = read_table(args.data)
     X = model_input(model, df, "features")
@@ -519,12 +513,32 @@ On a terminal a progress display on standard error shows the solver, its updates
 (a stochastic solver stops when it is at most --tol) while the fit runs; --progress
 shows it anywhere, --quiet never. It does not change the fitted model."""
 
+MODEL_FILES = """\
+Model files are not code: 'riskopt fit' writes the skops format (a zip of a JSON
+description and numpy arrays), which is rebuilt from a list of trusted types
+(numpy, scipy, scikit-learn, riskopt's estimators, risks and losses) and never
+unpickled. A file that would build any other type is refused (exit status 2) with
+the list of those types; pass --trust only after reading them. A pickle/joblib file
+(older riskopt versions) is never opened: unpickling runs any code it contains;
+refit the model, or convert a file you wrote yourself with
+'python -m riskopt.model_io convert OLD NEW'. The model records the riskopt,
+scikit-learn and numpy versions that wrote it; another version gives a warning."""
+
+
+def add_trust(parser):
+    """The ``--trust`` flag of ``predict`` / ``evaluate``."""
+    parser.add_argument("--trust", action="store_true",
+                        help="load a model file that builds types outside the trusted list "
+                             "(they are listed when it is refused; a trusted type cannot "
+                             "run code on load, these may)")
+
+
 FIT_EPILOG = """\
 examples:
-  riskopt fit train.csv --target y --risk cvar:0.1 --out model.joblib
-  riskopt fit train.csv --target label --group race --out model.joblib
-  riskopt fit train.csv --target y --group g --group-dro --risk cvar:0.15 --out dro.joblib
-  riskopt fit train.csv --target y --risk cvar:0.1,chi2=0.5 --solver prospect --out m.joblib"""
+  riskopt fit train.csv --target y --risk cvar:0.1 --out model.skops
+  riskopt fit train.csv --target label --group race --out model.skops
+  riskopt fit train.csv --target y --group g --group-dro --risk cvar:0.15 --out dro.skops
+  riskopt fit train.csv --target y --risk cvar:0.1,chi2=0.5 --solver prospect --out m.skops"""
 
 
 def add_parsers(sub):
@@ -583,7 +597,8 @@ def add_parsers(sub):
                    "per-sample losses")
     _cli_fair.add_fit_arguments(f)
     f.add_argument("--seed", type=int, default=0, help="random seed of stochastic solvers")
-    f.add_argument("--out", required=True, metavar="FILE", help="model file (joblib)")
+    f.add_argument("--out", required=True, metavar="FILE", help="model file (skops format, "
+                   "e.g. model.skops; it holds no code, see 'riskopt predict --help')")
     f.add_argument("--progress", action="store_true",
                    help="show the progress display on standard error even when it is not a "
                         "terminal (default: only on a terminal)")
@@ -593,8 +608,10 @@ def add_parsers(sub):
     p = sub.add_parser("predict", help="predict with a model saved by 'riskopt fit'",
                        description="Predict with a model saved by 'riskopt fit': one row per "
                                    "row of DATA, as CSV (the preprocessing is inside the "
-                                   "model, so DATA is the raw table).")
+                                   "model, so DATA is the raw table).\n\n" + MODEL_FILES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="model file written by 'riskopt fit'")
+    add_trust(p)
     p.add_argument("data", help="CSV or parquet file with the model's feature columns")
     p.add_argument("--proba", action="store_true", help="also class probabilities")
     p.add_argument("--id-column", nargs="+", metavar="COL", help="columns copied to the output "

@@ -11,7 +11,7 @@
     riskopt bench reproduce [PAPER ...] [--results DIR] [--run] [--out REPORT.md]
     riskopt datasets list
     riskopt datasets info NAME
-    riskopt fit DATA --target COL [--risk cvar:0.1] ... --out model.joblib
+    riskopt fit DATA --target COL [--risk cvar:0.1] ... --out model.skops
     riskopt predict MODEL DATA [--proba] [--out predictions.csv]
     riskopt evaluate MODEL DATA [--group COL ...] [--sensitive COL ...] [--out report.md]
 
@@ -410,7 +410,7 @@ def build_parser():
 
 #: warnings a user acts on, shown as one ``riskopt: warning:`` line (no source location)
 _USER_WARNINGS = ("RecoveryWarning", "ConvergenceWarning", "DegenerateFitWarning",
-                  "DivergenceWarning")
+                  "DivergenceWarning", "ModelVersionWarning")
 
 
 def _show_warning(default):
