@@ -187,10 +187,23 @@ FSTAR = {
     "null": (lambda text: "null", r"fstar.json is corrupt \(invalid JSON: a JSON NoneType"),
     "binary": (lambda text: "\udcff", r"fstar.json is corrupt \(invalid JSON"),
     "no_value": (lambda text: json.dumps({k: {"dataset": "yacht"} for k in json.loads(text)}),
-                 r"entry \w+ has no finite f_star"),
+                 r"entry \w+ is not used \(it has no finite f_star"),
     "nan_value": (lambda text: json.dumps({k: {**v, "f_star": "nan"}
                                            for k, v in json.loads(text).items()}),
-                  r"entry \w+ has no finite f_star"),
+                  r"entry \w+ is not used \(it has no finite f_star"),
+    # a hand-edited f*: the table would mix the new f* with suboptimality of the old one
+    "edited": (lambda text: json.dumps({k: {**v, "f_star": v["f_star"] - 1.0}
+                                        for k, v in json.loads(text).items()}),
+               r"entry \w+ is not used \(its checksum does not match its content"),
+    "edited_reference": (lambda text: json.dumps({k: {**v, "key": {**v["key"], "x": 1}}
+                                                  for k, v in json.loads(text).items()}),
+                         r"entry \w+ is not used \(its checksum does not match"),
+    "no_checksum": (lambda text: json.dumps({k: {kk: vv for kk, vv in v.items()
+                                                 if kk != "checksum"}
+                                             for k, v in json.loads(text).items()}),
+                    r"entry \w+ is not used \(it has no checksum"),
+    "other_key": (lambda text: json.dumps({"0" * 16: v for v in json.loads(text).values()}),
+                  r"entry 0+ is not used \(its checksum does not match"),
 }
 
 

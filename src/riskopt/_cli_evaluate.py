@@ -66,7 +66,7 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
     from .risks import parse_risk
 
     est, task = model["estimator"], model["task"]
-    X = model_input(model, df, "features")
+    X = model_input(model, df, where)
     y_raw = _column(df, model["target"], "target", where)
     y = y_raw.to_numpy(dtype=np.float64) if task == "regression" else y_raw.to_numpy()
     if task != "regression":

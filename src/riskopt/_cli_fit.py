@@ -229,8 +229,39 @@ def model_input(model, df, where="features"):
         missing = [c for c in model["features"] if c not in df.columns]
         if missing:
             raise FitError(f"{where}: column(s) not found: {', '.join(map(str, missing))}")
+        _check_numeric_input(model, df, where)
         return df[model["features"]]
     return _feature_matrix(df, model["features"], where)
+
+
+def _numeric_columns(model):
+    """The columns the saved model's preprocessing treats as numbers (its ColumnTransformer's
+    ``numeric`` part), or ``[]`` if it has none / cannot be read."""
+    est = model.get("estimator")
+    try:
+        prep = est.named_steps["preprocess"]
+        return [c for name, _, cols in prep.transformers_ if name == "numeric" for c in cols]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return []
+
+
+def _check_numeric_input(model, df, where):
+    """A numeric feature column of the model holding text in ``df`` (``"abc"``): one line
+    naming the column, the rows and the fix, instead of the imputer's traceback."""
+    import pandas as pd
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    for c in _numeric_columns(model):
+        if c not in df.columns or is_numeric_dtype(df[c]) or is_bool_dtype(df[c]):
+            continue
+        s = df[c]
+        wrong = pd.to_numeric(s, errors="coerce").isna() & s.notna()
+        if wrong.any():
+            first = s[wrong].iloc[0]
+            raise FitError(f"{where}: column {column_label(df, c)} is numeric in the model but "
+                           f"holds text ({first!r} in 0-based row(s) {_rows(wrong)}); fix or "
+                           "blank those cells (a blank is imputed) and run again")
+
 
 
 def final_estimator(model):
@@ -425,7 +456,7 @@ def cmd_predict(args):
     model = load_model(args.model, trust=args.trust)
     est = model["estimator"]
     df = read_table(args.data)
-    X = model_input(model, df, "features")
+    X = model_input(model, df, str(args.data))
     if args.proba and not hasattr(est, "predict_proba"):
         raise FitError("--proba needs a classification model")
     if args.out:

@@ -134,14 +134,17 @@ def _target_scaling(y, loss, risk, fit_intercept, l2_reg):
     ``nu`` satisfies ``R_nu(c l) = c R_{nu / c}(l)`` (chi-square and KL), so
     ``F(w) = c F'(w / s)`` with ``F'`` the problem on ``y / s`` with shift cost ``nu / c``
     and l2 ``mu s^2 / c`` (``mu`` for the squared loss, ``mu s`` for the absolute loss: the
-    absolute loss is not scale-free against an l2 term). Only for the built-in spectral risks (the KL-constrained family is
-    left as given) and targets whose scale is outside ``_TARGET_BAND``."""
+    absolute loss is not scale-free against an l2 term). The KL-DRO risk scales the same way
+    (``max_{KL(q) <= rho} sum q c l - lambda0 KL(q) = c (... - (lambda0 / c) KL(q))``: its
+    ``shift_cost`` lambda0 becomes ``lambda0 / c``; without it a target like ``y x 1e150``
+    overflowed the losses and the fit returned the zero model). Only for the built-in
+    spectral and KL-DRO risks and targets whose scale is outside ``_TARGET_BAND``."""
     import dataclasses
 
-    from .risks import _RiskBase
+    from .risks import KLDRO, _RiskBase
 
     name = getattr(loss, "name", None)
-    if name not in ("squared", "absolute") or not isinstance(risk, _RiskBase) \
+    if name not in ("squared", "absolute") or not isinstance(risk, (_RiskBase, KLDRO)) \
             or not dataclasses.is_dataclass(risk) or y.size == 0:
         return None
     top = float(np.max(np.abs(y)))
@@ -156,5 +159,7 @@ def _target_scaling(y, loss, risk, fit_intercept, l2_reg):
         c = s * s if name == "squared" else s  # may overflow: only the reported values use it
     nu = float(risk.shift_cost)
     nu2 = (nu / s) / s if name == "squared" else nu / s
+    if isinstance(risk, KLDRO) and risk.radius is None and not nu2 > 0:
+        return None  # the penalised form needs lambda0 / c > 0 (it underflowed)
     risk2 = dataclasses.replace(risk, shift_cost=nu2)
     return s, c, risk2, float(l2_reg) * (1.0 if name == "squared" else s)

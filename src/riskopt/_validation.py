@@ -102,16 +102,19 @@ def _sparse_design(X, intercept):
     return A
 
 
-def design_matrix(X, intercept, keep_sparse=False, who="this objective"):
+def design_matrix(X, intercept, keep_sparse=False, who="this objective", keep_operator=None):
     """The float64 C-contiguous design ``[X, 1]`` (or ``X``) built in one allocation: any real
     dtype (float32 included) is converted while it is copied, and X is validated (2-D,
     non-empty, finite) without a converted copy first. Without an intercept an X that is
     already float64 and C-contiguous is returned as is (no copy).
 
     A scipy.sparse ``X`` gives a float64 CSR design (O(nnz) memory) with ``keep_sparse``, else
-    it is densified with a :class:`SparseDensifyWarning`."""
+    it is densified with a :class:`SparseDensifyWarning`. A ``LinearDesign`` (the estimators'
+    operator over the caller's X) is kept as is with ``keep_operator`` (default:
+    ``keep_sparse``)."""
     if getattr(X, "_is_linear_design", False):  # riskopt.objectives._design: kept as is
-        if not keep_sparse or X.intercept != bool(intercept):
+        keep_operator = keep_sparse if keep_operator is None else keep_operator
+        if not keep_operator or X.intercept != bool(intercept):
             raise ValueError("a LinearDesign needs a family that keeps operator designs and "
                              "the same fit_intercept")
         return X

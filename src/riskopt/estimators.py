@@ -279,12 +279,14 @@ class _RiskEstimatorBase(BaseEstimator):
     def _validate_X_y(self, X, y, y_numeric):
         # float32 stays float32 here: the objective converts it once, while building its
         # float64 design (riskopt.objectives.base; no float64 copy of X before that)
+        _check_numeric_frame(X)
         X, y = validate_data(self, X, y, accept_sparse=_SPARSE, dtype=[np.float64, np.float32],
                              y_numeric=y_numeric, multi_output=False)
         return (X.tocsr() if is_sparse(X) else np.ascontiguousarray(X)), y
 
     def _linear_output(self, X):
         check_is_fitted(self)
+        _check_numeric_frame(X)
         X = validate_data(self, X, accept_sparse=_SPARSE, dtype=np.float64, reset=False)
         return safe_sparse_dot(X, self.coef_.T, dense_output=True) + self.intercept_
 
@@ -447,10 +449,13 @@ class _RiskEstimatorBase(BaseEstimator):
             if groups.ndim != 1 or groups.shape[0] != X.shape[0]:
                 raise ValueError(f"groups must have shape ({X.shape[0]},) like y, got "
                                  f"{groups.shape}")
-        # the full-batch path takes X as it is (an operator design: no copy, sparse kept)
-        lazy = isinstance(risk, _RiskBase) and groups is None and \
-            self.solver in ("auto", "lbfgs", "newton")
-        if is_sparse(X) and not lazy:
+        # the full-batch path takes X as it is (an operator design: no copy, sparse kept for
+        # the spectral family; the KL-DRO and group-DRO families get the operator over the
+        # dense X, so their extra peak memory is O(n) vectors too, not a copy of X)
+        full_batch = self.solver in ("auto", "lbfgs", "newton")
+        keep_sparse = isinstance(risk, _RiskBase) and groups is None and full_batch
+        lazy = full_batch and isinstance(risk, (_RiskBase, KLDRO))
+        if is_sparse(X) and not keep_sparse:
             X = densify(X, f"{type(self).__name__}.fit (risk {risk}, solver {self.solver!r})", 4)
         if sample_weight is not None:
             sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)

@@ -206,16 +206,30 @@ class CVaR(_RiskBase):
         _check_common(self)
 
     def cdf(self, p):
+        # a - (1 - p), not p - (1 - a): exact near p = 1 for any tail fraction (with a tiny a,
+        # 1 - a rounds to 1 and the other form loses the whole tail)
         a = float(self.tail_fraction)
-        return np.clip(np.asarray(p, dtype=float) - (1.0 - a), 0.0, None) / a
+        return np.clip(a - (1.0 - np.asarray(p, dtype=float)), 0.0, None) / a
 
     def spectrum(self, n):
-        # the full tail bins are equal (1 / (a n)); the differences of the cdf leave them
-        # unequal in their last bits, which would hide the two-level form from the selection
-        # oracle (riskopt._kernels.oracles.selection_plan): made exactly equal here
-        sigma = _from_density_cdf(self.cdf, n)
-        top = sigma[-1]
-        sigma[np.abs(sigma - top) <= 1e-9 * top] = top
+        # counted from the top: t = a n samples in the tail, the last floor(t) bins 1/t each
+        # (exactly equal, so the selection oracle, riskopt._kernels.oracles.selection_plan,
+        # sees the two-level form), the fraction (t - floor t)/t on the bin below; t <= 1 is
+        # the maximum loss. Exact for every tail fraction down to the smallest double (the
+        # differences of the cdf lose it below about 1e-16: 1 - a rounds to 1).
+        n = int(n)
+        a = float(self.tail_fraction)
+        sigma = np.zeros(n)
+        t = a * n
+        if abs(t - round(t)) <= 1e-9 * t:  # a n an integer up to rounding (0.3 x 10)
+            t = float(round(t))
+        if t <= 1.0:
+            sigma[-1] = 1.0
+            return sigma
+        k = min(int(np.floor(t)), n)
+        sigma[n - k:] = 1.0 / t
+        if k < n and t > k:
+            sigma[n - k - 1] = (t - k) / t
         return sigma / sigma.sum()
 
 

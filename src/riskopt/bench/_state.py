@@ -3,10 +3,14 @@
 A cell file (``cells/<id>.parquet``) counts as finished only if its parquet footer reads, it
 has the trace columns and its ``riskopt.cell`` metadata is this cell's key; an error record
 (``cells/<id>.error.json``) only if it parses; ``fstar.json`` only if it parses to a table of
-finite ``f_star`` values. Anything else is renamed aside (:func:`riskopt.bench._io.quarantine`,
+finite ``f_star`` values, each sealed by a SHA-256 checksum of its record (problem key, f*,
+reference details; :func:`seal_fstar`) and filed under the hash of its own problem: an edited
+entry, one without a checksum or one under another problem's key is dropped with a warning and
+recomputed, so the table's f* and its suboptimality column always agree. Anything else is renamed aside (:func:`riskopt.bench._io.quarantine`,
 one :class:`~riskopt.bench._io.RecoveryWarning` line each) and recomputed: a truncated or
 garbled file never stops a run.
 """
+import hashlib
 import json
 import math
 import warnings
@@ -63,13 +67,43 @@ def check_cells(cells, cells_dir, repair=True):
     return done, failed
 
 
-def load_fstar(path, repair=True):
+def _fstar_checksum(k, rec):
+    body = {key: v for key, v in rec.items() if key != "checksum"}
+    text = json.dumps([k, body], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def seal_fstar(k, rec):
+    """``rec`` (the f* record of the problem hashed ``k``) with its ``checksum``."""
+    rec = {key: v for key, v in rec.items() if key != "checksum"}
+    rec["checksum"] = _fstar_checksum(k, rec)
+    return rec
+
+
+def fstar_problem(k, rec, key_hash=None):
+    """Why the f* record ``rec`` filed under ``k`` cannot be used (``None`` if it can)."""
+    try:
+        if not (isinstance(rec, dict) and math.isfinite(float(rec["f_star"]))):
+            return "it has no finite f_star"
+    except (KeyError, TypeError, ValueError):
+        return "it has no finite f_star"
+    if "checksum" not in rec:
+        return "it has no checksum (written by hand or by an older riskopt)"
+    if rec["checksum"] != _fstar_checksum(k, rec):
+        return "its checksum does not match its content (edited by hand?)"
+    if key_hash is not None and "key" in rec and key_hash(rec["key"]) != k:
+        return "it is filed under another problem's key"
+    return None
+
+
+def load_fstar(path, repair=True, key_hash=None):
     """The f* cache ``{problem hash: record}``: ``{}`` if absent; an unreadable file is
-    quarantined, a record without a finite ``f_star`` dropped (both recomputed)."""
+    quarantined, a record that fails :func:`fstar_problem` dropped (both recomputed);
+    ``key_hash(problem key)`` must give the hash a record is filed under."""
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise ValueError(f"a JSON {type(data).__name__}, not an object")
     except (ValueError, UnicodeDecodeError) as exc:
@@ -78,14 +112,11 @@ def load_fstar(path, repair=True):
         return {}
     out = {}
     for k, rec in data.items():
-        try:
-            ok = isinstance(rec, dict) and math.isfinite(float(rec["f_star"]))
-        except (KeyError, TypeError, ValueError):
-            ok = False
-        if ok:
+        why = fstar_problem(k, rec, key_hash)
+        if why is None:
             out[k] = rec
         elif repair:
-            warnings.warn(f"{path}: entry {k} has no finite f_star; it will be recomputed",
+            warnings.warn(f"{path}: entry {k} is not used ({why}); its f* will be recomputed",
                           _io.RecoveryWarning, stacklevel=2)
     return out
 

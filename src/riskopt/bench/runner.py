@@ -72,7 +72,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _io, _lock, _meta, _procs, _record, _state, problems, record_metrics
+from . import _io, _lock, _meta, _paths, _procs, _record, _state, problems, record_metrics
 from ._cells import CELL_FORMAT, Cell, cell_labels, config_label, enumerate_cells  # noqa: F401
 from ..callbacks import Callback
 from .spec import SpecError, load_spec
@@ -364,7 +364,7 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
     t_start = time.perf_counter()
     started = _meta.now()
     jobs = jobs if jobs is not None else (spec.jobs if spec.jobs is not None else -1)
-    out = Path(out) if out is not None else Path("results") / spec.name
+    out = Path(out) if out is not None else _paths.default_out(spec.name)
 
     # -- data, objectives, compatibility checks (before any long work or any file)
     sizes, _ = prepare(spec)
@@ -385,10 +385,14 @@ def run(spec, out=None, jobs=None, backend=None, progress=True, max_cells=None, 
 
 def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plot, say,
                 t_start, started):
+    _paths.check_inside(out, out / "cells", out / "fstar.json", out / "spec.json",
+                        out / "figures", out / "results.parquet", out / "metadata.json")
     cells_dir = _io.ensure_folder(out / "cells")
     _io.sweep_temporaries(out, cells_dir)
     cells = enumerate_cells(spec)
     fstar_path = out / "fstar.json"
+    _paths.check_inside(out, *(cells_dir / f"{c.id}{ext}" for c in cells
+                               for ext in (".parquet", ".error.json")))
     if fresh:
         for c in cells:
             for p in (cells_dir / f"{c.id}.parquet", cells_dir / f"{c.id}.error.json"):
@@ -404,7 +408,7 @@ def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plo
 
     errors, n_run, n_reused = [], 0, None
     for attempt in range(2):  # a second round only if a cell proves unreadable at the merge
-        fstar = _state.load_fstar(fstar_path)
+        fstar = _state.load_fstar(fstar_path, key_hash=_hash)
         if n_reused is None and not fresh:  # the cache lacks a run the record holds
             restored = _record.restore_cells(_absent(cells, cells_dir), cells_dir,
                                              out / _record.TABLE)
@@ -505,8 +509,8 @@ def _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, jobs, ba
                     if err is not None:
                         errors.append((f"f* of {d} / {labels[j]}", err))
                     else:
-                        fstar[k] = {"dataset": d, "objective": labels[j],
-                                    "key": spec.problem(d, j), **rec}
+                        fstar[k] = _state.seal_fstar(k, {"dataset": d, "objective": labels[j],
+                                                         "key": spec.problem(d, j), **rec})
                         _io.atomic_write_json(fstar_path, fstar)
                     bar.advance(task)
         pending = [c for c in pending if _hash(spec.problem(c.dataset, c.objective_index))
@@ -578,7 +582,7 @@ def status(spec, out=None):
     unreadable cell files do not count as finished; a run that ``results.parquet`` holds
     counts as finished: :func:`run` restores it from there)."""
     spec = load_spec(spec)
-    out = Path(out) if out is not None else Path("results") / spec.name
+    out = Path(out) if out is not None else _paths.default_out(spec.name)
     cells = enumerate_cells(spec)
     done, _ = _state.check_cells(cells, out / "cells", repair=False)
     restorable = _record.restorable(_absent(cells, out / "cells"), out / _record.TABLE)

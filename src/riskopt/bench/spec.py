@@ -494,7 +494,9 @@ class Spec:
     # ---------------------------------------------------------------- validation
     def validate(self, check_registry=True):
         """Raise :class:`SpecError` (naming the key) for anything wrong; normalise values."""
-        check_name("name", self.name)
+        from ._paths import check_spec_name
+
+        check_spec_name(self.name, "name")
         if not isinstance(self.description, str):
             raise SpecError("description", "must be a string")
         self._validate_datasets(check_registry)
@@ -791,7 +793,12 @@ def load_spec(spec, check_registry=True):
 
     if isinstance(spec, Spec):
         return spec.validate(check_registry=check_registry)
-    text, origin = read_spec_text(spec)
+    try:
+        text, origin = read_spec_text(spec)
+    except UnicodeDecodeError as exc:
+        raise SpecError("", f"spec file {spec} is not UTF-8 text (byte {exc.start}: "
+                            f"{exc.object[exc.start:exc.start + 1]!r}); save it as UTF-8 "
+                            "TOML") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -155,6 +155,10 @@ class LinearModelObjective(ObjectiveBase):
     #: full-batch code is written with ``X @ W`` / ``X.T @ G`` only); else densified with a
     #: :class:`riskopt.SparseDensifyWarning`
     _keeps_sparse = False
+    #: an operator design (``riskopt._design.LinearDesign``, the estimators' ``[(X - m)/s, 1]``
+    #: over the caller's X, no copy) is accepted when True (full-batch code written with
+    #: ``X @ W``, ``X.T @ G`` and a few rows ``X[rows]``); None: as ``_keeps_sparse``
+    _keeps_operator = None
 
     def _init_data(self, loss, X, y, l2_reg, fit_intercept):
         from .._kernels import losses as _kl
@@ -167,7 +171,7 @@ class LinearModelObjective(ObjectiveBase):
         # one allocation for the design (float32 converted while copied, the intercept column
         # filled in place): the peak memory of a fit is about one float64 design beyond X
         X = design_matrix(X, self.fit_intercept, keep_sparse=self._keeps_sparse,
-                          who=type(self).__name__)
+                          who=type(self).__name__, keep_operator=self._keeps_operator)
         y = check_array("y", y, ndim=1)
         if X.shape[0] != y.shape[0]:
             raise ValueError(f"X and y have mismatched numbers of rows: {X.shape[0]} != "

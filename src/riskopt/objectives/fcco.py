@@ -163,6 +163,10 @@ class _FCCOBase(LinearModelObjective):
     """Shared layout: outer indices ``i`` with rows ``outer_rows[outer_ptr[i]:outer_ptr[i+1]]``
     and offsets ``outer_offsets`` (the kernels' view, :mod:`riskopt._kernels.fcco`)."""
 
+    #: full-batch code is ``X @ W``, ``X.T @ G`` and ``X[rows]``: the estimators' operator
+    #: design (no copy of X) works as is; the stochastic kernels materialise it once
+    _keeps_operator = True
+
     #: (kind, par) of the outer function for the kernels; ``has_s`` when ``s`` is a variable
     has_s = False
     direct_rows = np.zeros(0, dtype=np.int64)

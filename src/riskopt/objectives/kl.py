@@ -80,6 +80,8 @@ class KLDROObjective(LinearModelObjective):
     """
 
     family = "kl_dro"
+    #: value / grad are ``X @ W`` and ``X.T @ G``: the estimators' operator design works as is
+    _keeps_operator = True
     aux_names = ("lam",)
     reference_methods = ("lbfgs",)
     #: benchmark spec keys (``lam0`` is ``shift_cost``: the spec's ``shift_cost`` key is the

@@ -174,7 +174,8 @@ def _candidates(objective, name, lr, base_lr, coef0, prev_lr, default_lr=None):
 
 def _diverged_error(name, lr, after=""):
     return ValueError(
-        f"solver {name!r} diverged with lr={lr:g}{after}; use a smaller lr or lr='auto' "
+        f"solver {name!r} diverged with lr={lr:g}{after}; use a smaller lr (e.g. "
+        f"lr={lr / 10:.3g}, lr/10) or lr='auto' "
         f"(and consider standardising X, e.g. with StandardScaler)")
 
 
