@@ -166,18 +166,18 @@ def kind_divergence(tmp):
     g = rng.integers(0, m, n)
     y = X @ rng.normal(size=d) + g * 0.3 + rng.normal(size=n)
     obj = GroupRiskObjective("squared", "cvar:0.3", X, y, g, l2_reg=1e-3)
-    row("divergence", "SONX lr=1 on group DRO",
-        _run_flag(ro.solvers.get("sonx", lr=1.0, random_state=0), obj, 20))
-    row("divergence", "ALEXR2 lr=10 on group DRO",
-        _run_flag(ro.solvers.get("alexr2", lr=10.0, random_state=0), obj, 20))
     yc = (y > np.median(y)).astype(float)
     con = ConstrainedObjective("logistic", X, yc, [(g == 0, 0.3), (g == 1, 0.3)], rho=10.0,
                                l2_reg=1e-3)
-    row("divergence", "SONEX lr=0.5 on a constrained problem",
-        _run_flag(ro.solvers.get("sonex", lr=0.5, random_state=0), con, 20))
     ob2 = ro.Objective("squared", ro.CVaR(0.5, shift_cost=1.0), X, y, l2_reg=1e-3)
-    row("divergence", "SGD lr=0.3 on spectral CVaR",
-        _run_flag(ro.solvers.get("sgd", lr=0.3, random_state=0), ob2, 10))
+    for name, lr, o, what in (("sonx", 3.0, obj, "group DRO"), ("sonex", 3.0, obj, "group DRO"),
+                              ("alexr2", 10.0, obj, "group DRO"),
+                              ("sonex", 3.0, con, "a constrained problem"),
+                              ("alexr2", 30.0, con, "a constrained problem"),
+                              ("sonx", 1.0, obj, "group DRO (a sane step)"),
+                              ("sgd", 0.1, ob2, "spectral CVaR (a sane step)")):
+        row("divergence", f"{name.upper()} lr={lr:g} on {what}",
+            _run_flag(ro.solvers.get(name, lr=lr, random_state=0), o, 20))
 
 
 def kind_degenerate(tmp):

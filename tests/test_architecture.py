@@ -33,8 +33,8 @@ Rules
   5     ``estimators``, ``_degenerate`` (its useless-model check), ``torch``, ``bench`` (users
         of solvers), ``_fair`` and ``_estimator_params`` (the estimators' fairness glue and
         parameter constraints)
-  6     ``_cli_fit``, ``_cli_evaluate``, ``_cli_fair``, ``cli``, ``riskopt/__init__`` (entry
-        points and re-exports)
+  6     ``_cli_fit``, ``_cli_evaluate``, ``_cli_fair``, ``cli``, ``model_io`` (model files),
+        ``riskopt/__init__`` (entry points and re-exports)
   ====  ==============================================================================
 
   The top-level package ``riskopt/__init__`` re-exports from every layer, so it sits on top;
@@ -60,7 +60,7 @@ LAYERS = [
     ("callbacks", "metrics", "fairness"),
     ("solvers",),
     ("estimators", "_degenerate", "torch", "bench", "_fair", "_estimator_params"),
-    ("_cli_fit", "_cli_evaluate", "_cli_progress", "cli", "riskopt", "_cli_fair"),
+    ("_cli_fit", "_cli_evaluate", "_cli_progress", "cli", "riskopt", "_cli_fair", "model_io"),
 ]
 MAX_LINES = 800
 GENERIC_MODULES = ["bench/runner.py", "bench/spec.py", "bench/plotting.py", "bench/figures.py",

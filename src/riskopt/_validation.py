@@ -149,3 +149,43 @@ def check_X_y(X, y):
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"X and y have mismatched numbers of rows: {X.shape[0]} != {y.shape[0]}")
     return np.ascontiguousarray(X), np.ascontiguousarray(y)
+
+
+def check_numeric_frame(X):
+    """A pandas DataFrame with text / categorical / object columns: one ValueError naming
+    them and the fix (the estimators take numeric features; scikit-learn's own message,
+    "could not convert string to float: 'u'", names neither the column nor the remedy)."""
+    dtypes = getattr(X, "dtypes", None)
+    if dtypes is None or not hasattr(X, "columns"):
+        return
+    import pandas as pd
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    bad = []
+    for c, t in zip(X.columns, dtypes):
+        if is_numeric_dtype(t) or is_bool_dtype(t):
+            continue
+        if isinstance(t, pd.CategoricalDtype) and is_numeric_dtype(t.categories.dtype):
+            continue
+        col = X[c]
+        vals = col.astype(object) if isinstance(t, pd.CategoricalDtype) else col
+        num = pd.to_numeric(vals, errors="coerce")
+        wrong = num.isna() & vals.notna()
+        if wrong.any():
+            bad.append((c, f"{t}, e.g. {vals[wrong].iloc[0]!r}"))
+    if bad:
+        cols = ", ".join(f"{c!r} ({t})" for c, t in bad[:8]) + (", ..." if len(bad) > 8 else "")
+        raise ValueError(
+            f"X has non-numeric column(s) {cols}; the estimator takes numeric features: "
+            "encode them first (e.g. sklearn.preprocessing.OneHotEncoder in a Pipeline / "
+            "ColumnTransformer), drop them, or fit from a table with `riskopt fit`, which "
+            "one-hot encodes text and categorical columns")
+
+
+def validate_data(estimator, X, *args, **kwargs):
+    """scikit-learn's ``validate_data`` after :func:`check_numeric_frame` (a DataFrame with
+    text columns gets an error naming them)."""
+    from sklearn.utils.validation import validate_data as _validate
+
+    check_numeric_frame(X)
+    return _validate(estimator, X, *args, **kwargs)

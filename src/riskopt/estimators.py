@@ -125,11 +125,11 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.extmath import safe_sparse_dot
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from . import solvers as _solvers
-from ._validation import densify, is_sparse, store_params
+from ._validation import densify, is_sparse, store_params, validate_data
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
@@ -279,14 +279,12 @@ class _RiskEstimatorBase(BaseEstimator):
     def _validate_X_y(self, X, y, y_numeric):
         # float32 stays float32 here: the objective converts it once, while building its
         # float64 design (riskopt.objectives.base; no float64 copy of X before that)
-        _check_numeric_frame(X)
         X, y = validate_data(self, X, y, accept_sparse=_SPARSE, dtype=[np.float64, np.float32],
                              y_numeric=y_numeric, multi_output=False)
         return (X.tocsr() if is_sparse(X) else np.ascontiguousarray(X)), y
 
     def _linear_output(self, X):
         check_is_fitted(self)
-        _check_numeric_frame(X)
         X = validate_data(self, X, accept_sparse=_SPARSE, dtype=np.float64, reset=False)
         return safe_sparse_dot(X, self.coef_.T, dense_output=True) + self.intercept_
 
@@ -449,13 +447,9 @@ class _RiskEstimatorBase(BaseEstimator):
             if groups.ndim != 1 or groups.shape[0] != X.shape[0]:
                 raise ValueError(f"groups must have shape ({X.shape[0]},) like y, got "
                                  f"{groups.shape}")
-        # the full-batch path takes X as it is (an operator design: no copy, sparse kept for
-        # the spectral family; the KL-DRO and group-DRO families get the operator over the
-        # dense X, so their extra peak memory is O(n) vectors too, not a copy of X)
-        full_batch = self.solver in ("auto", "lbfgs", "newton")
-        keep_sparse = isinstance(risk, _RiskBase) and groups is None and full_batch
-        lazy = full_batch and isinstance(risk, (_RiskBase, KLDRO))
-        if is_sparse(X) and not keep_sparse:
+        # full batch: X as an operator design (no copy; CSR kept for the spectral family only)
+        lazy = self.solver in ("auto", "lbfgs", "newton") and isinstance(risk, (_RiskBase, KLDRO))
+        if is_sparse(X) and not (lazy and isinstance(risk, _RiskBase) and groups is None):
             X = densify(X, f"{type(self).__name__}.fit (risk {risk}, solver {self.solver!r})", 4)
         if sample_weight is not None:
             sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)

@@ -6,9 +6,10 @@ has the trace columns and its ``riskopt.cell`` metadata is this cell's key; an e
 finite ``f_star`` values, each sealed by a SHA-256 checksum of its record (problem key, f*,
 reference details; :func:`seal_fstar`) and filed under the hash of its own problem: an edited
 entry, one without a checksum or one under another problem's key is dropped with a warning and
-recomputed, so the table's f* and its suboptimality column always agree. Anything else is renamed aside (:func:`riskopt.bench._io.quarantine`,
-one :class:`~riskopt.bench._io.RecoveryWarning` line each) and recomputed: a truncated or
-garbled file never stops a run.
+recomputed, so the table's f* and its suboptimality column always agree. Anything else is
+renamed aside (:func:`riskopt.bench._io.quarantine`, one
+:class:`~riskopt.bench._io.RecoveryWarning` line each) and recomputed: a truncated or garbled
+file never stops a run.
 """
 import hashlib
 import json

@@ -136,8 +136,9 @@ from pathlib import Path
 from typing import Optional
 
 from . import problems
+from ._paths import check_spec_name
 from .spec_tools import (SpecError, as_list, check_int, check_name, check_number, content_hash,
-                         fmt, is_number, l2_value, one_of, parse_l2_reg, unknown_keys)
+                         fmt, is_number, l2_value, one_of, parse_l2_reg, read_utf8, unknown_keys)
 
 __all__ = ["Spec", "ObjectiveSpec", "SolverSpec", "PlotSpec", "RecordSpec", "SpecError",
            "PAPER_LR_GRID", "spec_from_dict", "load_spec", "bundled_specs", "read_spec_text",
@@ -494,8 +495,6 @@ class Spec:
     # ---------------------------------------------------------------- validation
     def validate(self, check_registry=True):
         """Raise :class:`SpecError` (naming the key) for anything wrong; normalise values."""
-        from ._paths import check_spec_name
-
         check_spec_name(self.name, "name")
         if not isinstance(self.description, str):
             raise SpecError("description", "must be a string")
@@ -777,7 +776,7 @@ def read_spec_text(spec):
     """TOML text of a spec given as a path or a bundled spec name."""
     path = Path(spec)
     if path.is_file():
-        return path.read_text(encoding="utf-8"), str(path)
+        return read_utf8(path), str(path)
     if path.suffix == ".toml":
         raise FileNotFoundError(f"spec file not found: {spec}")
     bundled = bundled_specs()
@@ -793,12 +792,7 @@ def load_spec(spec, check_registry=True):
 
     if isinstance(spec, Spec):
         return spec.validate(check_registry=check_registry)
-    try:
-        text, origin = read_spec_text(spec)
-    except UnicodeDecodeError as exc:
-        raise SpecError("", f"spec file {spec} is not UTF-8 text (byte {exc.start}: "
-                            f"{exc.object[exc.start:exc.start + 1]!r}); save it as UTF-8 "
-                            "TOML") from None
+    text, origin = read_spec_text(spec)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -4,6 +4,7 @@ import json
 import math
 import numbers
 import re
+from pathlib import Path
 
 
 class SpecError(ValueError):
@@ -39,6 +40,17 @@ def check_name(key, value):
     if not re.fullmatch(r"[A-Za-z0-9_.+\-]+", value):
         raise SpecError(key, f"{value!r} may only contain letters, digits, '_', '-', '+' and '.'")
     return value
+
+
+def read_utf8(path):
+    """The text of the spec file ``path``; a file that is not UTF-8 is one :class:`SpecError`
+    naming the file and the first bad byte (not a traceback)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError("", f"spec file {path} is not UTF-8 text (byte {exc.start}: "
+                            f"{exc.object[exc.start:exc.start + 1]!r}); save it as UTF-8 "
+                            "TOML") from None
 
 
 def unknown_keys(key, table, allowed):
