@@ -243,7 +243,8 @@ def test_model_bytes_are_reproducible(files, tmp_path):
     assert again.read_bytes() == files["reg"].read_bytes()
 
 
-@pytest.mark.parametrize("fit", ["kl", "group_dro", "multinomial", "prospect", "no_intercept"])
+@pytest.mark.parametrize("fit", ["kl", "group_dro", "multinomial", "prospect", "no_intercept",
+                                 "fairness_constraint"])
 def test_every_fit_kind_round_trips(tmp_path, fit):
     rng = np.random.default_rng(1)
     X = rng.normal(size=(80, 3))
@@ -255,6 +256,9 @@ def test_every_fit_kind_round_trips(tmp_path, fit):
         est, kw = ro.RiskRegressor(risk="cvar:0.5"), {"groups": rng.integers(0, 3, 80)}
     elif fit == "multinomial":
         est, y = ro.RiskClassifier(risk="cvar:0.5"), np.digitize(y, [-0.5, 0.5])
+    elif fit == "fairness_constraint":
+        est = ro.RiskClassifier(risk="mean", constraint="demographic_parity", constraint_tol=0.05)
+        y, kw = (y > 0).astype(int), {"sensitive_features": rng.integers(0, 2, 80)}
     elif fit == "prospect":
         est = ro.RiskRegressor(risk=ro.CVaR(0.5, shift_cost=1.0), solver="prospect",
                                max_iter=20, tol=None)

@@ -57,6 +57,7 @@ TRUSTED_TYPES = (
     "riskopt.losses.LogisticLoss",
     "riskopt.losses.MultinomialLoss",
     "riskopt._cli_fit.categories_as_text",
+    "riskopt.fairness.FairnessProblem",  # a fit with constraint=... keeps its constraints
 )
 
 # first bytes of a pickle / joblib file: protocol 2-5 (0x80 PROTO), joblib's zlib / gzip /
