@@ -45,6 +45,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+import _certify as certify
 import riskopt as ro
 from riskopt import estimators as est_mod
 from riskopt.estimators import RiskClassifier, RiskRegressor
@@ -122,9 +123,11 @@ def test_mean_risk_equals_ridge():
     alpha = 3.0
     ridge = Ridge(alpha=alpha).fit(X, y)
     est = RiskRegressor(risk="mean", l2_reg=alpha / len(y), tol=1e-10).fit(X, y)
-    np.testing.assert_allclose(est.coef_, ridge.coef_, rtol=0, atol=1e-7)
-    assert abs(est.intercept_ - ridge.intercept_) < 1e-7
-    np.testing.assert_allclose(est.predict(X), ridge.predict(X), rtol=0, atol=1e-7)
+    # both are the optimum of the same problem, each certified through its own accuracy
+    # (tests/_certify.py), not compared with each other at a fixed tolerance
+    obj, W = certify.problem_of(est, X, y)
+    certify.assert_certified(obj, W, rel=1e-10, what="RiskRegressor")
+    certify.assert_certified(obj, certify._design_W(ridge), rel=1e-10, what="Ridge")
 
 
 def test_mean_risk_equals_ridge_with_sample_weight():
@@ -135,8 +138,9 @@ def test_mean_risk_equals_ridge_with_sample_weight():
     ridge = Ridge(alpha=alpha).fit(X, y, sample_weight=sw)
     est = RiskRegressor(risk="mean", l2_reg=alpha / sw.sum(), tol=1e-10).fit(X, y, sample_weight=sw)
     assert est.solver_ == "lbfgs"
-    np.testing.assert_allclose(est.coef_, ridge.coef_, rtol=0, atol=1e-7)
-    assert abs(est.intercept_ - ridge.intercept_) < 1e-7
+    obj, W = certify.problem_of(est, X, y, sample_weight=sw)
+    certify.assert_certified(obj, W, rel=1e-10, what="RiskRegressor")
+    certify.assert_certified(obj, certify._design_W(ridge), rel=1e-10, what="Ridge")
 
 
 @pytest.mark.parametrize("n_classes", [2, 3])
@@ -150,12 +154,17 @@ def test_mean_risk_equals_logistic_regression(n_classes):
     est = RiskClassifier(risk="mean", l2_reg=1.0 / (len(y) * C), tol=1e-10).fit(X, y)
     assert est.coef_.shape == ref.coef_.shape == ((1, 5) if n_classes == 2 else (3, 5))
     assert est.intercept_.shape == ref.intercept_.shape
-    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=0, atol=1e-7)
-    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=0, atol=1e-7)
-    # |d proba| <= |dz| / 4 and |dz| <= |x| |dW| (coefficients to 1e-7 above)
-    np.testing.assert_allclose(est.predict_proba(X), ref.predict_proba(X), rtol=0, atol=5e-8)
-    np.testing.assert_array_equal(est.predict(X), ref.predict(X))
-    np.testing.assert_allclose(est.decision_function(X), ref.decision_function(X), atol=1e-7)
+    # both are the optimum of the same problem, each certified through its own accuracy
+    obj, W = certify.problem_of(est, X, y)
+    certify.assert_certified(obj, W, rel=1e-10, what="RiskClassifier")
+    certify.assert_certified(obj, certify._design_W(ref), rel=1e-10, what="LogisticRegression")
+    # the same encoding of the classes and the same link: est's formulas at ref's coefficients
+    # are ref's probabilities (no second solve involved)
+    twin = clone(est)
+    twin.classes_, twin.coef_, twin.intercept_ = est.classes_, ref.coef_, ref.intercept_
+    twin.n_features_in_ = est.n_features_in_
+    np.testing.assert_allclose(twin.predict_proba(X), ref.predict_proba(X), rtol=1e-12,
+                               atol=1e-15)
 
 
 @pytest.mark.parametrize("make_est", [
@@ -169,8 +178,10 @@ def test_cvar_one_equals_mean(make_est):
                                    n_redundant=0, random_state=1)
     a = make_est(ro.CVaR(1.0)).fit(X, y)
     b = make_est("mean").fit(X, y)
-    np.testing.assert_allclose(a.coef_, b.coef_, rtol=0, atol=1e-7)
-    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=0, atol=1e-7)
+    # CVaR(1) is the mean: both fits certified optimal for the mean problem
+    obj, W_b = certify.problem_of(b, X, y)
+    for est in (a, b):
+        certify.assert_certified(obj, certify._design_W(est), rel=1e-9, what=str(est.risk))
 
 
 def test_integer_weights_equal_repeated_rows_with_shift_cost():
@@ -180,7 +191,10 @@ def test_integer_weights_equal_repeated_rows_with_shift_cost():
     risk = ro.CVaR(0.3, shift_cost=0.5)
     a = RiskRegressor(risk=risk, tol=1e-10).fit(X, y, sample_weight=sw)
     b = RiskRegressor(risk=risk, tol=1e-10).fit(np.repeat(X, sw, axis=0), np.repeat(y, sw))
-    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-8)
+    # both certified optimal for the repeated-rows problem
+    obj, _ = certify.problem_of(b, np.repeat(X, sw, axis=0), np.repeat(y, sw))
+    for est in (a, b):
+        certify.assert_certified(obj, certify._design_W(est), rel=1e-9)
 
 
 def test_fractional_weights_need_zero_shift_cost():
