@@ -197,16 +197,23 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
         lr, beta = self._schedule()
         sc = self._scalars
         params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+        moving = []
         for p in params:
-            st = self.state[p]
-            if "v" not in st or not self._started:
-                st["v"] = p.grad.detach().clone()
+            if "v" not in self.state[p] or not self._started:
+                self.state[p]["v"] = p.grad.detach().clone()
             else:
-                st["v"].mul_(1.0 - beta).add_(p.grad, alpha=beta)
+                moving.append(p)
+        if moving:       # v <- (1 - beta) v + beta g, one fused call per op (foreach)
+            vs = [self.state[p]["v"] for p in moving]
+            torch._foreach_mul_(vs, 1.0 - beta)
+            torch._foreach_add_(vs, [p.grad for p in moving], alpha=beta)
         sc["u"] = sc["g_lam"].clone() if not self._started else (
             (1.0 - beta) * sc["u"] + beta * sc["g_lam"])
-        for p in params:
-            p.add_(self.state[p]["v"] + self.mu * p, alpha=-lr)
+        vs = [self.state[p]["v"] for p in params]
+        if self.mu:
+            vs = [v + self.mu * p for v, p in zip(vs, params)]
+        if params:
+            torch._foreach_add_(params, vs, alpha=-lr)
         if self.max_norm is not None:
             norm = torch.sqrt(sum((p.double() ** 2).sum() for p in params))
             if norm > self.max_norm:
