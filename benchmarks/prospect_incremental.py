@@ -2,6 +2,17 @@
 
     python benchmarks/prospect_incremental.py [--sizes 20000 200000 1000000] [--repeats 3]
         [--passes 4] [--datasets kin8nm power] [--out benchmarks/results/prospect_incremental]
+    python benchmarks/prospect_incremental.py --spectra-only --sizes 20000 [--passes 4]
+        [--spectra cvar esrm extremile user] [--costs none chi2 kl] [--budget 20]
+        [--base-src /path/to/base/checkout/src]
+
+Part 3 (``--spectra-only``, alone): every spectrum (CVaR 0.5, ESRM 1, extremile 2, a user
+spectrum) x shift cost (none, chi2 0.5, KL 0.5), Prospect's default oracle (box / rank /
+hull tree handing over to ``hull_oracle``) from the default start and from the perturbed
+optimum, passes 1 .. ``--passes``, each as a ratio to one ``Objective.value_grad`` of the same
+objective in the same process; the 'before' column runs pass 1 of the checkout at
+``--base-src`` in a child process (its own full-gradient time). Writes
+``spectra_<sizes>.md`` and ``spectra_<sizes>.json``.
 
 Three oracles, one per column group: FULL (``Prospect._oracle = ORACLE_FULL``: the O(n) PAV
 resumed at the lowest moved rank), TREE (``ORACLE_TREE``: the hull tree of
@@ -189,6 +200,139 @@ def time_to_tol(dataset, repeats, log, tol=1e-8, max_epochs=64):
                                                               out.items()})
 
 
+# ---------------------------------------------------------------- part 3: every spectrum
+SPECTRA = ("cvar", "esrm", "extremile", "user")
+COSTS = ("none", "chi2", "kl")
+START_LR = {"default": 1e-3, "optimum": LR}
+
+
+def user_spectrum(n):
+    """A user spectrum that is neither a box nor smooth: a cubic ramp plus a step at the top
+    decile, normalised."""
+    u = (np.arange(n) + 0.5) / n
+    s = u ** 3 + (u >= 0.9)
+    return s / s.sum()
+
+
+def spectra_objective(name, cost, n, seed=0, d=20):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = X @ rng.normal(size=d) + rng.normal(size=n)
+    kw = {} if cost == "none" else dict(shift_cost=0.5, divergence=cost)
+    risk = {"cvar": lambda: ro.CVaR(0.5, **kw), "esrm": lambda: ro.ESRM(1.0, **kw),
+            "extremile": lambda: ro.Extremile(2.0, **kw),
+            "user": lambda: ro.SpectralRisk(user_spectrum(n), **kw)}[name]()
+    return ro.Objective("squared", risk, X, y, l2_reg=1.0 / n)
+
+
+def start_point(obj, start):
+    d = obj.X.shape[1]
+    if start == "default":
+        return np.zeros(d)
+    coef = ro.solvers.LBFGS().run(obj).coef
+    rng = np.random.default_rng(1)
+    return coef + WARM * np.linalg.norm(coef) * rng.normal(size=d) / np.sqrt(d)
+
+
+def _warm_jit(name, cost):
+    tiny = spectra_objective(name, cost, 64)
+    s = solver(kp.ORACLE_INCREMENTAL)
+    st = s.init_state(tiny)
+    for _ in range(2):
+        st = s.update(tiny, st)
+
+
+def estimate_pass(s, obj, state, idx, budget):
+    """Seconds of the pass over ``idx`` from ``state``: the whole pass when a probe predicts
+    it within ``budget`` seconds, else estimated from two partial passes of m and 2m steps
+    from the same state (their difference is the per-step cost, the rest the O(n) set-up of
+    a pass): ``(seconds, exact?)``."""
+    n = idx.shape[0]
+    m = min(n, 200)
+    t1 = timed_update(s, obj, state, idx[:m])[1]
+    t2 = timed_update(s, obj, state, idx[:2 * m])[1] if 2 * m <= n else t1
+    per = max((t2 - t1) / m, 1e-9) if 2 * m <= n else t1 / m
+    pred = max(t1 - m * per, 0.0) + n * per
+    if pred <= budget:
+        return timed_update(s, obj, state, idx)[1], True
+    m = max(m, int(m * budget / (4 * pred) * n / m))
+    m = min(m, n // 2)
+    t1 = timed_update(s, obj, state, idx[:m])[1]
+    t2 = timed_update(s, obj, state, idx[:2 * m])[1]
+    per = max((t2 - t1) / m, 1e-9)
+    return max(t1 - m * per, 0.0) + n * per, False
+
+
+def spectra_rows(n, passes, names, costs, budget, log_json):
+    """Pass 1 .. ``passes`` of the default oracle from both starts, per spectrum and cost;
+    one JSON line per row (``log_json``). Passes after an estimated one are not run."""
+    out = []
+    for name in names:
+        for cost in costs:
+            _warm_jit(name, cost)
+            obj = spectra_objective(name, cost, n)
+            t_full = full_eval_seconds(obj, 11 if n <= 200000 else 5)
+            for start in ("default", "optimum"):
+                w0 = start_point(obj, start)
+                s = solver(kp.ORACLE_INCREMENTAL)
+                s.lr = START_LR[start]
+                state = s.init_state(obj, coef0=w0)
+                row = dict(n=n, spectrum=name, cost=cost, start=start, full_eval=t_full,
+                           passes=[])
+                for p in range(passes):
+                    idx = s.draw_indices(obj, state)
+                    sec, exact = estimate_pass(s, obj, state, idx, budget)
+                    rec = dict(pass_=p + 1, seconds=sec, ratio=sec / t_full, exact=exact)
+                    if exact:
+                        state, _, st = timed_update(s, obj, state, idx)
+                        rec.update(swaps=st[0] / st[3], newton=st[8] / st[3],
+                                   chunks=st[9] / st[3])
+                    row["passes"].append(rec)
+                    if not exact:
+                        break
+                out.append(row)
+                log_json(row)
+    return out
+
+
+def spectra_part(args, log):
+    """Part 3: after (this checkout) in this process, before (``--base-src``) in a child
+    process with that ``src`` first on PYTHONPATH; both write JSON rows."""
+    import subprocess
+    import sys
+    rows_after = []
+    for n in args.sizes:
+        rows_after += spectra_rows(n, args.passes, args.spectra, args.costs, args.budget,
+                                   lambda r: print(json.dumps(r, default=float), flush=True))
+    rows_before = []
+    if args.base_src:
+        env = dict(os.environ, PYTHONPATH=args.base_src)
+        cmd = [sys.executable, __file__, "--worker", "--passes", "1", "--budget",
+               str(args.budget), "--sizes", *map(str, args.sizes), "--spectra",
+               *args.spectra, "--costs", *args.costs]
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        rows_before = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
+    before = {(r["n"], r["spectrum"], r["cost"], r["start"]): r for r in rows_before}
+    log("| n | spectrum | cost | start | before pass 1 | after pass 1 | after pass 4 | "
+        "swaps/step (p1) | Newton it./step (p1) | chunks/step (p1) |")
+    log("|---:|---|---|---|---:|---:|---:|---:|---:|---:|")
+
+    def cell(r, k):
+        if r is None or len(r["passes"]) <= k:
+            return "-"
+        p = r["passes"][k]
+        return f"{p['ratio']:.1f}{'' if p['exact'] else '*'}"
+
+    for r in rows_after:
+        b = before.get((r["n"], r["spectrum"], r["cost"], r["start"]))
+        p1 = r["passes"][0]
+        extra = (f"{p1['swaps']:.0f} | {p1['newton']:.2f} | {p1['chunks']:.2f}"
+                 if p1["exact"] else "- | - | -")
+        log(f"| {r['n']:,} | {r['spectrum']} | {r['cost']} | {r['start']} | {cell(b, 0)} | "
+            f"{cell(r, 0)} | {cell(r, 3)} | {extra} |")
+    return dict(after=rows_after, before=rows_before)
+
+
 def _write_atomic(path, text):
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename,
     so an interrupted run leaves the previous file whole."""
@@ -205,13 +349,56 @@ def main():
     ap.add_argument("--datasets", nargs="+", default=["kin8nm", "power"])
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
                                          "prospect_incremental"))
+    ap.add_argument("--spectra-only", action="store_true",
+                    help="part 3 only: every spectrum x cost, default start and optimum")
+    ap.add_argument("--spectra", nargs="+", default=list(SPECTRA))
+    ap.add_argument("--costs", nargs="+", default=list(COSTS))
+    ap.add_argument("--budget", type=float, default=20.0,
+                    help="part 3: a pass predicted longer (s) is estimated (marked *)")
+    ap.add_argument("--base-src", default=None,
+                    help="part 3: the src folder of the base checkout (the 'before' column)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:  # the 'before' child of part 3: JSON rows on stdout
+        for n in args.sizes:
+            spectra_rows(n, args.passes, args.spectra, args.costs, args.budget,
+                         lambda r: print(json.dumps(r, default=float), flush=True))
+        return
     started, t0 = now(), time.perf_counter()
     lines = []
 
     def log(s=""):
         print(s, flush=True)
         lines.append(s)
+
+    if args.spectra_only:
+        log("# Prospect on every spectrum: first and fourth pass / one full objective + gradient")
+        log("")
+        log("Synthetic Gaussian regression (d = 20, squared loss, l2 = 1/n); spectra CVaR 0.5, "
+            "ESRM 1, extremile 2, a user spectrum (cubic ramp + top-decile step); shift cost "
+            "none, chi2 0.5, KL 0.5. Prospect's default oracle from the default start (zeros, "
+            f"lr {START_LR['default']:g}) and from the L-BFGS optimum perturbed by {WARM:g} of "
+            f"its norm (lr {LR:g}). Cells: seconds of the pass / one `Objective.value_grad` of "
+            "the same objective (median of 11) in the same process. `before`: the checkout "
+            f"at --base-src ({args.base_src}) in a child process, pass 1 only. `*`: a pass "
+            f"predicted over {args.budget:g} s is estimated from partial passes of m and 2m "
+            "steps (set-up + n x per-step cost). swaps: the hull tree's bubbling (0 on the "
+            "rank / box / hull oracles); Newton iterations and chunks scanned: hull_oracle.")
+        log("")
+        res = spectra_part(args, log)
+        wall = time.perf_counter() - t0
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        tag = "_".join(str(n) for n in args.sizes)
+        meta = dict(script="benchmarks/prospect_incremental.py --spectra-only", started=started,
+                    finished=now(), wall_seconds=round(wall, 1), git_commit=_git_commit(),
+                    cpu=_cpu_info(), versions=_versions(), args=vars(args),
+                    load=os.getloadavg(), **res)
+        _write_atomic(out / f"spectra_{tag}.md", "\n".join(lines) + "\n")
+        _write_atomic(out / f"spectra_{tag}.json", json.dumps(meta, indent=2, default=float)
+                      + "\n")
+        print(f"\nwrote {out}/spectra_{tag}.md and .json ({wall:.0f} s)")
+        return
 
     log("# Prospect: box oracle (BOX, the default for CVaR + chi2) vs hull tree (TREE) vs "
         "O(n) oracle (FULL)")
