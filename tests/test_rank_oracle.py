@@ -9,7 +9,7 @@ must equal ``oracles._risk_weights`` (the O(n log n) sorting oracle) to 1e-12 ab
 weights sum to 1). A pure-NumPy twin of the weight rule (``_numpy_weight``: counts by
 comparison, ``np.mean`` of the spectrum slice) is checked the same way.
 
-Then the solver: Prospect with ``nu = 0`` on the new oracle (the default ``ORACLE_INCREMENTAL``)
+Then the solver: Prospect with ``nu = 0`` on the new oracle (``ORACLE_HULL``: ``rank_oracle`` for nu = 0)
 against the bubbling path (``ORACLE_FULL``) on the same index sequence, one kernel call per
 step, every iterate compared.
 """
@@ -170,7 +170,7 @@ def _solvers(lr, *oracles):
 def test_prospect_rank_path_matches_the_sorted_path_step_by_step(risk, ties):
     n = 120
     obj = _objective(n, risk, ties)
-    new, old = _solvers(0.02, kp.ORACLE_INCREMENTAL, kp.ORACLE_FULL)
+    new, old = _solvers(0.02, kp.ORACLE_HULL, kp.ORACLE_FULL)  # ORACLE_HULL: rank for nu = 0
     s_new = new.init_state(obj)
     s_old = old.init_state(obj)
     idx = np.random.default_rng(1).integers(0, n, size=n)
@@ -197,7 +197,7 @@ def test_prospect_rank_passes_match_the_sorted_path(loss):
     else:
         y = rng.integers(0, 3, size=n).astype(float)
     obj = ro.Objective(loss, ro.ESRM(2.0), X, y, l2_reg=1.0 / n)
-    new, old = _solvers(0.01, kp.ORACLE_INCREMENTAL, kp.ORACLE_FULL)
+    new, old = _solvers(0.01, kp.ORACLE_HULL, kp.ORACLE_FULL)
     new._stats = np.zeros(10, dtype=np.int64)
     a, b = new.init_state(obj), old.init_state(obj)
     for _ in range(3):
@@ -214,7 +214,25 @@ def test_prospect_rank_path_stops_on_a_diverged_loss():
     n = 50
     X = rng.normal(size=(n, 3))
     obj = ro.Objective("squared", ro.ESRM(1.0), X, 1e200 * rng.normal(size=n), l2_reg=0.0)
-    for s in _solvers(1e-3, kp.ORACLE_INCREMENTAL):
+    for s in _solvers(1e-3, kp.ORACLE_HULL):
         st0 = s.init_state(obj)
         st1 = s.update(obj, st0)
         assert np.all(np.isfinite(st1.q))
+
+
+def test_default_switches_to_the_rank_oracle_far_from_the_optimum():
+    # from the default start the bubbling moves ~n/3 ranks per step: the default oracle
+    # hands the pass to rank_oracle, and the passes agree with the bubbling path's
+    n = 3000
+    obj = _objective(n, "esrm", False, seed=3)
+    inc, tree = _solvers(0.01, kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE)
+    inc._stats = np.zeros(10, dtype=np.int64)
+    tree._stats = np.zeros(10, dtype=np.int64)
+    a, b = inc.init_state(obj), tree.init_state(obj)
+    for _ in range(2):
+        idx = np.random.default_rng(int(a.epoch)).integers(0, n, size=n)
+        a, b = inc.update(obj, a, indices=idx), tree.update(obj, b, indices=idx)
+        np.testing.assert_allclose(a.coef, b.coef, rtol=0, atol=1e-10 * np.abs(b.coef).max())
+        np.testing.assert_allclose(a.q, b.q, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(a.order, b.order)
+    assert inc._stats[0] < tree._stats[0] / 10

@@ -97,22 +97,13 @@ def _cpart(Shi, fpar, k, s):
 @njit(cache=True, _nrt=False)
 def _prefix_F(R, k):
     """Sum of the terms of the ``k`` smallest losses."""
-    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
-    size = meta[4]
-    v = 1
-    acc = 0.0
-    kk = k
-    while v < size:
-        a = 2 * v
-        if kk <= tc[a]:
-            v = a
-        else:
-            acc += tF[a]
-            kk -= tc[a]
-            v = a + 1
-    p = lid[v - size]
-    for j in range(kk):
-        acc += FV[p, j]
+    if k == 0:
+        return 0.0
+    j, P, acc = _locate(R, k - 1)
+    FV = R[9]
+    p = R[2][j]
+    for t in range(k - P):
+        acc += FV[p, t]
     return acc
 
 
@@ -123,8 +114,8 @@ def _range_F(R, k0, k1):
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     size = meta[4]
     nc = meta[0]
-    j0, P0 = _locate(R, k0)  # chunks and offsets of ranks k0 + 1 and k1
-    j1, P1 = _locate(R, k1 - 1)
+    j0, P0, _ = _locate(R, k0)  # chunks and offsets of ranks k0 + 1 and k1
+    j1, P1, _ = _locate(R, k1 - 1)
     p0 = lid[j0]
     if j0 == j1:
         acc = 0.0
@@ -156,11 +147,13 @@ def _range_F(R, k0, k1):
 
 @njit(cache=True, _nrt=False)
 def _locate(R, e):
-    """``(logical chunk, ranks before it)`` of the loss of 0-based rank ``e``."""
+    """``(logical chunk, ranks before it, sum of the terms before it)`` of the loss of
+    0-based rank ``e``."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     size = meta[4]
     v = 1
     P = 0
+    acc = 0.0
     kk = e
     while v < size:
         a = 2 * v
@@ -168,9 +161,10 @@ def _locate(R, e):
             v = a
         else:
             P += tc[a]
+            acc += tF[a]
             kk -= tc[a]
             v = a + 1
-    return v - size, P
+    return v - size, P, acc
 
 
 @njit(cache=True, _nrt=False, inline="always")

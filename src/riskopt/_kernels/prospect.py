@@ -21,11 +21,14 @@ updated in place; randomness enters only through the index arrays drawn in Pytho
        (``_nrt=False``, see ``incremental_pav``). For a box spectrum (CVaR) the default
        oracle is ``box_oracle`` instead (``_epoch_prospect_box``): ``q = clip((l - tau) /
        (2 n nu), 0, c)`` (chi-square) or ``min(c, exp((l - m) / nu))`` (KL) with one scalar
-       kept in O(log n) per step by heaps, and no sorted table during the pass. Without a
-       shift cost (``nu = 0``, any spectrum) the default oracle is ``rank_oracle``, also in
-       ``_epoch_prospect_box``: ``q_i = mean(sigma[a:a + m])`` with ``a`` / ``m`` the numbers
-       of losses below / equal to ``l_i``, counted in a blocked sorted list of the loss
-       multiset (O(log n + B) amortised per step, whatever the number of ranks crossed).
+       kept in O(log n) per step by heaps, and no sorted table during the pass. Far from
+       the optimum (the bubbling's swaps past ``HULL_SWAPS`` / ``RANK_SWAPS`` per step) the
+       default hands the rest of a pass to ``_epoch_prospect_box`` on ``rank_oracle``
+       (``nu = 0``: ``q_i = mean(sigma[a:a + m])`` with ``a`` / ``m`` the numbers of losses
+       below / equal to ``l_i``, counted in a blocked sorted list of the loss multiset,
+       O(log n + B) amortised per step) or ``hull_oracle`` (a shift cost: the GCM slope by a
+       Newton iteration over a segment tree of that list); neither cost grows with the
+       number of ranks a loss crosses.
 
     So after step ``t`` the tables hold: ``losses[i]`` and ``D[i]`` evaluated at the iterate
     ``w^(s)`` of the last step ``s <= t`` that drew ``i`` (before that step's update),
@@ -78,6 +81,9 @@ ORACLE_HULL = 3         #: ``hull_oracle`` for every spectrum with a shift cost 
 #: switches within a few steps and one near it (s of a few hundred) stays on the tree.
 HULL_SWAPS = 600
 HULL_SLACK = 20000
+#: the same hand-over for ``nu = 0`` (the bubbling's sorted table -> ``rank_oracle``, whose
+#: step costs about as much as ~100 swaps)
+RANK_SWAPS = 128
 #: a loss above this (or inf / nan) ends the sorted-table pass before it enters the table: the
 #: run has diverged, and the hull tree's geometry (prefix sums of losses) is not defined there
 #: (an infinite loss corrupted memory)
@@ -225,10 +231,10 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     step. ``oracle``:
 
     * ``ORACLE_INCREMENTAL`` (the solver's default): for a box spectrum (CVaR, detected by
-      ``box_oracle._box_spectrum``) with ``nu > 0``, and for any spectrum with ``nu = 0``
-      (``rank_oracle``), ``_epoch_prospect_box`` (no bubbling); otherwise as
-      ``ORACLE_TREE`` until the swaps pass ``HULL_SWAPS`` per step (plus ``HULL_SLACK``),
-      then ``_epoch_prospect_box`` on ``hull_oracle`` for the rest of the pass;
+      ``box_oracle._box_spectrum``) with ``nu > 0``, ``_epoch_prospect_box`` (no bubbling);
+      otherwise as ``ORACLE_TREE`` until the swaps pass ``HULL_SWAPS`` per step
+      (``RANK_SWAPS`` for ``nu = 0``) plus ``HULL_SLACK``, then ``_epoch_prospect_box`` on
+      ``hull_oracle`` (``rank_oracle`` for ``nu = 0``) for the rest of the pass;
     * ``ORACLE_HULL``: ``_epoch_prospect_box`` on ``hull_oracle`` for every spectrum with a
       shift cost (``rank_oracle`` for ``nu = 0``);
     * ``ORACLE_TREE``: for ``nu > 0`` (chi2 and KL) the hull
@@ -251,7 +257,7 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         bc, bk, br = _box_spectrum(sigma) if nu > 0.0 else (0.0, 0, 0.0)
         if oracle == ORACLE_HULL and nu > 0.0:
             bk = -1  # hull_oracle, whatever the spectrum
-        if bk >= 0 or oracle == ORACLE_HULL:  # nu = 0: rank_oracle; a box: box_oracle
+        if bk > 0 or oracle == ORACLE_HULL:  # a box: box_oracle; ORACLE_HULL, nu = 0: rank
             _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, q,
                                 rho, gbar, order, rank, bc, bk, br, stats)
             return
@@ -292,7 +298,8 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
         if rho[m] != 0.0:
             _add_outer(X, m, rho[m], D[m], gbar)
     inc = oracle != ORACLE_FULL
-    switch = oracle == ORACLE_INCREMENTAL and mode == 3
+    switch = oracle == ORACLE_INCREMENTAL and (mode == 3 or mode == 0)
+    per_step = HULL_SWAPS if mode == 3 else RANK_SWAPS
     swaps = 0
     T = indices.shape[0]
     rnext = -1
@@ -336,9 +343,10 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
             stats[0] += hi - lo
             stats[3] += 1
         swaps += hi - lo
-        if switch and swaps > HULL_SWAPS * (t + 1) + HULL_SLACK and t + 1 < T:
-            # far from the optimum: the rest of the pass on hull_oracle (``order`` sorts the
-            # table; gbar is recomputed exactly there, as at the start of every pass)
+        if switch and swaps > per_step * (t + 1) + HULL_SLACK and t + 1 < T:
+            # far from the optimum: the rest of the pass on hull_oracle / rank_oracle
+            # (``order`` sorts the table; gbar is recomputed exactly there, as at the start
+            # of every pass)
             _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices[t + 1:], W,
                                 losses, D, q, rho, gbar, order, rank, 0.0, -1, 0.0, stats)
             return

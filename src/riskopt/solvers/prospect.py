@@ -44,14 +44,17 @@ in ``[0, c]``) with ``shift_cost > 0`` they are a clipped function of the loss w
 threshold (chi-square: ``clip((l - tau) / (2 n nu), 0, c)``; KL: ``min(c, exp((l - m) / nu))``),
 and ``riskopt._kernels.box_oracle`` keeps that scalar under a change of one loss with indexed
 heaps: O(log n) per step whatever the ranks the loss moves by, no sorted table (``order`` and
-``rank`` are rebuilt by one sort at the end of the pass). Without a shift cost (``nu = 0``, any
-spectrum) the weight is ``sigma`` at the loss's rank, averaged over a tie, and
-``riskopt._kernels.rank_oracle`` counts that rank in a blocked sorted list of the loss
-multiset: O(log n + B) per step, also without a sorted table. For the other spectra the sorting
+``rank`` are rebuilt by one sort at the end of the pass). For the other spectra the sorting
 permutation ``order`` and its inverse ``rank`` are kept up to date by bubbling the changed entry
 (Subroutine 4, O(swaps)) and a tree of convex-minorant hulls
 (``riskopt._kernels.incremental_pav``) is refreshed on the ranks the bubbling moved, the weight
-of the sampled index read off it: O(swaps + log^2 n) per step. The O(n) re-solve is kept as
+of the sampled index read off it: O(swaps + log^2 n) per step. Far from the optimum, where a
+step moves a loss across ~n/3 ranks, the pass is handed over (once the swaps exceed a few
+hundred per step) to an oracle on the loss multiset that keeps no sorted table:
+``riskopt._kernels.rank_oracle`` without a shift cost (``sigma`` at the loss's rank, averaged
+over a tie, counted in a blocked sorted list: O(log n + B) per step) and
+``riskopt._kernels.hull_oracle`` with one (the PAV's convex-minorant slope by a Newton
+iteration over a segment tree of that list). The O(n) re-solve is kept as
 the twin (``Prospect._oracle = ORACLE_FULL``; ``ORACLE_TREE`` forces the hull tree); the
 gradient table stores only ``dloss/dz`` (``n x K``
 scalars) since :math:`\nabla \ell_i(w) = x_i \otimes \ell'(x_i^\top W)`; :math:`\bar g` is
@@ -181,8 +184,9 @@ class Prospect(Solver):
 
     name = "prospect"
     #: private switch: ``_kp.ORACLE_INCREMENTAL`` (the box oracle for CVaR with a shift cost,
-    #: O(log n) per step; the rank oracle for any spectrum without one, O(log n + B); the
-    #: hull tree otherwise, O(s + log^2 n)), ``_kp.ORACLE_TREE`` (the
+    #: O(log n) per step; the hull tree otherwise, O(s + log^2 n), handing a pass with many
+    #: swaps to the rank / hull oracle), ``_kp.ORACLE_HULL`` (the rank / hull oracle for the
+    #: whole pass), ``_kp.ORACLE_TREE`` (the
     #: hull tree always) or ``_kp.ORACLE_FULL`` (the O(n) PAV twin);
     #: benchmarks/prospect_incremental.py compares them
     _oracle = _kp.ORACLE_INCREMENTAL
