@@ -213,3 +213,22 @@ def test_an_infeasible_bound_says_so():
         ro.RiskRegressor(risk="mean", constraint="bounded_group_loss",
                          constraint_tol=1e-3).fit(X, X[:, 0] + 3 * np.sin(7 * X[:, 1]),
                                                   sensitive_features=s)
+
+
+def test_randomized_predictions_have_the_smoothed_rates_as_expected_rates():
+    X, y, s = _problem(8, n=300)
+    est = ro.RiskClassifier(risk="mean", constraint="demographic_parity", randomized=True,
+                            random_state=np.random.RandomState(0)).fit(
+        X, y, sensitive_features=s)
+    draws = np.array([est.predict(X) for _ in range(400)], dtype=float)   # (400, n)
+    for g in range(3):
+        m = s == g
+        mean, target = draws[:, m].mean(), est.constraint_rates_[0, g]
+        # the mean of 400 x n_g Bernoulli draws: 5 standard deviations
+        assert abs(mean - target) <= 5 * np.sqrt(0.25 / (400 * m.sum()))
+    assert not np.array_equal(draws[0], draws[1])      # a RandomState: new draws per call
+    est.set_params(random_state=3)                      # an int: the same draws every call
+    np.testing.assert_array_equal(est.predict(X), est.predict(X))
+    det = ro.RiskClassifier(risk="mean", constraint="demographic_parity").fit(
+        X, y, sensitive_features=s)
+    np.testing.assert_array_equal(det.predict(X), (det.decision_function(X) > 0).astype(int))

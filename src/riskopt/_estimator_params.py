@@ -36,4 +36,5 @@ class _RegisteredSolver(StrOptions):
 FAIRNESS_CONSTRAINTS = {
     "constraint": [StrOptions(set(CONSTRAINT_SPECS)), None],
     "constraint_tol": [Interval(Real, 0, None, closed="neither")],
+    "randomized": ["boolean"],
 }

@@ -133,3 +133,20 @@ def _attributes(est, obj, prob, res):
             f"within a few SMOOTHING = {fairness.SMOOTHING:g} logits of the decision boundary "
             "(a risk that shrinks the model, e.g. a small-tail CVaR); lower "
             "riskopt.fairness.SMOOTHING for a tighter smoothing", UserWarning, stacklevel=5)
+
+
+def draw(est, scores):
+    """Binary class indices for ``predict``: ``1[z > 0]``, or with ``randomized=True`` a draw
+    of class 1 with probability ``sigmoid(z / riskopt.fairness.SMOOTHING)`` (seeded by the
+    estimator's ``random_state``; an int gives the same draws at every call). The smoothed
+    rate a constraint bounds is then exactly the expected rate of these predictions, so on the
+    training data the constraint holds in expectation for the randomised classifier, with no
+    smoothing gap (``hard_constraint_values_`` is the deterministic rule's)."""
+    if not getattr(est, "randomized", False):
+        return (scores > 0).astype(int)
+    from scipy.special import expit
+    from sklearn.utils import check_random_state
+
+    rng = check_random_state(est.random_state)
+    return (rng.random_sample(scores.shape[0]) < expit(scores / fairness.SMOOTHING)).astype(int)
+

@@ -693,6 +693,8 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
         the rates; ``"...:to_overall"``: fairlearn's form), held on the training data for
         smoothed rates to ``constraint_tol`` (:mod:`riskopt.fairness`, :mod:`riskopt._fair`).
     constraint_tol : float > 0, default=0.02
+    randomized : bool, default=False
+        Binary ``predict``: class 1 w.p. ``sigmoid(z / SMOOTHING)`` (:func:`riskopt._fair.draw`).
 
     Attributes
     ----------
@@ -718,7 +720,7 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
     def __init__(self, risk="esrm:1", *, solver="auto", lr="auto", l2_reg=1e-4,
                  fit_intercept=True, max_iter=1000, tol=1e-4, random_state=None,
                  warm_start=False, solver_params=None, verbose=0, max_epochs="deprecated",
-                 constraint=None, constraint_tol=0.02):
+                 constraint=None, constraint_tol=0.02, randomized=False):
         store_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -778,7 +780,7 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
     def predict(self, X):
         """Predicted class labels."""
         scores = self.decision_function(X)
-        idx = (scores > 0).astype(int) if scores.ndim == 1 else np.argmax(scores, axis=1)
+        idx = _fair.draw(self, scores) if scores.ndim == 1 else np.argmax(scores, axis=1)
         return self.classes_[idx]
 
     def predict_proba(self, X):
