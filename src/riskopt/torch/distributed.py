@@ -158,13 +158,15 @@ class ColumnGatherer:
         self.bytes = 0
         self.seconds = 0.0
 
-    def __call__(self, columns, device):
+    def __call__(self, columns, device, scalars=None):
         r"""Gather ``columns`` (1-D tensors of a common local length ``b``; detached,
-        converted to float64).
+        converted to float64) and, optionally, a few per-rank ``scalars`` (they travel in
+        the header, so a rank with no rows still sends them).
 
         Returns ``(table, sizes, offset)``: ``table`` of shape ``(sum_r b_r, k)`` (float64,
         on ``device``), the rows of all ranks in rank order; ``sizes``, the list of ``b_r``;
-        ``offset``, where this rank's rows start.
+        ``offset``, where this rank's rows start. With ``scalars``, a fourth item: the
+        ``(W, len(scalars))`` float64 tensor of every rank's scalars.
         """
         group = self.group
         cols = [c.detach().reshape(-1).to(torch.float64) for c in columns]
@@ -172,17 +174,21 @@ class ColumnGatherer:
         b = int(cols[0].numel()) if k else 0
         if any(int(c.numel()) != b for c in cols):
             raise ValueError("the gathered columns must have one entry per local row")
+        extra = [] if scalars is None else [float(v) for v in scalars]
+        h = 1 + len(extra)
         ws, me = dist.get_world_size(group), dist.get_rank(group)
         dev = _comm_device(group)
         block = (torch.stack(cols, 1).to(dev) if k
                  else torch.zeros((b, 0), dtype=torch.float64, device=dev))
         while True:
             cap = self.capacity
-            buf = torch.zeros(1 + cap * k, dtype=torch.float64, device=dev)
+            buf = torch.zeros(h + cap * k, dtype=torch.float64, device=dev)
             buf[0] = b
+            if extra:
+                buf[1:h] = torch.tensor(extra, dtype=torch.float64)
             r = min(b, cap)
             if r and k:
-                buf[1:1 + r * k] = block[:r].reshape(-1)
+                buf[h:h + r * k] = block[:r].reshape(-1)
             parts = [torch.empty_like(buf) for _ in range(ws)]
             t0 = time.perf_counter()
             dist.all_gather(parts, buf, group=group)
@@ -193,8 +199,11 @@ class ColumnGatherer:
             if max(sizes) <= cap or k == 0:
                 break
             self.capacity = max(sizes)
-        table = torch.cat([p[1:1 + s * k].reshape(s, k) for p, s in zip(parts, sizes)])
-        return table.to(device), sizes, sum(sizes[:me])
+        table = torch.cat([p[h:h + s * k].reshape(s, k) for p, s in zip(parts, sizes)])
+        out = (table.to(device), sizes, sum(sizes[:me]))
+        if scalars is None:
+            return out
+        return (*out, torch.stack([p[1:h] for p in parts]).to(device))
 
 
 def all_reduce_mean_(tensors, group=None):

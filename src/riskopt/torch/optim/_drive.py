@@ -99,7 +99,8 @@ def drive_step(kind, opt, model, module, X, y, groups, idx, scaler=None):
         g_prev = opt.evaluate_previous(
             module, lambda f: _group_means(_losses(f(x), t), groups[idx])[1])
         opt.zero_grad()
-        out = opt.surrogate(ids, g_now, g_prev, counts=counts, direct=0.1 * losses.mean(),
+        direct = 0.1 * losses.sum() / max(idx.numel(), 1)    # (a rank may get no row)
+        out = opt.surrogate(ids, g_now, g_prev, counts=counts, direct=direct,
                             direct_count=idx.numel())
     elif kind == "ooa":
         ids, L, counts = _group_means(_losses(model(x), t), groups[idx])
@@ -127,8 +128,9 @@ def split(idx, rank, world):
     return idx[bounds[rank]:bounds[rank + 1]]
 
 
-def batches(n, steps, seed=1, sizes=(12, 12, 9, 16)):
-    """The global batches of a run: sampled rows (with some repeats across batches)."""
+def batches(n, steps, seed=1, sizes=(12, 12, 9, 16, 1)):
+    """The global batches of a run: sampled rows (with some repeats across batches); the
+    batch of one row leaves the last rank of two without any."""
     g = torch.Generator().manual_seed(seed)
     return [torch.randperm(n, generator=g)[:sizes[k % len(sizes)]] for k in range(steps)]
 

@@ -111,9 +111,9 @@ class GuardMixin:
         counts-weighted means of the ranks' estimates of each, and ``(pos, weight)``: where
         this rank's rows sit in ``I`` and their weight ``W c_ir / C_i`` (their share of the
         index's rows, times the world size for DDP's averaging). With ``rank_count`` (a
-        positive number per rank, e.g. the rows behind a batch-mean term), ``local`` also
-        holds this rank's weight ``W n_r / sum_r n_r`` for that term (travelling in the same
-        collective, as one more column holding the number in its first row).
+        number >= 0 per rank, e.g. the rows behind a batch-mean term), ``local`` also holds
+        this rank's weight ``W n_r / sum_r n_r`` for that term (in the same collective's
+        header, so a rank without rows still counts). A rank may hold no index at all.
         """
         vals = [v.detach().reshape(-1).to(device, torch.float64) for v in values]
         if self._group() is None:
@@ -124,25 +124,29 @@ class GuardMixin:
             c = torch.as_tensor(counts).detach().reshape(-1).to(device, torch.float64)
             if c.numel() != idx.numel() or not bool(torch.isfinite(c).all() & (c > 0).all()):
                 raise ValueError("counts must hold one positive finite count per index")
-        cols = [idx, c, *vals]
+        group = self._group()
+        if self._gatherer is None or self._gatherer.group is not group:
+            self._gatherer = _dist.ColumnGatherer(group)
+        rc = None
         if rank_count is not None:
             rc = float(rank_count)
-            if not (math.isfinite(rc) and rc > 0):
-                raise ValueError(f"direct_count must be a positive number, got {rank_count!r}")
-            first = torch.zeros(idx.numel(), dtype=torch.float64, device=device)
-            first[:1] = rc
-            cols.append(first)
-        table, sizes, off = self._gather(cols, device)
+            if not (math.isfinite(rc) and rc >= 0):
+                raise ValueError(f"direct_count must be a number >= 0, got {rank_count!r}")
+        got = self._gatherer([idx, c, *vals], device, scalars=None if rc is None else [rc])
+        table, sizes, off = got[:3]
         gi, gc = table[:, 0].to(torch.int64), table[:, 1]
         I, inv = torch.unique(gi, return_inverse=True)
+        if I.numel() == 0:          # the same on every rank: no rank raises alone
+            raise ValueError("the outer indices of a step must be non-empty (on some rank)")
         C = torch.zeros(I.numel(), dtype=torch.float64, device=device).index_add_(0, inv, gc)
         merged = [torch.zeros_like(C).index_add_(0, inv, gc * table[:, 2 + j]) / C
                   for j in range(len(vals))]
         loc = slice(off, off + idx.numel())
         weight = gc[loc] / C[inv[loc]] * len(sizes)
-        if rank_count is None:
+        if rc is None:
             return I, merged, (inv[loc], weight)
-        share = float(len(sizes)) * rc / float(table[:, -1].sum())
+        total = float(got[3].sum())
+        share = float(len(sizes)) * rc / total if total > 0 else 0.0
         return I, merged, (inv[loc], weight, share)
 
     @property

@@ -323,7 +323,8 @@ class _FCCOBase(IndexedStateOptimizer):
     def _check_batch(self, indices, g_now, g_prev, need_prev):
         self._sync_device()
         idx = self.check_indices(indices)
-        if idx.numel() == 0 or torch.unique(idx).numel() != idx.numel():
+        if (idx.numel() == 0 and self._group() is None) or (
+                torch.unique(idx).numel() != idx.numel()):     # (a rank may hold none)
             raise ValueError("the outer indices of a step must be non-empty and distinct")
         for name, g in (("g_now", g_now), ("g_prev", g_prev)):
             if g is None:
@@ -791,7 +792,8 @@ class OOA(IndexedStateOptimizer):
         parallelism."""
         self._sync_device()
         idx = self.check_indices(indices)
-        if idx.numel() == 0 or torch.unique(idx).numel() != idx.numel():
+        if (idx.numel() == 0 and self._group() is None) or (
+                torch.unique(idx).numel() != idx.numel()):     # (a rank may hold none)
             raise ValueError("indices must be non-empty distinct group ids")
         L = group_losses
         if not isinstance(L, torch.Tensor) or L.ndim != 1 or L.numel() != idx.numel():
