@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,13 +74,6 @@ def _losses(ro, rt):
     }
 
 
-def _write_atomic(path, text):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def main():
     a = _args()
     import torch
@@ -89,6 +81,7 @@ def main():
 
     import riskopt as ro
     import riskopt.torch as rt
+    from riskopt.bench._io import atomic_write_text
     dev = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cpu":
         torch.set_num_threads(a.threads)
@@ -148,7 +141,7 @@ def main():
     print(json.dumps(res, indent=1))
     os.makedirs(a.out, exist_ok=True)
     base = os.path.join(a.out, dev.type)
-    _write_atomic(base + ".json", json.dumps(res, indent=1) + "\n")
+    atomic_write_text(base + ".json", json.dumps(res, indent=1) + "\n")
     lines = [f"# Training step with each loss, ResNet-18-sized (width {a.width}), batch "
              f"{a.batch}, {res['name']}", "",
              "Medians over interleaved steps in one process"
@@ -157,7 +150,7 @@ def main():
              "| loss | ms / step | ratio to mean |", "|---|---|---|"]
     for k in med:
         lines.append(f"| {k} | {med[k]:.2f} | {med[k] / med['mean']:.2f} |")
-    _write_atomic(base + ".md", "\n".join(lines) + "\n")
+    atomic_write_text(base + ".md", "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -98,13 +97,6 @@ def _measure(torch, crit, b, reps, block_ms):
             "goal_us": round(3 * mean_us + 20, 2), "meets_goal": loss_us <= 3 * mean_us + 20}
 
 
-def _write_atomic(path, text):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _markdown(res):
     lines = ["# Forward + backward of each loss vs `losses.mean()` + backward (CPU, 1 thread)",
              "", "Ratio = loss time / mean time, measured side by side in one process "
@@ -135,6 +127,7 @@ def main():
     torch.set_num_threads(1)
     import riskopt as ro
     import riskopt.torch as rt
+    from riskopt.bench._io import atomic_write_text
     print("riskopt from", ro.__file__)
     out = {"src": os.path.relpath(os.path.abspath(a.src), os.path.join(HERE, "..")),
            "torch": torch.__version__, "cases": {}}
@@ -153,8 +146,8 @@ def main():
         with open(path) as f:
             res = json.load(f)
     res[a.label] = out
-    _write_atomic(path, json.dumps(res, indent=1) + "\n")
-    _write_atomic(os.path.join(a.out, "results.md"), _markdown(res))
+    atomic_write_text(path, json.dumps(res, indent=1) + "\n")
+    atomic_write_text(os.path.join(a.out, "results.md"), _markdown(res))
 
 
 if __name__ == "__main__":

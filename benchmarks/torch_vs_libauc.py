@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 
 import numpy as np
@@ -111,13 +110,6 @@ def _run(torch, method, Xtr, ytr, order, seed, epochs):
     return model, times, walls
 
 
-def _write_atomic(path, text):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def main():
     a = _args()
     import torch
@@ -125,6 +117,7 @@ def main():
     import libauc
     from sklearn.metrics import roc_auc_score
 
+    from riskopt.bench._io import atomic_write_text
     from riskopt.datasets.real import load_adult
     ds = load_adult()
     Xtr = torch.tensor(ds.X_train, dtype=torch.float32)
@@ -173,7 +166,7 @@ def main():
             "note": "2-core machine shared with other jobs: absolute times are noisy; "
                     "the methods run in turn in one process"}
     os.makedirs(a.out, exist_ok=True)
-    _write_atomic(os.path.join(a.out, "results.json"),
+    atomic_write_text(os.path.join(a.out, "results.json"),
                   json.dumps({"meta": meta, "summary": summary, "runs": rows}, indent=1) + "\n")
     lines = ["# One-way pAUC on adult: riskopt vs LibAUC " + libauc.__version__, "",
              f"MLP {Xtr.shape[1]}-64-32-1, batch {BATCH}, {a.epochs} epochs, seeds {a.seeds}, "
@@ -189,7 +182,7 @@ def main():
         lines.append(f"| {kind} | riskopt / libauc time | "
                      f"{', '.join(f'{x:.2f}' for x in s['time_ratio_riskopt_over_libauc'])}"
                      " | | | |")
-    _write_atomic(os.path.join(a.out, "results.md"), "\n".join(lines) + "\n")
+    atomic_write_text(os.path.join(a.out, "results.md"), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
