@@ -24,7 +24,9 @@ epochs of the thread's CPU time, ``time.thread_time``, torch on one thread, so t
 time slices the shared machine gives other jobs are not counted; the methods run in turn in
 the same process; wall-clock times are kept too), the training objective on the whole training set (exact: every positive
 against every negative), test AUC and test pAUC (FPR <= beta, sklearn's standardised
-``roc_auc_score(max_fpr=beta)``). Results: ``benchmarks/results/torch_vs_libauc/``.
+``roc_auc_score(max_fpr=beta)``). Results: ``benchmarks/results/torch_vs_libauc/``
+(``runs.jsonl`` holds every finished (seed, method) run; a rerun skips the seeds whose four
+runs are there, so a run cut short by a time limit resumes).
 """
 import argparse
 import json
@@ -126,8 +128,19 @@ def main():
     yte = np.asarray(ds.y_test).astype(int)
     n = Xtr.shape[0]
     methods = ["libauc_kl", "riskopt_kl", "libauc_cvar", "riskopt_cvar"]
+    os.makedirs(a.out, exist_ok=True)
+    runs_path = os.path.join(a.out, "runs.jsonl")  # one line per finished run: a run cut
+    done = {}                                      # short (time limit) resumes from it
+    if os.path.exists(runs_path):
+        with open(runs_path) as f:
+            for line in f:
+                r = json.loads(line)
+                done[(r["seed"], r["method"])] = r
     rows = []
     for seed in a.seeds:
+        if all((seed, m) in done for m in methods):
+            rows += [done[(seed, m)] for m in methods]
+            continue
         g = torch.Generator().manual_seed(1000 + seed)
         order = []
         for _ in range(a.epochs):
@@ -149,6 +162,8 @@ def main():
                    "test_pauc": float(roc_auc_score(yte, s_te, max_fpr=BETA))}
             rows.append(row)
             print(json.dumps(row), flush=True)
+            with open(runs_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
     summary = {}
     for kind in ("kl", "cvar"):
         lib = [r for r in rows if r["method"] == f"libauc_{kind}"]
@@ -165,7 +180,6 @@ def main():
             "n_train": n, "d": Xtr.shape[1],
             "note": "2-core machine shared with other jobs: absolute times are noisy; "
                     "the methods run in turn in one process"}
-    os.makedirs(a.out, exist_ok=True)
     atomic_write_text(os.path.join(a.out, "results.json"),
                   json.dumps({"meta": meta, "summary": summary, "runs": rows}, indent=1) + "\n")
     lines = ["# One-way pAUC on adult: riskopt vs LibAUC " + libauc.__version__, "",
