@@ -10,7 +10,8 @@ import copy
 
 import torch
 
-from .fcco import ALEXR2, OOA, SONEX, SONX, SOX, GroupCVaR, Hinge, SquaredHinge
+from .fcco import ALEXR2, SONEX, SONX, SOX, GroupCVaR, Hinge, SquaredHinge
+from .ooa import OOA
 from .kl_dro import ASCDRO, PGSMD2, SCDRO
 
 __all__ = ["ROWS", "make_problem", "make_optimizer", "drive_step", "split", "run",
