@@ -114,31 +114,44 @@ def kind_spec(tmp):
         esc = f"WROTE {outside} in the working dir" if outside else (
             f"WROTE {top} into results/" if top else "nothing outside")
         row("spec", f"spec named {name!r}", f"{esc}; {judge_cli(rc, last, n)}")
-    # hand-edited fstar.json
-    cwd = tmp / "fs"
+    cwd = tmp / "utf"
     cwd.mkdir()
-    f = cwd / "s.toml"
-    f.write_text(spec.format(name="fs"))
-    out = cwd / "out"
-    cli("bench", "run", f, "--out", out, "--jobs", "1", "--no-plot", "-q", cwd=cwd)
-    fs = json.loads((out / "fstar.json").read_text())
-    for v in fs.values():
-        v["f_star"] = v["f_star"] - 1.0
-    (out / "fstar.json").write_text(json.dumps(fs))
-    rc, last, n, _ = cli("bench", "run", f, "--out", out, "--jobs", "1", "--no-plot", cwd=cwd)
-    import pandas as pd
-
-    t = pd.read_parquet(out / "results.parquet")
-    gap = (t["value"] - t["f_star"] - t["suboptimality"]).abs().max()
-    edited = bool(np.isclose(t["f_star"].iloc[0], next(iter(fs.values()))["f_star"]))
-    row("spec", "hand-edited fstar.json (f* - 1)",
-        ("USED the edited f*" if edited else "edit detected, f* recomputed")
-        + f"; max |value - f_star - suboptimality| = {gap:.3g}"
-        + (f"; warning: {last[:80]}" if "warning" in last else "; NO warning"))
     bad = cwd / "latin1.toml"
     bad.write_bytes(spec.format(name="caf\xe9").encode("latin-1"))
     rc, last, n, _ = cli("bench", "run", bad, "--dry-run", cwd=cwd)
     row("spec", "non-UTF-8 spec file", judge_cli(rc, last, n))
+
+
+def kind_fstar(tmp):
+    """A hand-edited fstar.json: is the edit used (an f* that does not belong to the cells)?"""
+    spec = ('name = "fs"\ndatasets = ["yacht"]\nseeds = [0]\npasses = 2\nlr = [0.01]\n'
+            'objectives = ["cvar:0.5"]\nsolvers = ["sgd"]\n[plot]\nx = ["passes"]\n')
+    cwd = tmp / "fs"
+    cwd.mkdir()
+    f = cwd / "s.toml"
+    f.write_text(spec)
+    out = cwd / "out"
+    cli("bench", "run", f, "--out", out, "--jobs", "1", "--no-plot", "-q", cwd=cwd)
+    fs = json.loads((out / "fstar.json").read_text())
+    orig = {k: v["f_star"] for k, v in fs.items()}
+    for v in fs.values():
+        v["f_star"] = v["f_star"] - 1.0
+    (out / "fstar.json").write_text(json.dumps(fs))
+    env = {**os.environ, "PYTHONWARNINGS": "default"}
+    p = subprocess.run([sys.executable, "-m", "riskopt.cli", "bench", "run", str(f), "--out",
+                        str(out), "--jobs", "1", "--no-plot", "-q"], cwd=cwd,
+                       capture_output=True, text=True, env=env, timeout=900)
+    import pandas as pd
+
+    t = pd.read_parquet(out / "results.parquet")
+    ref = float(next(iter(orig.values())))
+    used = float(t["f_star_ref"].iloc[0])
+    warned = [ln for ln in p.stderr.splitlines() if "fstar.json" in ln and "warning" in ln]
+    row("spec", "hand-edited fstar.json (f* - 1), rerun",
+        (f"USED the edited f* ({used:.6g} instead of {ref:.6g})" if used != ref else
+         f"edit detected, f* recomputed ({used:.6g})")
+        + (f"; warning: {warned[0][:120]}" if warned else "; NO warning")
+        + f"; exit {p.returncode}")
 
 
 def _run_flag(solver, obj, epochs):
@@ -261,7 +274,7 @@ def kind_errors(tmp):
     row("errors", "evaluate on a CSV with 'abc' in a numeric column", judge_cli(rc, last, n))
 
 
-KINDS = {"model": kind_model, "spec": kind_spec, "divergence": kind_divergence,
+KINDS = {"model": kind_model, "spec": kind_spec, "fstar": kind_fstar, "divergence": kind_divergence,
          "degenerate": kind_degenerate, "errors": kind_errors}
 
 
