@@ -199,3 +199,16 @@ def test_kl_cost_gap_grows_with_n(tmp_path):
     assert verdict == "agrees" and "pgsmd2 / scdro at n = 10,000: 500x" in ours
     write(2e-4)  # both grow 2x
     assert sc.check_kl_cost(tmp_path)[1] == "differs"
+
+
+def test_a_row_that_does_not_agree_says_why(tmp_path):
+    assert set(rep.WHY) <= {(e.paper, e.item) for e in rep.EXPERIMENTS}
+    write_scdro(tmp_path / "scdro_nonconvex", {"scdro": (0.9, 0.8), "fastdro": (0.99, 0.9)})
+    text = rep.build(["scdro"], results_root=tmp_path)
+    part = text.split("### Fig. 2 / 4 (non-convex)")[1].split("###")[0]
+    assert "verdict: **differs**" in part and "- why: protocol and model" in part
+    write_scdro(tmp_path / "ok" / "scdro_nonconvex", {"scdro": (0.99, 0.9),
+                                                      "fastdro": (0.9, 0.8)})
+    part = rep.build(["scdro"], results_root=tmp_path / "ok").split(
+        "### Fig. 2 / 4 (non-convex)")[1].split("###")[0]
+    assert "verdict: **agrees**" in part and "- why:" not in part

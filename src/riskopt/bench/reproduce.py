@@ -273,8 +273,9 @@ EXPERIMENTS = [
                      "torch version here, ERM (SGD momentum) is run instead."),
     Experiment("sonex", "Fig. 1 (group DRO, adult)", "fcco_group_dro", _SONEX_GDRO,
                check_best("sonex", ["sonex", "sonx", "ooa"]),
-               notes="adult with race x sex groups (4 groups) and a linear model stand in for "
-                     "Camelyon17 / Amazon / CelebA with pretrained networks."),
+               notes="adult with race x sex groups (10 groups, 4 sampled per step) and a "
+                     "linear model stand in for Camelyon17 / Amazon / CelebA with pretrained "
+                     "networks."),
     Experiment("sonex", "Fig. 1 (group DRO, law_school)", "fcco_group_dro_law", _SONEX_GDRO,
                check_best("sonex", ["sonex", "sonx", "ooa"]),
                notes="law_school GPA regression (zfygpa in these committed runs) with race x "
@@ -340,6 +341,57 @@ EXPERIMENTS = [
                notes="power and kin8nm stand in for YearPredictionMSD, a9a for Covertype; "
                      "E2006-tfidf has no stand-in."),
 ]
+
+
+#: (paper, item) -> why the row does not agree (solver, protocol or data), with the numbers
+#: or the experiment that show it; shown under a row whose verdict is not "agrees"
+WHY = {
+    ("prospect", "Fig. 3"): "data kept: only the median over the 3 seeds of each selected "
+        "setting is committed for this run (selection.csv; the per-seed cells were not kept), "
+        "so no noise estimate; rerunning is the full 2,250-cell grid (40 min on 2 cores), over "
+        "this report's budget. The point estimates are given.",
+    ("sorel", "Fig. 2"): "data kept: as Prospect Fig. 3, only the per-setting medians are "
+        "committed (selection.csv); no noise estimate without a rerun of the full grid.",
+    ("prospect", "Fig. 9"): "solver: at nu = 1e-3 SaddleSAGA ends 0.7-1 decade below Prospect "
+        "on yacht and energy (CVaR, extremile, ESRM) and LSVRG 2.4 decades below on concrete "
+        "ESRM, beyond the noise of the 3 seeds; the paper's App. H says 'best or close to "
+        "best', which the tie rule reads as 'no worse beyond the noise'.",
+    ("prospect", "Fig. 10"): "solver: at nu = 0 the same five problems as Fig. 9 (SaddleSAGA "
+        "0.5-0.9 decade below Prospect on yacht / energy, LSVRG on concrete ESRM).",
+    ("prospect", "Fig. 13"): "solver: to a relative suboptimality of 1e-6 Prospect-Moreau needs "
+        "about 1.5x Prospect's passes on concrete (23 vs 15) and the original SaddleSAGA variant "
+        "is not slower beyond the noise on energy (the rows above); the paper's 'comparable' "
+        "holds for SaddleSAGA (its passes equal Prospect's on 12 of 15).",
+    ("sorel", "Fig. 5"): "solver: the mini-batch SOREL of this spec stalls at a relative "
+        "suboptimality of 1e-3.3 to 1e-3.5 (a constant step: its variance floor) where "
+        "Prospect reaches 1e-5.5 to 1e-7.5 on yacht / energy ESRM and extremile.",
+    ("sorel", "Tables 8-10 (suboptimality per fold, law)"): "noise: on extremile 10 "
+        "mini-batch SOREL ends at 1e-10.2 to 1e-10.6 and Prospect at 1e-9.4, both at or "
+        "below the 1e-9 resolution of the certified reference optima: a tie by the rule "
+        "(4 of 15 problems; 11 agree, the claim needs 14).",
+    ("sorel", "Tables 8-10 (suboptimality per fold, acs)"): "solver and protocol: Prospect "
+        "(full-batch here; the paper runs every method mini-batch) ends 0.1-1.2 decade below "
+        "mini-batch SOREL on 11 of 15 problems; the committed runs also use a smaller C grid "
+        "(down to 0.1; paper 0.01) and lr grid (1e-3..1e-1; paper 1e-4..3e-1): a rerun with "
+        "the paper's grids is the 1,500-cell full spec, over this report's budget.",
+    ("sonex", "Fig. 3 (continual learning)"): "noise: SONEX's target gain 0.667 against SOX's "
+        "0.661 +- 0.011 over 3 seeds: ahead, not beyond the noise.",
+    ("sonex", "Tables 3-5 (ablations)"): "noise: the families are stable (within 1.25x), but "
+        "sonex-adam (1e-1.55) is not below the best momentum-type SONEX (1e-1.64 +- 0.12) "
+        "beyond the noise; the paper's Table 5 is on Amazon / the AUC task, ours group DRO on "
+        "adult.",
+    ("sonex", "Fig. 2 (AUC with ROC fairness)"): "solver: on the paper's metric (training AUC) "
+        "at matched constraints (all three within kappa) ALEXR2 is below SONX and SOX on adult "
+        "(0.931 vs 0.938 / 0.937) and below SOX on compas (0.746 vs 0.757), beyond the noise of "
+        "5 seeds; the former 'test AUC' reading made adult agree.",
+    ("sonex", "Fig. 1 (group DRO, MLP)"): "noise: on compas SONEX (0.5961 +- 0.0006) and OOA "
+        "(0.5962 +- 0.0017) tie within the noise; SONEX is ahead on adult.",
+    ("scdro", "Fig. 2 / 4 (non-convex)"): "protocol and model: a small MLP on 8x8 digits_st "
+        "trained from zero (the paper: ResNet20 on CIFAR-ST, 120 epochs with decays, a 5x9 "
+        "grid); FastDRO and ERM reach a higher train and test accuracy than SCDRO beyond the "
+        "noise of 3 seeds. The MNIST / CNN version the issue asks for is not built (no GPU, "
+        "2 loaded cores).",
+}
 
 
 # ---------------------------------------------------------------------------- report
@@ -413,7 +465,8 @@ def entries(selected=None, results_root="benchmarks/results", run=False, jobs=No
                 ours, verdict = "see the figure", "not checked automatically"
             else:
                 ours, verdict = result
-            why = e.why if verdict not in ("agrees", "not run") else ""
+            why = (e.why or WHY.get((paper, e.item), "")) \
+                if verdict not in ("agrees", "not run") else ""
             out.append({"paper": paper, "item": e.item, "spec": spec, "folder": folder,
                         "done": done, "claim": e.claim, "ours": ours, "verdict": verdict,
                         "notes": notes, "why": why})
