@@ -191,11 +191,12 @@ EXPERIMENTS = [
                      "spectral risks make it worse)."),
     Experiment("sorel", "Table 2 (acs)", "exact_optima",
                "\"using spectral risks instead of the empirical risk does improve the fairness "
-               "metrics of the model\" (Sec. 5.2; acs: EO improved by 12-94 %) -- at the exact "
-               "optima, 5 folds; the paper's EO is signed and averaged over the folds (shown), "
-               "the verdict is on |EO| per fold",
+               "metrics of the model\" (Sec. 5.2; acs: ERM's EO 0.0209, SOREL's CVaR / ESRM / "
+               "extremile 73.7 / 15.4 / 94.0 % better) -- at the exact optima, 5 folds; the "
+               "paper's EO is signed and averaged over the folds (shown), the verdict is on "
+               "|EO| per fold",
                cl.check_fairness_exact("sorel_acs", "test_eo:race",
-                                       {"cvar": 94.0, "esrm": 12.0, "extremile": 48.0},
+                                       {"cvar": 73.7, "esrm": 15.4, "extremile": 94.0},
                                        signed=True),
                script="benchmarks/exact_optima.py",
                notes="adult (Black / White rows) stands in for acs (not available offline)."),
@@ -375,6 +376,15 @@ WHY = {
         "mini-batch SOREL on 11 of 15 problems; the committed runs also use a smaller C grid "
         "(down to 0.1; paper 0.01) and lr grid (1e-3..1e-1; paper 1e-4..3e-1): a rerun with "
         "the paper's grids is the 1,500-cell full spec, over this report's budget.",
+    ("sorel", "Table 2 (acs)"): "data: adult's Black / White rows stand in for acs; there "
+        "ERM's |EO| is 0.146 (acs: 0.021) and the exact optima of CVaR 0.75 / ESRM 1.75 / "
+        "extremile 2.1 change it by 4.4 / 0.2 / 0.3 %, within the fold-to-fold noise (the "
+        "rows above); on law (the other data set of the table) the claim holds.",
+    ("scdro", "Tables 2-3 (objectives)"): "noise and data: on digits_st (599 test images) "
+        "the KL-constrained optimum (best rho 0.1: 89.32 %; 0.5: 88.81, 1: 88.31) is 0.8 pp "
+        "below ERM's 90.15 %, within the 3.6 pp sampling noise of the test set; adult_st / "
+        "a9a_st were not solved in this session (a reference solve of a KL or CVaR objective "
+        "takes minutes to tens of minutes on the loaded machine: digits' CVaR 0.1 727 s).",
     ("sonex", "Fig. 3 (continual learning)"): "noise: SONEX's target gain 0.667 against SOX's "
         "0.661 +- 0.011 over 3 seeds: ahead, not beyond the noise.",
     ("sonex", "Tables 3-5 (ablations)"): "noise: the families are stable (within 1.25x), but "
