@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export RISKOPT_DATA ?= $(abspath $(CURDIR)/../shared/data)
 export NUMBA_CACHE_DIR ?= $(abspath $(CURDIR)/.numba_cache)
 
-.PHONY: install demo test test-slow bench-speed docs clean
+.PHONY: install warmup demo test test-slow bench-speed docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,11 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-demo: install
+# compile (and cache) the numba kernels of the default fits and of the quick spec once
+warmup: install
+	$(VENV)/bin/riskopt warmup quick
+
+demo: install warmup
 	$(VENV)/bin/riskopt bench run quick --jobs 2
 	$(PY) benchmarks/demo_tail.py --out results/quick
 

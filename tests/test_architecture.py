@@ -22,7 +22,8 @@ Rules
 
   ====  ==============================================================================
   0     ``_validation``, ``_kernels`` (numba loops; they see only arrays), ``_plugins``
-        (the entry-point loader; standard library only), ``_kl`` (the KL-DRO maths, NumPy)
+        (the entry-point loader; standard library only), ``_kl`` (the KL-DRO maths, NumPy),
+        ``_runtime`` (the compile notice and the Ctrl-C exit; standard library only)
   1     ``losses``, ``risks``, ``samplers``, ``datasets`` (data and the problem pieces),
         ``_scaling`` (the estimators' standardised coordinates; reads the risk classes)
   2     ``objectives`` (the problem families; L-BFGS for their reference optimum lives
@@ -33,8 +34,8 @@ Rules
   5     ``estimators``, ``_degenerate`` (its useless-model check), ``torch``, ``bench`` (users
         of solvers), ``_fair`` and ``_estimator_params`` (the estimators' fairness glue and
         parameter constraints)
-  6     ``_cli_fit``, ``_cli_evaluate``, ``_cli_fair``, ``cli``, ``model_io`` (model files),
-        ``riskopt/__init__`` (entry points and re-exports)
+  6     ``_cli_fit``, ``_cli_evaluate``, ``_cli_fair``, ``_warmup``, ``cli``, ``model_io``
+        (model files), ``riskopt/__init__`` (entry points and re-exports)
   ====  ==============================================================================
 
   The top-level package ``riskopt/__init__`` re-exports from every layer, so it sits on top;
@@ -54,13 +55,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PKG = SRC / "riskopt"
 
 LAYERS = [
-    ("_validation", "_kernels", "_plugins", "_kl", "_design"),
+    ("_validation", "_kernels", "_plugins", "_kl", "_design", "_runtime"),
     ("losses", "risks", "samplers", "datasets", "_scaling"),
     ("objectives",),
     ("callbacks", "metrics", "fairness"),
     ("solvers",),
     ("estimators", "_degenerate", "torch", "bench", "_fair", "_estimator_params"),
-    ("_cli_fit", "_cli_evaluate", "_cli_progress", "cli", "riskopt", "_cli_fair", "model_io"),
+    ("_cli_fit", "_cli_evaluate", "_cli_progress", "_warmup", "cli", "riskopt", "_cli_fair",
+     "model_io"),
 ]
 MAX_LINES = 800
 GENERIC_MODULES = ["bench/runner.py", "bench/spec.py", "bench/plotting.py", "bench/figures.py",
@@ -231,7 +233,8 @@ def test_the_import_graph_is_built_from_the_sources():
     assert "riskopt.solvers.base" in GRAPH["riskopt.solvers.lbfgs"]
     assert "riskopt.callbacks" in GRAPH["riskopt.solvers.base"]
     assert "riskopt.samplers" in GRAPH["riskopt.solvers.base"]  # lazy ``from .. import``
-    assert "riskopt.objectives" in GRAPH["riskopt"]
+    assert "riskopt._cli_fit" in GRAPH["riskopt.cli"]  # (riskopt/__init__ imports lazily)
+    assert "riskopt.objectives.spectral" in GRAPH["riskopt.objectives"]
     assert len(MODULES) > 30
 
 

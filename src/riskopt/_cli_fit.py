@@ -307,12 +307,18 @@ def _per_sample_losses(est, task, X, y):
 def cmd_fit(args):
     import numpy as np
 
-    from .estimators import RiskClassifier, RiskRegressor
     from .risks import parse_risk
 
     # -- every input and the output path are checked before the fit and before any write
     if args.quiet and args.progress:
         raise FitError("--quiet hides the progress display that --progress forces; give one")
+    if args.risk is not None:  # a typo is reported before the table and scikit-learn load
+        try:
+            parse_risk(args.risk, shift_cost=args.shift_cost, divergence=args.divergence)
+        except ValueError as exc:
+            raise FitError(f"--risk: {exc}") from None
+    from .estimators import RiskClassifier, RiskRegressor
+
     progress_mode = "off" if args.quiet else "on" if args.progress else "auto"
     df = read_table(args.data)
     y_raw = check_complete(df, args.target, "target", args.data)

@@ -2,14 +2,30 @@
 "Units of the features" section of :mod:`riskopt.estimators`)."""
 import numpy as np
 
-from ._kernels.stats import column_stats
+from ._kernels import stats as _stats
 
 #: Column statistics within these bounds (scale in [1/2, 2], |mean| <= scale) count as already
 #: standardised: the fit runs on X as given (see ``_feature_scaling``).
 _SCALE_BAND = (0.5, 2.0)
+#: designs of at most this many entries get their column statistics from NumPy (no numba
+#: kernel to compile on a small first fit); larger ones from ``_kernels.stats.column_stats``
+#: (one pass, no temporary of X's size)
+NUMPY_STATS_MAX = 2_000_000
 
 
-def _feature_scaling(X, fit_intercept):
+#: the curvature ``c`` of each loss (its second derivative's typical size: 1 for the squared
+#: loss, at most 1/4 for the logistic and multinomial losses) for the scale floor of
+#: ``_feature_scaling``; none for the absolute loss (no curvature)
+LOSS_CURVATURE = {"squared": 1.0, "logistic": 0.25, "multinomial": 0.25}
+
+
+def scale_floor(loss, l2_reg):
+    """``l2_reg / c`` for :func:`_feature_scaling` (0 for a loss without curvature)."""
+    c = LOSS_CURVATURE.get(getattr(loss, "name", None))
+    return float(l2_reg) / c if c else 0.0
+
+
+def _feature_scaling(X, fit_intercept, floor=0.0):
     """``(shift, scale)`` of the columns of ``X`` for a scale-aware fit, or None.
 
     The estimators minimise the same problem in standardised coordinates: ``X' = (X - m) / s``
@@ -20,7 +36,15 @@ def _feature_scaling(X, fit_intercept):
     mean square); constant (``s = 0``) columns keep ``s = 1``. None (fit on ``X`` as given)
     when every column is already standardised within ``_SCALE_BAND`` (nothing to gain). For a
     scipy.sparse ``X`` the statistics are computed in O(nnz) (the centring is then implicit,
-    :func:`_operator_design`)."""
+    :func:`_operator_design`).
+
+    ``floor`` (``l2_reg / c``, :func:`scale_floor`) raises the scale to ``s_j = sqrt(sd_j^2 +
+    floor)``: a diagonal preconditioner under which every penalised coordinate has a curvature
+    of about ``c`` (data ``c sd_j^2 / s_j^2`` plus penalty ``l2_reg / s_j^2``). Without it a
+    narrow column (breast_cancer's fractal dimension, ``sd ~ 0.007``) got a penalty ``mu /
+    sd^2`` hundreds of times its data curvature, and L-BFGS crawled (1,000 iterations,
+    ``RiskClassifier(risk="mean", l2_reg=1e-2)`` on the raw features, against ~10 on
+    standardised ones)."""
     if X.shape[0] == 0 or X.shape[1] == 0:
         return None
     if not isinstance(X, np.ndarray):  # scipy.sparse: O(nnz), never centred in place
@@ -36,9 +60,16 @@ def _feature_scaling(X, fit_intercept):
                      + (n - cnt) * m * m) / n)
         mx = A.max(axis=0).toarray().ravel()
         mn = A.min(axis=0).toarray().ravel()
+    elif X.size <= NUMPY_STATS_MAX:  # NumPy: a float64 temporary of X's size at most
+        n, d = X.shape
+        m = X.mean(axis=0, dtype=np.float64) if fit_intercept else np.zeros(d)
+        dev = X - m
+        s = np.sqrt(np.einsum("ij,ij->j", dev, dev) / n)
+        mx = X.max(axis=0).astype(np.float64)
+        mn = X.min(axis=0).astype(np.float64)
     else:  # float64 accumulators (X may be float32), two passes over the rows (numba)
         n, d = X.shape
-        m, ss, mx, mn = column_stats(X, bool(fit_intercept))
+        m, ss, mx, mn = _stats.column_stats(X, bool(fit_intercept))
         s = np.sqrt(ss / n)
     # a constant column (max == min) is constant whatever rounding left in s (1e-16 of its
     # value: mu / s^2 ~ 1e28 then pinned every coefficient at 0): with an intercept it is
@@ -50,6 +81,8 @@ def _feature_scaling(X, fit_intercept):
     lo, hi = _SCALE_BAND
     if np.all((s >= lo) & (s <= hi) & (np.abs(m) <= s)):
         return None
+    if floor > 0:
+        s = np.where(ok, np.sqrt(s * s + floor), s)
     return m, s
 
 

@@ -189,3 +189,20 @@ def validate_data(estimator, X, *args, **kwargs):
 
     check_numeric_frame(X)
     return _validate(estimator, X, *args, **kwargs)
+
+
+class lazy_module:
+    """A stand-in for ``import name as alias`` that imports ``name`` at its first attribute
+    access (keeps the numba kernels out of ``import riskopt`` and of parsing a risk)."""
+
+    def __init__(self, name):
+        self._name = name
+        self._mod = None
+
+    def __getattr__(self, attr):
+        mod = self.__dict__["_mod"]
+        if mod is None:
+            import importlib
+
+            mod = self.__dict__["_mod"] = importlib.import_module(self.__dict__["_name"])
+        return getattr(mod, attr)

@@ -11,6 +11,7 @@
     riskopt bench reproduce [PAPER ...] [--results DIR] [--run] [--out REPORT.md]
     riskopt datasets list
     riskopt datasets info NAME
+    riskopt warmup [SPEC ...]                   compile the kernels once (first run only)
     riskopt fit DATA --target COL [--risk cvar:0.1] ... --out model.skops
     riskopt predict MODEL DATA [--proba] [--out predictions.csv]
     riskopt evaluate MODEL DATA [--group COL ...] [--sensitive COL ...] [--out report.md]
@@ -209,6 +210,14 @@ def _bench_reproduce(args):
                                echo=None if args.quiet else _print), args.out)
 
 
+def _warmup(args):
+    from ._warmup import warmup
+
+    _print("compiling the numba kernels of the default fits (first run only)")
+    warmup(args.specs, log=_print)
+    return 0
+
+
 # ---------------------------------------------------------------------------- datasets
 def _datasets_list(args):
     from . import datasets
@@ -400,6 +409,16 @@ def build_parser():
     _action(dsub, "info", _datasets_info, "describe one data set", "Describe one data set.",
             ("name", "data set name (see 'riskopt datasets list')"))
 
+    p_warm = sub.add_parser(
+        "warmup", help="compile the numba kernels once (first run only)",
+        description="Compile and cache the numba kernels of the default fits (RiskRegressor, "
+                    "RiskClassifier, binary and multiclass) and of the solvers of the named "
+                    "bench specs, so that the first real run starts fast. The kernels are "
+                    "cached on disk (NUMBA_CACHE_DIR); a second warmup has nothing to do.")
+    p_warm.add_argument("specs", nargs="*", metavar="SPEC",
+                        help="bench specs whose solvers to compile too (e.g. quick)")
+    p_warm.set_defaults(func=_warmup)
+
     from ._cli_evaluate import add_parser as add_evaluate
     from ._cli_fit import add_parsers
 
@@ -424,15 +443,50 @@ def _show_warning(default):
     return show
 
 
+def _interrupt_handler(hard):
+    """SIGINT: one line and exit 130 (``riskopt._runtime.hard_exit``: no traceback, the
+    temporary files of writes in progress removed). ``bench`` commands keep their clean stop
+    (KeyboardInterrupt: workers stopped, finished runs saved) unless a kernel is compiling,
+    where llvmlite may swallow the interrupt."""
+    from . import _runtime
+
+    def handler(signum, frame):
+        if hard or _runtime.compiling():
+            _runtime.hard_exit()
+        raise KeyboardInterrupt
+    return handler
+
+
 def main(argv=None):
+    import signal
+    import threading
+
+    from . import _runtime
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main_thread else None
+    if main_thread:  # Ctrl-C while the parser or the libraries load: one line, exit 130
+        signal.signal(signal.SIGINT, _interrupt_handler(True))
+    try:
+        with _runtime.compile_notice_to(_runtime.stderr_notice):
+            return _main(argv, main_thread)
+    finally:
+        if main_thread and previous is not None:  # in-process callers get theirs back
+            signal.signal(signal.SIGINT, previous)
+
+
+def _main(argv, main_thread):
+    import signal
     import warnings
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if main_thread:
+        signal.signal(signal.SIGINT, _interrupt_handler(args.command != "bench"))
     try:
         from .bench._io import OutputError, RecoveryWarning, describe_os_error
         from .bench._lock import RunLockError
-        from .bench.spec import SpecError
+        from .bench.spec_tools import SpecError
     except ImportError:  # pragma: no cover
         SpecError = OutputError = RunLockError = ValueError
         RecoveryWarning, describe_os_error = UserWarning, str

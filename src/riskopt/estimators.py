@@ -42,7 +42,7 @@ The ``risk`` parameter
 Solver choice (``solver="auto"``)
 ---------------------------------
 ``solver="newton"`` (one output, squared or logistic loss, ``l2_reg > 0``, uniform weights, at
-most 2,000 columns) fits a non-smooth spectral risk (``shift_cost = 0``) with the exact Newton
+most 2,000 columns) fits a spectral risk with ``shift_cost = 0`` (the mean included) with the exact Newton
 solver (:class:`riskopt.solvers.Newton`) to a certified relative duality gap ``1e-2 tol``
 (``dual_gap_``; L-BFGS continues from its point if that gap is not reached, and ``dual_gap_``
 is then the gap of its final point to Newton's bound). ``"auto"`` picks it wherever it applies
@@ -77,7 +77,9 @@ The fit does not depend on the units of the columns: unless every column is alre
 standardised (scale in [1/2, 2], ``|mean| <= scale``), the estimators minimise the same
 problem in standardised coordinates, ``X' = (X - m) / s`` with the l2 term ``mu/2 sum_j
 w'_j^2 / s_j^2`` (``m`` the column means with an intercept, else 0 and ``s`` the root mean
-square), and map the solution back (``coef_ = w' / s``, ``intercept_ = b' - m . coef_``). The
+square, raised to ``sqrt(s^2 + l2_reg / c)`` with ``c`` the loss's curvature, 1 squared and
+1/4 logistic / multinomial: a diagonal preconditioner, see ``riskopt._scaling``), and map the
+solution back (``coef_ = w' / s``, ``intercept_ = b' - m . coef_``). The
 minimiser and the objective values (``objective_trace_``) are those of the problem in the
 units given; only the conditioning changes, so step sizes, L-BFGS and the stopping test behave
 the same for columns in metres or nanoseconds (before, L-BFGS returned the zero model with a
@@ -129,12 +131,13 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from . import solvers as _solvers
+from ._runtime import compile_notice_to
 from ._validation import densify, is_sparse, store_params, validate_data
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
 from ._scaling import (_feature_scaling, _from_scaled, _operator_design, _standardise_design,
-                       _target_scaling, _to_scaled)
+                       _target_scaling, _to_scaled, scale_floor)
 from ._degenerate import warn_if_degenerate
 from .objectives._newton import applicable as _newton_applicable
 from .risks import KLDRO, MaxLoss, _RiskBase, parse_risk
@@ -314,13 +317,15 @@ class _RiskEstimatorBase(BaseEstimator):
                 and obj.nu == 0 and obj.loss.smooth and np.ptp(obj.sigma) > 0
                 and not getattr(obj, "sparse", False)):
             return "sorel", f"n p K > AUTO_LBFGS_MAX_SIZE = {AUTO_LBFGS_MAX_SIZE}"
-        if obj.nu == 0 and np.ptp(obj.sigma) > 0:
+        if obj.nu == 0:  # the mean too (L-BFGS's iterations depended on the units)
             why = _newton_applicable(obj)
             if not why:
                 # measured (benchmarks/estimator_vs_sklearn.py, default_accuracy.py): certified
                 # to the default gap where the L-BFGS continuation at the default tol ended up
                 # to 4.6e-6 from the optimum (law_school); faster on adult
                 return "newton", ("shift_cost = 0: Newton with a duality-gap certificate")
+            if np.ptp(obj.sigma) == 0:
+                return "lbfgs", f"the mean: a smooth objective (Newton: {why})"
             return "lbfgs", f"shift_cost = 0: continuation in the shift cost (Newton: {why})"
         return "lbfgs", "a smooth objective"
 
@@ -436,7 +441,16 @@ class _RiskEstimatorBase(BaseEstimator):
         return obj.as_matrix(res.coef), res.converged
 
     def _fit_common(self, X, y_enc, loss, sample_weight, coef_shape_msg, groups=None):
-        """Build the objective, warm start, solve; returns the ``(p, K)`` solution."""
+        """Build the objective, warm start, solve; returns the ``(p, K)`` solution. With
+        ``verbose``, the first compilation of the numba kernels in this process (a cold
+        cache) is announced on one line (:mod:`riskopt._runtime`)."""
+        if not self.verbose:
+            return self._fit_common_body(X, y_enc, loss, sample_weight, coef_shape_msg, groups)
+        name = type(self).__name__
+        with compile_notice_to(lambda msg: print(f"[{name}] {msg}", flush=True)):
+            return self._fit_common_body(X, y_enc, loss, sample_weight, coef_shape_msg, groups)
+
+    def _fit_common_body(self, X, y_enc, loss, sample_weight, coef_shape_msg, groups):
         self._max_iter(warn=True)
         shape = X.shape
         risk = _as_risk(self.risk)
@@ -454,8 +468,8 @@ class _RiskEstimatorBase(BaseEstimator):
         if sample_weight is not None:
             sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
             X, y_enc, sw = _expand_frequency_weights(X, y_enc, sw)
-        scaling = _feature_scaling(X, bool(self.fit_intercept)) if self._scale_features \
-            else None
+        scaling = _feature_scaling(X, bool(self.fit_intercept), scale_floor(loss, self.l2_reg)) \
+            if self._scale_features else None
         # a target far from unit scale (y x 1e200 overflows the squared loss): the same
         # problem for y / s (_target_scaling); values are mapped back by the factor c
         y_fit, risk_fit, l2_fit, s_y, c_y = y_enc, risk, float(self.l2_reg), 1.0, 1.0

@@ -2,3 +2,6 @@
 
 Every kernel here has a slow pure-NumPy twin in ``tests/reference_impl.py``.
 """
+from .._runtime import install_compile_listener
+
+install_compile_listener()  # the "compiling riskopt kernels, first run only" notice

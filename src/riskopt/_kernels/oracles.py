@@ -339,17 +339,15 @@ def _packed_keys(bits, shift, out):
 
 
 @njit(cache=True)
-def _unpack_keys(keys, order, shift, losses, ls, max_run):
+def _unpack_keys(keys, order, shift, losses, ls):
     """Split the sorted packed keys into ``order`` (``keys``' own memory, as int64: the keys
-    are gone after) and ``ls = losses[order]``, then sort by value each run of losses sharing
-    their key's high bits that is out of order (the low ``shift`` bits of the values were
-    dropped, so such runs are the only possible disorder). Returns False, with ``order``
-    unusable, when one such run is longer than ``max_run`` (losses equal to ~1e-10
-    relative: the caller then sorts by value)."""
+    are gone after) and ``ls = losses[order]``. Returns True when ``ls`` is out of order
+    somewhere: a run of losses sharing their key's high bits (the low ``shift`` bits of the
+    values were dropped), which the caller puts in order by value (:func:`sorted_order`;
+    a stable sort of the nearly sorted ``ls`` in NumPy, not numba's merge sort, whose
+    compilation took a third of a first fit's compile time)."""
     n = keys.shape[0]
     lo = (np.uint64(1) << np.uint64(shift)) - np.uint64(1)
-    sh = np.uint64(shift)
-    sign = np.uint64(1) << np.uint64(63)
     disorder = False
     prev = -np.inf
     for r in range(n):
@@ -359,30 +357,7 @@ def _unpack_keys(keys, order, shift, losses, ls, max_run):
         ls[r] = x
         disorder |= x < prev
         prev = x
-    if not disorder:
-        return True
-    bits = ls.view(np.uint64)
-    r = 1
-    while r < n:
-        if not ls[r] < ls[r - 1]:
-            r += 1
-            continue
-        p = _key(bits[r], sign) >> sh
-        a = r - 1
-        while a > 0 and (_key(bits[a - 1], sign) >> sh) == p:
-            a -= 1
-        b = r + 1
-        while b < n and (_key(bits[b], sign) >> sh) == p:
-            b += 1
-        if b - a > max_run:
-            return False
-        sub = np.argsort(ls[a:b], kind="mergesort")
-        o2 = order[a:b][sub]
-        l2 = ls[a:b][sub]
-        order[a:b] = o2
-        ls[a:b] = l2
-        r = b
-    return True
+    return disorder
 
 
 _SCRATCH = threading.local()
@@ -419,9 +394,9 @@ def sorted_order(losses, keys=None, ls=None):
     key is the float's order-preserving bit pattern (:func:`_key`) with its low
     ``ceil(log2 n)`` bits replaced by the index, so equal losses stay in index order. The
     dropped bits are at most 2^-32 relative for n <= 2^20; runs of losses that close are put
-    in order by value afterwards with a stable sort (:func:`_unpack_keys`), so the result is
-    exactly the stable argsort (NaNs last, ``-0.0`` equal to ``+0.0``). Falls back to
-    ``np.argsort`` for a run of more than n / 16 near-equal losses and for n > 2^40.
+    in order by value afterwards with a stable sort of the nearly sorted values (NumPy's
+    timsort), so the result is exactly the stable argsort (NaNs last, ``-0.0`` equal to
+    ``+0.0``). Falls back to ``np.argsort`` for n > 2^40.
     ``keys`` (uint64) and ``ls`` (float64), of length n, are used in place of fresh arrays
     when given: ``order`` is then ``keys``' memory.
     """
@@ -434,8 +409,13 @@ def sorted_order(losses, keys=None, ls=None):
         keys.sort()
         order = keys.view(np.int64)
         ls = np.empty(n) if ls is None else ls
-        if _unpack_keys(keys, order, shift, x, ls, max(64, n // 16)):
-            return order, ls
+        if _unpack_keys(keys, order, shift, x, ls):
+            # equal losses are in index order, so a stable sort by value of this nearly
+            # sorted sequence is the stable argsort of ``losses`` (timsort: linear on runs)
+            sub = np.argsort(ls, kind="stable")
+            order[:] = order[sub]
+            ls[:] = ls[sub]
+        return order, ls
     order = np.argsort(x, kind="stable")
     return order, x[order]
 

@@ -31,13 +31,33 @@ Runs are crash-proof: one run per output folder (:class:`RunLockError` names the
 durable atomic writes, corrupt files renamed aside and recomputed (each reported by a
 :class:`RecoveryWarning`), an unusable output folder reported by :class:`OutputError`.
 """
-from ._io import OutputError, RecoveryWarning
-from ._lock import RunLockError
-from .analysis import mark_selected, select, seed_scores, sensitivity, summary
-from .figures import plot_results
-from .runner import RunResult, enumerate_cells, merge_cells, run
-from .spec import (PAPER_LR_GRID, ObjectiveSpec, PlotSpec, RecordSpec, SolverSpec, Spec,
-                   SpecError, bundled_specs, load_spec, spec_from_dict)
+import importlib
+
+#: public name -> its submodule; loaded at first use (PEP 562), so that importing one light
+#: submodule (``riskopt.bench._io``, ``.spec_tools``: the CLI's error types) does not load
+#: pandas, matplotlib and the runner
+_LAZY = {
+    "OutputError": "._io", "RecoveryWarning": "._io", "RunLockError": "._lock",
+    "mark_selected": ".analysis", "select": ".analysis", "seed_scores": ".analysis",
+    "sensitivity": ".analysis", "summary": ".analysis", "plot_results": ".figures",
+    "RunResult": ".runner", "enumerate_cells": ".runner", "merge_cells": ".runner",
+    "run": ".runner", "PAPER_LR_GRID": ".spec", "ObjectiveSpec": ".spec", "PlotSpec": ".spec",
+    "RecordSpec": ".spec", "SolverSpec": ".spec", "Spec": ".spec", "SpecError": ".spec_tools",
+    "bundled_specs": ".spec", "load_spec": ".spec", "spec_from_dict": ".spec",
+}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'riskopt.bench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = ["Spec", "ObjectiveSpec", "SolverSpec", "PlotSpec", "RecordSpec", "SpecError",
            "PAPER_LR_GRID", "load_spec", "spec_from_dict", "bundled_specs", "run", "RunResult",

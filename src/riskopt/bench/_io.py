@@ -21,6 +21,8 @@ import time
 import warnings
 from pathlib import Path
 
+from .._runtime import pending_file as _pending_file
+
 
 class RecoveryWarning(UserWarning):
     """Something on disk was repaired and the run goes on: a corrupt file was renamed aside
@@ -76,6 +78,7 @@ def atomic_write(path, write, make_parents=True):
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        _pending_file(tmp)  # removed by the CLI's Ctrl-C exit
         with os.fdopen(fd, "wb") as fh:
             if hasattr(os, "fchmod"):
                 os.fchmod(fh.fileno(), 0o666 & ~umask())
@@ -83,10 +86,12 @@ def atomic_write(path, write, make_parents=True):
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        _pending_file(tmp, add=False)
         tmp = None
         fsync_dir(path.parent)
     finally:
         if tmp is not None:
+            _pending_file(tmp, add=False)
             try:
                 os.unlink(tmp)
             except OSError:
