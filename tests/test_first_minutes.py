@@ -266,3 +266,86 @@ def test_scale_floor_preconditions_narrow_columns():
     # penalty per coordinate mu / s^2 is at most the curvature c = mu / floor
     assert np.all(1e-2 / s ** 2 <= 0.25 + 1e-12)
     assert _feature_scaling(rng.normal(size=(500, 3)), True, floor=4e-2) is None
+
+
+# ----------------------------------------------------------------------------- item 7: the CLI
+def _table(tmp_path, **cols):
+    import pandas as pd
+
+    path = tmp_path / "d.csv"
+    pd.DataFrame(cols).to_csv(path, index=False)
+    return path
+
+
+def test_cli_fits_a_few_integer_values_as_classes_and_says_so(tmp_path, capsys):
+    from riskopt.cli import main
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 2))
+    y3 = np.digitize(X[:, 0] - X[:, 1], [-0.5, 0.5])  # 0, 1, 2
+    path = _table(tmp_path, a=X[:, 0], b=X[:, 1], y=y3)
+    out = tmp_path / "m.joblib"
+    assert main(["fit", str(path), "--target", "y", "--quiet", "--out", str(out)]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("task:"))
+    assert line.startswith("task: classification (3 classes, auto:")
+    assert "--task regression to override" in line
+    assert main(["fit", str(path), "--target", "y", "--task", "regression", "--quiet",
+                 "--out", str(out)]) == 0
+    assert "task: regression;" in capsys.readouterr().out
+    # many distinct values (or non-integers) stay a regression
+    path = _table(tmp_path, a=X[:, 0], b=X[:, 1], y=np.round(10 * X[:, 0]))
+    assert main(["fit", str(path), "--target", "y", "--quiet", "--out", str(out)]) == 0
+    assert "task: regression;" in capsys.readouterr().out
+
+
+def test_cli_leaves_an_id_column_out_and_predicts_without_it(tmp_path, capsys):
+    import pandas as pd
+
+    from riskopt.cli import main
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(120, 2))
+    y = X @ np.array([1.0, -1.0]) + 0.1 * rng.normal(size=120)
+    path = _table(tmp_path, row_id=np.arange(1000, 1120), a=X[:, 0], b=X[:, 1], y=y)
+    model = tmp_path / "m.joblib"
+    assert main(["fit", str(path), "--target", "y", "--quiet", "--out", str(model)]) == 0
+    err = capsys.readouterr().err
+    assert "'row_id' looks like a row id" in err and "--features to keep it" in err
+    new = _table(tmp_path, a=X[:5, 0], b=X[:5, 1])  # a file without the id column
+    preds = tmp_path / "p.csv"
+    assert main(["predict", str(model), str(new), "--out", str(preds)]) == 0
+    assert len(pd.read_csv(preds)) == 5
+    # a real feature with distinct values is kept: no id name, not a run of integers
+    from riskopt._cli_fit import id_like
+
+    df = pd.DataFrame({"x": rng.permutation(500)[:120] * 3, "row_id": np.arange(120),
+                       "user": [f"u{i}" for i in range(120)], "a": X[:, 0]})
+    assert id_like(df, "row_id") and not id_like(df, "x") and not id_like(df, "a")
+    assert not id_like(df, "user")  # text not named like an id: a categorical, kept
+
+
+def test_cli_evaluate_reports_an_undefined_gap_and_the_rest(tmp_path, capsys):
+    from riskopt.cli import main
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, 2))
+    y = (X[:, 0] > 0).astype(int)
+    grp = np.where(np.arange(200) < 20, "c", np.where(np.arange(200) % 2, "a", "b"))
+    y[grp == "c"] = 0  # group c has no positive example: equal opportunity is undefined
+    path = _table(tmp_path, a=X[:, 0], b=X[:, 1], g=grp, y=y)
+    model = tmp_path / "m.joblib"
+    assert main(["fit", str(path), "--target", "y", "--drop", "g", "--quiet",
+                 "--out", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(model), str(path), "--sensitive", "g"]) == 0
+    cap = capsys.readouterr()
+    assert "equal_opportunity_difference for 'g' is undefined" in cap.err
+    row = next(ln for ln in cap.out.splitlines() if "equal_opportunity_difference" in ln)
+    assert "| undefined |" in row and "no" in row
+    dp = next(ln for ln in cap.out.splitlines() if "demographic_parity_difference" in ln)
+    assert "undefined" not in dp and "## Overall" in cap.out
+    out = tmp_path / "r.json"
+    assert main(["evaluate", str(model), str(path), "--sensitive", "g", "--out", str(out)]) == 0
+    rec = {r["metric"]: r for r in json.loads(out.read_text())["fairness"]}
+    assert rec["equal_opportunity_difference"]["value"] is None
+    assert rec["equal_opportunity_difference"]["note"].startswith("undefined:")

@@ -17,7 +17,9 @@ the file's extension ``.md``/``.csv``/``.json`` unless ``--format`` says otherwi
 * fairness gaps for each ``--sensitive`` column (:mod:`riskopt.metrics`): classification --
   equal opportunity difference, demographic parity difference, absolute mean difference of the
   predicted positive probability; regression -- absolute mean difference and statistical
-  parity (KS distance) of the predictions.
+  parity (KS distance) of the predictions. A gap that is undefined on the rows given (e.g. equal
+  opportunity where a group has no positive example) is reported as "undefined" with why (and
+  one ``riskopt: warning:`` line); the rest of the report is printed as usual.
 """
 import json
 import sys
@@ -109,34 +111,50 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
         a = _column(df, col, "sensitive", where).astype(str).to_numpy()
         if len(np.unique(a)) < 2:
             raise FitError(f"sensitive column {col!r} has a single value: no fairness gap")
-        try:
-            if task == "regression":
-                gaps = {"absolute_mean_difference": metrics.absolute_mean_difference(pred, a),
-                        "statistical_parity_ks": metrics.statistical_parity_ks(pred, a)}
-            else:
-                pos = est.classes_[-1] if pos_label is None else _as_classes(
-                    np.array([pos_label]), est.classes_, "--pos-label")[0]
-                proba = est.predict_proba(X)[:, list(est.classes_).index(pos)]
-                gaps = {"equal_opportunity_difference": metrics.equal_opportunity_difference(
-                            y, pred, a, pos_label=pos),
-                        "demographic_parity_difference":
-                            metrics.demographic_parity_difference(pred, a, pos_label=pos),
-                        "absolute_mean_difference": metrics.absolute_mean_difference(proba, a),
-                        **_cli_fair.odds_gaps(metrics, y, pred, a, pos)}
-        except ValueError as exc:
-            raise FitError(f"sensitive column {col!r}: {exc}") from None
-        for k, v in gaps.items():
-            out["fairness"].append({"column": col, "metric": k, "value": float(v)})
+        if task == "regression":
+            gaps = {"absolute_mean_difference": lambda: metrics.absolute_mean_difference(pred, a),
+                    "statistical_parity_ks": lambda: metrics.statistical_parity_ks(pred, a)}
+        else:
+            pos = est.classes_[-1] if pos_label is None else _as_classes(
+                np.array([pos_label]), est.classes_, "--pos-label")[0]
+            proba = est.predict_proba(X)[:, list(est.classes_).index(pos)]
+            gaps = {"equal_opportunity_difference": lambda: metrics.equal_opportunity_difference(
+                        y, pred, a, pos_label=pos),
+                    "demographic_parity_difference":
+                        lambda: metrics.demographic_parity_difference(pred, a, pos_label=pos),
+                    "absolute_mean_difference": lambda: metrics.absolute_mean_difference(proba, a)}
+            try:
+                odds = _cli_fair.odds_gaps(metrics, y, pred, a, pos)
+                gaps.update({k: (lambda v=v: v) for k, v in odds.items()})
+            except ValueError as exc:
+                gaps["equalized_odds_difference"] = _raises(exc)
+        for k, gap in gaps.items():
+            # a gap that is undefined on these rows (e.g. equal opportunity where a group has
+            # no positive example) is reported as such, with why; the rest of the report stands
+            try:
+                v, note = float(gap()), ""
+            except ValueError as exc:
+                v, note = float("nan"), f"undefined: {' '.join(str(exc).split())}"
+            out["fairness"].append({"column": col, "metric": k, "value": v, "note": note})
     try:  # the model's own constraint, on the groups of its sensitive columns
-        out["fairness"] += _cli_fair.evaluate_rows(
+        out["fairness"] += [{**r, "note": r.get("note", "")} for r in _cli_fair.evaluate_rows(
             model, est, y, pred, losses,
-            lambda cols: df[[_column(df, c, "sensitive", where).name for c in cols]].astype(str))
+            lambda cols: df[[_column(df, c, "sensitive", where).name for c in cols]].astype(str))]
     except ValueError as exc:
         raise FitError(f"the model's constraint: {exc}") from None
     return out
 
 
+def _raises(exc):
+    """A gap function that raises ``exc`` (a gap computed eagerly that failed)."""
+    def gap():
+        raise exc
+    return gap
+
+
 def _fmt(v):
+    if isinstance(v, float) and v != v:
+        return "undefined"
     if isinstance(v, float):
         return f"{v:.6g}"
     return str(v)
@@ -147,7 +165,7 @@ def _md_table(rows):
         return ""
     head = list(rows[0])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_fmt(r[k]) for k in head) + " |" for r in rows]
+    lines += ["| " + " | ".join(_fmt(r.get(k, "")) for k in head) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -190,6 +208,10 @@ def cmd_evaluate(args):
         check_output(args.out)
     result = evaluate(model, df, groups=args.group or (), sensitive=args.sensitive or (),
                       pos_label=args.pos_label, where=str(args.data))
+    for r in result["fairness"]:
+        if r.get("note"):
+            print(f"riskopt: warning: {r['metric']} for {r['column']!r} is {r['note']}",
+                  file=sys.stderr, flush=True)
     fmt = args.format
     if fmt is None:
         ext = Path(args.out).suffix.lower() if args.out else ""

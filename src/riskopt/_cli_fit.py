@@ -22,6 +22,7 @@ per-sample losses (group DRO; ``--risk cvar:0.15`` is the CVaR over groups of th
 ALEXR2 paper, Eq. 10): the fit is ``RiskRegressor/RiskClassifier.fit(X, y, groups=...)``.
 """
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -82,6 +83,59 @@ def column_label(df, col):
         pos = list(df.columns).index(col) + 1 if col in df.columns else "?"
         return f"column {pos} (no header name; pandas reads it as {str(col)!r})"
     return repr(col) if isinstance(col, str) else str(col)
+
+
+#: a numeric target with integer values only and at most this many distinct ones is taken as
+#: class labels by ``--task auto`` (said on the "task:" line, with the override)
+MAX_AUTO_CLASSES = 10
+_ID_NAME = re.compile(r"(^|[^a-z0-9])(id|ids|idx|index|row|rowid|row_id|key|uuid)$|^id[^a-z]",
+                      re.IGNORECASE)
+
+
+def guess_task(y_raw):
+    """``(task, note)`` of ``--task auto`` for the target column ``y_raw``: classification
+    for a non-numeric or boolean target and for a numeric one with integer values only and
+    2 .. ``MAX_AUTO_CLASSES`` distinct values; regression otherwise. ``note`` says what was
+    guessed and how to override it (empty for a non-numeric target: nothing to guess)."""
+    import numpy as np
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    if not is_numeric_dtype(y_raw) or is_bool_dtype(y_raw):
+        return "classification", ""
+    k = int(y_raw.nunique())
+    vals = y_raw.to_numpy(dtype=np.float64)
+    if 2 <= k <= MAX_AUTO_CLASSES and np.all(np.isfinite(vals)) \
+            and np.all(vals == np.round(vals)):
+        what = "two values" if k == 2 else f"{k} integer values"
+        return "classification", (f" ({'' if k == 2 else f'{k} classes, '}auto: the numeric "
+                                  f"target has {what}; --task regression to override)")
+    return "regression", ""
+
+
+def id_like(df, col):
+    """Why column ``col`` looks like a row identifier (``""`` if it does not): every value
+    distinct and either integers / text named like an id (``id``, ``row_id``, ``index``,
+    ``key``, ...) or integers forming a run (``max - min + 1 == rows``). Such a column
+    carries no signal a linear model can use and makes ``predict`` fail on a file without
+    it; ``riskopt fit`` leaves it out with one line (``--features`` keeps it)."""
+    import numpy as np
+    from pandas.api.types import is_bool_dtype, is_float_dtype, is_integer_dtype
+
+    v = df[col]
+    n = len(v)
+    if n < 3 or v.isna().any() or is_bool_dtype(v) or v.nunique() != n:
+        return ""
+    named = bool(_ID_NAME.search(str(col)))
+    if is_integer_dtype(v) or (is_float_dtype(v) and np.all(v == np.round(v))):
+        a = v.to_numpy(dtype=np.float64)
+        if named:
+            return "distinct integers in every row, named like an id"
+        if a.max() - a.min() + 1 == n:
+            return "distinct consecutive integers in every row"
+        return ""
+    if v.dtype == object and named:
+        return "a distinct value in every row, named like an id"
+    return ""
 
 
 def _rows(mask, k=5):
@@ -331,6 +385,14 @@ def cmd_fit(args):
         exclude.add(args.group)
     features = list(args.features) if args.features else [c for c in df.columns
                                                           if c not in exclude]
+    if not args.features:  # row identifiers are no features: left out, said in one line
+        for c in list(features):
+            why = id_like(df, c)
+            if why:
+                features.remove(c)
+                print(f"riskopt: note: column {column_label(df, c)} looks like a row id "
+                      f"({why}): left out of the features (--features to keep it)",
+                      file=sys.stderr, flush=True)
     if not features:
         raise FitError("no feature columns left")
     if args.no_preprocess:
@@ -356,11 +418,7 @@ def cmd_fit(args):
     numeric_target = is_numeric_dtype(y_raw) and not is_bool_dtype(y_raw)
     auto_note = ""
     if task == "auto":
-        two_values = numeric_target and y_raw.nunique() == 2
-        task = "regression" if numeric_target and not two_values else "classification"
-        if two_values:
-            auto_note = (" (auto: the numeric target has two values; --task regression to "
-                         "override)")
+        task, auto_note = guess_task(y_raw)
     spec = args.risk
     if spec is None:  # the estimator's own default: esrm:1 (classifier), cvar:0.1 (regressor)
         import inspect
@@ -587,7 +645,9 @@ def add_parsers(sub):
     f.add_argument("data", help="CSV (.csv, .csv.gz, .tsv) or parquet file")
     f.add_argument("--target", required=True, metavar="COL", help="target column")
     f.add_argument("--task", choices=["auto", "regression", "classification"], default="auto",
-                   help="default: classification for a non-numeric target, else regression")
+                   help="default (auto): classification for a non-numeric target and for integer "
+                        f"targets with at most {MAX_AUTO_CLASSES} distinct values (said on the "
+                        "'task:' line), else regression")
     f.add_argument("--risk", default=None, metavar="SPEC",
                    help="cvar:A, esrm:RHO, extremile:R, mean, maxloss, optionally with a shift "
                         "cost ',chi2=NU' or ',kl=NU' (e.g. cvar:0.1,chi2=0.5); or kl:RHO[,lam0=L] "
