@@ -349,3 +349,18 @@ def test_cli_evaluate_reports_an_undefined_gap_and_the_rest(tmp_path, capsys):
     rec = {r["metric"]: r for r in json.loads(out.read_text())["fairness"]}
     assert rec["equal_opportunity_difference"]["value"] is None
     assert rec["equal_opportunity_difference"]["note"].startswith("undefined:")
+
+
+def test_kl_risk_string_documents_and_accepts_lam0_zero():
+    import riskopt as ro
+    from riskopt._cli_fit import add_parsers  # noqa: F401  (the help text below)
+
+    assert ro.parse_risk("kl:0.5") == ro.KLDRO(radius=0.5, shift_cost=1e-3)
+    assert ro.parse_risk("kl:0.5,lam0=0") == ro.KLDRO(radius=0.5, shift_cost=0.0)
+    assert "lam0=0" in ro.parse_risk.__doc__
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_parsers(p.add_subparsers())
+    fit_help = p._subparsers._group_actions[0].choices["fit"].format_help()
+    assert "lam0=0" in " ".join(fit_help.split())

@@ -650,9 +650,11 @@ def add_parsers(sub):
                         "'task:' line), else regression")
     f.add_argument("--risk", default=None, metavar="SPEC",
                    help="cvar:A, esrm:RHO, extremile:R, mean, maxloss, optionally with a shift "
-                        "cost ',chi2=NU' or ',kl=NU' (e.g. cvar:0.1,chi2=0.5); or kl:RHO[,lam0=L] "
-                        "(default: the estimator's, cvar:0.1 for regression, esrm:1 for "
-                        "classification)")
+                        "cost ',chi2=NU' or ',kl=NU' (e.g. cvar:0.1,chi2=0.5); or kl:RHO[,lam0=L]: "
+                        "KL-constrained DRO of radius RHO with a KL penalty lam0 (default "
+                        "1e-3, the SCDRO paper's; kl:RHO,lam0=0 is the purely constrained "
+                        "problem other packages solve) (default: the estimator's, cvar:0.1 for "
+                        "regression, esrm:1 for classification)")
     f.add_argument("--shift-cost", type=float, default=0.0, metavar="NU",
                    help="distribution-shift penalty nu >= 0 (default 0; a ',chi2=NU' or "
                         "',kl=NU' in --risk overrides it)")

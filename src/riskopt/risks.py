@@ -418,7 +418,9 @@ def parse_risk(spec, shift_cost=0.0, divergence="chi2"):
       option ``chi2=NU`` or ``kl=NU`` sets the shift cost and its divergence (e.g.
       ``"cvar:0.1,chi2=0.5"``, ``"esrm:1,kl=0.2"``, ``"mean,chi2=1"``);
     * ``kl:RHO``: KL-constrained DRO with radius ``RHO``; the option ``lam0=L`` sets its
-      lambda_0 (default 1e-3).
+      lambda_0 (default 1e-3, the SCDRO paper's: ``"kl:0.5"`` is ``KLDRO(radius=0.5,
+      shift_cost=1e-3)``, the constrained problem with a small KL penalty); ``"kl:0.5,lam0=0"``
+      is the purely constrained problem that other packages (e.g. ``dro``) solve.
 
     ``shift_cost`` / ``divergence`` are the defaults the string's option overrides (for
     ``kl:RHO``, ``shift_cost > 0`` is its lambda_0). Errors name the bad part.
