@@ -325,7 +325,9 @@ def test_solver_params_and_auto_choice(monkeypatch):
     monkeypatch.setattr(est_mod, "AUTO_LBFGS_MAX_SIZE", 0)
     assert RiskRegressor(risk="cvar:0.5", random_state=0).fit(X, y).solver_ == "sorel"
     assert RiskRegressor(risk=ro.CVaR(0.5, shift_cost=0.5)).fit(X, y).solver_ == "lbfgs"
-    assert RiskRegressor(risk="mean").fit(X, y).solver_ == "lbfgs"
+    # the mean (a smooth shift_cost = 0 risk): the certified Newton solver, whatever the size
+    # (L-BFGS's iteration count depended on the units of the features: issue 29)
+    assert RiskRegressor(risk="mean").fit(X, y).solver_ == "newton"
 
 
 # --------------------------------------------------------------------------- warm start

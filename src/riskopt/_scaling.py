@@ -65,8 +65,13 @@ def _feature_scaling(X, fit_intercept, floor=0.0):
         m = X.mean(axis=0, dtype=np.float64) if fit_intercept else np.zeros(d)
         dev = X - m
         s = np.sqrt(np.einsum("ij,ij->j", dev, dev) / n)
-        mx = X.max(axis=0).astype(np.float64)
-        mn = X.min(axis=0).astype(np.float64)
+        # max / min decide only whether a column is constant: a column whose spread is not
+        # far below its mean (rounding leaves ~1e-16 |m|) is not; the others are checked
+        mx, mn = m + s, m - s  # (placeholders: mx != mn, finite)
+        maybe = ~(s > 1e-6 * np.abs(m))
+        if np.any(maybe):
+            mx[maybe] = X[:, maybe].max(axis=0)
+            mn[maybe] = X[:, maybe].min(axis=0)
     else:  # float64 accumulators (X may be float32), two passes over the rows (numba)
         n, d = X.shape
         m, ss, mx, mn = _stats.column_stats(X, bool(fit_intercept))

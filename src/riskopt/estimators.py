@@ -132,7 +132,7 @@ from threadpoolctl import threadpool_limits
 
 from . import solvers as _solvers
 from ._runtime import compile_notice_to
-from ._validation import densify, is_sparse, store_params, validate_data
+from ._validation import densify, is_sparse, plain_arrays, store_params, validate_data
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
@@ -249,6 +249,10 @@ def _is_spectral(obj):
 
 
 # ---------------------------------------------------------------------------- base class
+#: parameter sets (class, (name, type, value) ...) that passed scikit-learn's validation
+_VALID_PARAMS = set()
+
+
 class _RiskEstimatorBase(BaseEstimator):
     """Shared parameters, validation and the solver driver."""
 
@@ -278,10 +282,35 @@ class _RiskEstimatorBase(BaseEstimator):
         tags.input_tags.sparse = True
         return tags
 
+    def _validate_params(self):
+        """scikit-learn's parameter validation, skipped for parameter values (with their
+        types) that passed it before in this process: it was a tenth of a small default fit
+        (1,000 x 8), paid again by every clone of a grid search. Unhashable values (a
+        ``solver_params`` dict) are always validated."""
+        try:
+            key = (type(self), tuple((k, type(v), v) for k, v in sorted(
+                (k, getattr(self, k)) for k in self._parameter_constraints)))
+            hash(key)
+        except (TypeError, AttributeError):
+            key = None
+        if key is not None and key in _VALID_PARAMS:
+            return
+        super()._validate_params()
+        if key is not None:
+            if len(_VALID_PARAMS) >= 512:
+                _VALID_PARAMS.clear()
+            _VALID_PARAMS.add(key)
+
     # -- data ----------------------------------------------------------------------------
     def _validate_X_y(self, X, y, y_numeric):
         # float32 stays float32 here: the objective converts it once, while building its
         # float64 design (riskopt.objectives.base; no float64 copy of X before that)
+        fast = plain_arrays(X, y)
+        if fast is not None:  # what validate_data does for such input, without its dispatch
+            self.n_features_in_ = X.shape[1]
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return fast
         X, y = validate_data(self, X, y, accept_sparse=_SPARSE, dtype=[np.float64, np.float32],
                              y_numeric=y_numeric, multi_output=False)
         return (X.tocsr() if is_sparse(X) else np.ascontiguousarray(X)), y

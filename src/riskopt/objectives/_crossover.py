@@ -29,7 +29,6 @@ two outer steps reach the exact tie set (a certified gap of 3e-13 on the synthet
 continuation otherwise (a wrong window costs time, never accuracy).
 """
 import numpy as np
-from scipy.linalg import solve_triangular
 
 from .._kernels import crossover as _kc
 
@@ -94,7 +93,7 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     the spectrum is not a box, ``nu > 0``, ``p > MAX_FEATURES`` or ``H`` is not positive
     definite."""
     from ._dual import _box_spectrum, _losses_derivs_z, _rows, _xt_vec, curvature, \
-        dual_bound, weighted_gram
+        dual_bound, tri_solve, weighted_gram
 
     sigma = objective.sigma
     if not _box_spectrum(sigma) or objective.nu != 0 or objective.p > MAX_FEATURES:
@@ -138,8 +137,8 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
             L = np.linalg.cholesky(H)
         except np.linalg.LinAlgError:
             return best if best["q"] is not None else None
-        C = solve_triangular(L, Aw.T, lower=True)
-        c_fix = solve_triangular(L, g, lower=True)
+        C = tri_solve(L, Aw.T)
+        c_fix = tri_solve(L, g)
         l_w = ell[widx]
         m_w = 1.0 - hi * np.count_nonzero(top) - lo * (n - np.count_nonzero(top) - len(widx))
         qi = q0[widx]
@@ -153,7 +152,7 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         if not ok:  # the model's optimum was not reached: no step
             stuck = True
             break
-        d = solve_triangular(L.T, u, lower=False)
+        d = tri_solve(L, u, trans=True)
         Xd = np.asarray(X @ d, dtype=np.float64).ravel()
         if ok and 2 * half < min(n, MAX_WINDOW) and grown < max_grow:
             # the model froze the samples outside the window: if its step moves one of them

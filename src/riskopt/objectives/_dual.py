@@ -9,8 +9,34 @@ gradient), after the unpenalised intercept is minimised out. See
 :mod:`riskopt.objectives._newton`, which re-exports these names.
 """
 import numpy as np
+from scipy.linalg import LinAlgError
+from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
 from .._kernels import gram as _kg
+
+
+def chol_solve(H, b):
+    """``H^-1 b`` for a symmetric positive definite ``H`` (``p x p``, finite: the callers
+    check) by LAPACK's ``dpotrf`` / ``dpotrs`` directly: ``scipy.linalg.cho_factor`` /
+    ``cho_solve`` add a finiteness check and an array-API dispatch that cost more than the
+    factorisation of a small Newton system. Raises ``LinAlgError`` if ``H`` is not positive
+    definite."""
+    c, info = dpotrf(H, lower=0, clean=0)
+    if info != 0:
+        raise LinAlgError(f"dpotrf: the matrix is not positive definite (info {info})")
+    x, info = dpotrs(c, b, lower=0)
+    if info != 0:
+        raise LinAlgError(f"dpotrs failed (info {info})")
+    return x
+
+
+def tri_solve(L, B, trans=False):
+    """``L^-1 B`` (or ``L^-T B`` with ``trans``) for a lower-triangular ``L`` (finite), by
+    LAPACK's ``dtrtrs`` directly (``scipy.linalg.solve_triangular`` without its checks)."""
+    x, info = dtrtrs(L, B, lower=1, trans=1 if trans else 0)
+    if info != 0:
+        raise LinAlgError(f"dtrtrs: singular triangular matrix (info {info})")
+    return x
 
 def curvature(loss, y, z):
     """Second derivative of the loss in the prediction, per sample (``None`` if unknown)."""

@@ -49,14 +49,14 @@ ends after 12 steps and the crossover needs 1). Each model solve counts as a New
 weighted Gram matrix).
 """
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg import LinAlgError
 
 from .._kernels import gram as _kg
 from .._kernels import oracles as _ko
 from . import _crossover as _xo
 from ._dual import (GRAM_BLOCK, SPARSE_ROWS, _box_spectrum, _from_base,  # noqa: F401
                     _intercept_index, _losses_derivs_z, _plain_gram, _scaled_sq, _xt_sparse,
-                    _xt_vec, curvature, dual_bound, free_gradient, weighted_gram)
+                    _xt_vec, chol_solve, curvature, dual_bound, free_gradient, weighted_gram)
 
 #: widest design (columns) the Newton solver accepts: one ``p x p`` Gram matrix per step
 MAX_FEATURES = 2000
@@ -114,7 +114,7 @@ def newton_bound(objective, W, q, penalty=0.0, z=None, point=False):
     if not (np.all(np.isfinite(H)) and np.all(np.isfinite(g))):
         return fail
     try:
-        d = cho_solve(cho_factor(H, lower=False), -g)
+        d = chol_solve(H, -g)
     except (LinAlgError, ValueError):
         return fail
     W1 = W + d
@@ -410,7 +410,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
                 message = "non-finite gradient or Hessian (badly scaled data?)"
                 break
             try:
-                d = cho_solve(cho_factor(H, lower=False), -g)
+                d = chol_solve(H, -g)
             except (LinAlgError, ValueError):
                 try:
                     d = np.linalg.lstsq(H, -g, rcond=None)[0]
