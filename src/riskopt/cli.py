@@ -468,21 +468,32 @@ def main(argv=None):
     if main_thread:  # Ctrl-C while the parser or the libraries load: one line, exit 130
         signal.signal(signal.SIGINT, _interrupt_handler(True))
     try:
-        with _runtime.compile_notice_to(_runtime.stderr_notice):
-            return _main(argv, main_thread)
+        return _main(argv, main_thread)
     finally:
         if main_thread and previous is not None:  # in-process callers get theirs back
             signal.signal(signal.SIGINT, previous)
 
 
 def _main(argv, main_thread):
+    import contextlib
     import signal
-    import warnings
+
+    from . import _runtime
 
     parser = build_parser()
     args = parser.parse_args(argv)
     if main_thread:
         signal.signal(signal.SIGINT, _interrupt_handler(args.command != "bench"))
+    # the compile notice: every command but bench, whose runner warms the kernels up itself
+    # and reports its own progress (its stderr is its status lines)
+    with (_runtime.compile_notice_to(_runtime.stderr_notice) if args.command != "bench"
+          else contextlib.nullcontext()):
+        return _dispatch(args)
+
+
+def _dispatch(args):
+    import warnings
+
     try:
         from .bench._io import OutputError, RecoveryWarning, describe_os_error
         from .bench._lock import RunLockError
