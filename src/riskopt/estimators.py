@@ -473,6 +473,7 @@ class _RiskEstimatorBase(BaseEstimator):
         """Build the objective, warm start, solve; returns the ``(p, K)`` solution. With
         ``verbose``, the first compilation of the numba kernels in this process (a cold
         cache) is announced on one line (:mod:`riskopt._runtime`)."""
+        self._max_iter(warn=True)  # (here: its FutureWarning's stack level counts the frames)
         if not self.verbose:
             return self._fit_common_body(X, y_enc, loss, sample_weight, coef_shape_msg, groups)
         name = type(self).__name__
@@ -480,7 +481,6 @@ class _RiskEstimatorBase(BaseEstimator):
             return self._fit_common_body(X, y_enc, loss, sample_weight, coef_shape_msg, groups)
 
     def _fit_common_body(self, X, y_enc, loss, sample_weight, coef_shape_msg, groups):
-        self._max_iter(warn=True)
         shape = X.shape
         risk = _as_risk(self.risk)
         self.risk_ = risk
