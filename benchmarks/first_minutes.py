@@ -146,27 +146,42 @@ def _env(src, **extra):
     return env
 
 
-def _run(args, src, timeout=900, **extra):
+def _run(args, src, timeout=900, cpu=None, **extra):
+    """Run ``python ARGS`` with ``src`` on the path: ``(wall seconds, completed process)``;
+    the child's CPU time (user + system, ``RUSAGE_CHILDREN``) is appended to ``cpu``."""
+    import resource
+
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     r = subprocess.run([sys.executable, *args], env=_env(src, **extra), capture_output=True,
                        text=True, timeout=timeout, cwd=tempfile.gettempdir())
-    return time.perf_counter() - t, r
+    wall = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
+    return wall, r
 
 
 def _startup(src, starts, csv):
-    bare, imp, hlp, typo = [], [], [], []
+    """Medians over ``starts`` fresh interpreters: wall seconds and CPU seconds (``_cpu``)."""
+    wall = {k: [] for k in ("bare_python", "import_riskopt", "help", "usage_error")}
+    cpu = {k: [] for k in wall}
+    cmds = {"bare_python": ["-c", "pass"], "import_riskopt": ["-c", "import riskopt"],
+            "help": ["-m", "riskopt.cli", "--help"],
+            "usage_error": ["-m", "riskopt.cli", "fit", str(csv), "--target", "y", "--risk",
+                            "cvr:0.1", "--out", os.devnull]}
     for _ in range(starts):
-        bare.append(_run(["-c", "pass"], src)[0])
-        imp.append(_run(["-c", "import riskopt"], src)[0])
-        hlp.append(_run(["-m", "riskopt.cli", "--help"], src)[0])
-        t, r = _run(["-m", "riskopt.cli", "fit", str(csv), "--target", "y", "--risk",
-                     "cvr:0.1", "--out", os.devnull], src)
-        assert r.returncode == 2 and "unknown risk" in r.stderr, r.stderr[-500:]
-        typo.append(t)
+        for k, cmd in cmds.items():
+            t, r = _run(cmd, src, cpu=cpu[k])
+            if k == "usage_error":
+                assert r.returncode == 2 and "unknown risk" in r.stderr, r.stderr[-500:]
+            wall[k].append(t)
     med = statistics.median
-    return {"bare_python": med(bare), "import_riskopt": med(imp),
-            "import_beyond_bare": med(imp) - med(bare), "help": med(hlp),
-            "usage_error": med(typo)}
+    out = {k: med(v) for k, v in wall.items()}
+    out.update({f"{k}_cpu": med(v) for k, v in cpu.items()})
+    out["import_beyond_bare"] = out["import_riskopt"] - out["bare_python"]
+    out["import_beyond_bare_cpu"] = out["import_riskopt_cpu"] - out["bare_python_cpu"]
+    return out
 
 
 def _first_fit(src):
@@ -192,13 +207,14 @@ def _markdown(res):
              "times and the ratios measured inside one process).", "",
              "Command: `" + res["command"] + "`", ""]
     versions = list(res["versions"])
-    lines += ["## Start-up (median over fresh interpreters, wall seconds)", "",
+    lines += ["## Start-up (median over fresh interpreters; seconds, wall / CPU)", "",
               "| version | bare python | import riskopt | beyond bare (goal <= 0.3) | "
               "riskopt --help (goal <= 0.5) | --risk typo |", "|---|---|---|---|---|---|"]
     for v in versions:
         s = res["versions"][v]["startup"]
-        lines.append(f"| {v} | {s['bare_python']:.3f} | {s['import_riskopt']:.3f} | "
-                     f"{s['import_beyond_bare']:.3f} | {s['help']:.3f} | {s['usage_error']:.3f} |")
+        cell = [f"{s[k]:.3f} / {s[k + '_cpu']:.3f}" for k in (
+            "bare_python", "import_riskopt", "import_beyond_bare", "help", "usage_error")]
+        lines.append(f"| {v} | " + " | ".join(cell) + " |")
     lines += ["", "## First fit, empty numba cache: RiskClassifier() on 5,000 x 20 "
               "(goal <= 3 s)", "",
               "| version | fit wall s | fit CPU s | imports wall s | imports CPU s | "

@@ -271,10 +271,26 @@ def test_unnamed_categorical_parquet_column(tmp_path, capsys):
            "--drop ''")
 
 
-def test_saved_row_index_used_as_feature_is_warned(tmp_path, capsys):
+def test_saved_row_index_is_left_out_with_a_note(tmp_path, capsys):
     df = _frame().drop(columns=["lab", "s"])
     path = tmp_path / "d.csv"
     df.to_csv(path)  # index written as a first column without a name
+    model = tmp_path / "m.joblib"
+    rc = main(["fit", str(path), "--target", "y", "--quiet", "--out", str(model)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 0 and model.exists()
+    # a row id (distinct consecutive integers): not a feature (issue 29)
+    assert err == ["riskopt: note: column 1 (no header name; pandas reads it as 'Unnamed: 0') "
+                   "looks like a row id (distinct consecutive integers in every row): left out "
+                   "of the features (--features to keep it)"]
+    assert "Unnamed: 0" not in __import__("joblib").load(model)["features"]
+
+
+def test_unnamed_column_that_is_no_row_id_is_warned(tmp_path, capsys):
+    df = _frame().drop(columns=["lab", "s"])
+    df.index = np.arange(len(df)) * 7 % 11 + 0.5  # a saved column without a name, not an id
+    path = tmp_path / "d.csv"
+    df.to_csv(path)
     model = tmp_path / "m.joblib"
     rc = main(["fit", str(path), "--target", "y", "--quiet", "--out", str(model)])
     err = capsys.readouterr().err.strip().splitlines()

@@ -390,7 +390,8 @@ def cmd_fit(args):
             why = id_like(df, c)
             if why:
                 features.remove(c)
-                print(f"riskopt: note: column {column_label(df, c)} looks like a row id "
+                print(f"riskopt: note: {'' if unnamed(c) else 'column '}{column_label(df, c)} "
+                      f"looks like a row id "
                       f"({why}): left out of the features (--features to keep it)",
                       file=sys.stderr, flush=True)
     if not features:
