@@ -283,7 +283,9 @@ def test_saved_row_index_is_left_out_with_a_note(tmp_path, capsys):
     assert err == ["riskopt: note: column 1 (no header name; pandas reads it as 'Unnamed: 0') "
                    "looks like a row id (distinct consecutive integers in every row): left out "
                    "of the features (--features to keep it)"]
-    assert "Unnamed: 0" not in __import__("joblib").load(model)["features"]
+    from riskopt.model_io import load_model
+
+    assert "Unnamed: 0" not in load_model(model)["features"]
 
 
 def test_unnamed_column_that_is_no_row_id_is_warned(tmp_path, capsys):

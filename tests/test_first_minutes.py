@@ -170,13 +170,11 @@ _INTERRUPT = """
             os.kill(os.getpid(), signal.SIGINT)
             import time; time.sleep(30)
         estimators.RiskClassifier.fit = fit
-    else:  # in the middle of writing the model file
-        import joblib
-        def dump(obj, fh, *a, **k):
-            fh.write(b"partial")
+    else:  # in the middle of writing the model file (written, not yet fsync-ed and renamed)
+        def fsync(fd):
             os.kill(os.getpid(), signal.SIGINT)
             import time; time.sleep(30)
-        joblib.dump = dump
+        os.fsync = fsync
     from riskopt.cli import main
     sys.exit(main(["fit", sys.argv[1], "--target", "y", "--quiet", "--out", out]))
 """
@@ -184,7 +182,7 @@ _INTERRUPT = """
 
 @pytest.mark.parametrize("where", ["fit", pytest.param("write", marks=pytest.mark.slow)])
 def test_ctrl_c_is_one_line_and_exit_130_without_output(where, tmp_path):
-    out = tmp_path / "model.joblib"
+    out = tmp_path / "model.skops"
     r = _python(_INTERRUPT, str(tmp_path / "d.csv"), str(out), where, timeout=120)
     assert r.returncode == 130, (r.returncode, r.stderr[-2000:])
     assert r.stderr.strip().splitlines() == ["riskopt: interrupted"], r.stderr[-2000:]

@@ -60,3 +60,17 @@ def warn_if_degenerate(est, X, y_enc, W, obj, W_fit):
                 f"on about {n_eff:.1f} of {n} training samples (1 / sum q^2), so a handful "
                 f"of points (outliers?) decide the model; try a larger tail fraction or a "
                 f"shift cost, or check those samples.", DegenerateFitWarning, stacklevel=5)
+
+
+def progress_reached(obj, W, scale=1.0):
+    """``"; relative (sub)gradient norm ... and objective ... at the end"`` for the
+    ConvergenceWarning: how far the run got (two gradient evaluations; objective values x
+    ``scale``, the target scaling's factor; empty on failure)."""
+    try:
+        f0, g0 = obj.value_grad(obj.zeros())
+        f1, g1 = obj.value_grad(obj.as_coef(W))
+        rel = float(np.linalg.norm(g1)) / max(float(np.linalg.norm(g0)), 1e-300)
+        return (f"; at the end the relative (sub)gradient norm is {rel:.2g} and the objective "
+                f"{float(f1) * scale:.6g} (from {float(f0) * scale:.6g} at zero)")
+    except Exception:  # a plug-in family without value_grad: say nothing more
+        return ""

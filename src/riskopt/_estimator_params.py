@@ -38,3 +38,27 @@ FAIRNESS_CONSTRAINTS = {
     "constraint_tol": [Interval(Real, 0, None, closed="neither")],
     "randomized": ["boolean"],
 }
+
+
+#: parameter sets (class, ((name, type, value), ...)) that passed scikit-learn's validation
+_VALID_PARAMS = set()
+
+
+def validate_once(est, validate):
+    """``validate()`` (scikit-learn's parameter validation of ``est``) unless the same
+    parameter values, with their types, passed it before in this process: it was a tenth of a
+    small default fit (1,000 x 8), paid again by every clone of a grid search. Unhashable
+    values (a ``solver_params`` dict) are always validated."""
+    try:
+        key = (type(est), tuple((k, type(v), v) for k, v in sorted(
+            (k, getattr(est, k)) for k in est._parameter_constraints)))
+        hash(key)
+    except (TypeError, AttributeError):
+        key = None
+    if key is not None and key in _VALID_PARAMS:
+        return
+    validate()
+    if key is not None:
+        if len(_VALID_PARAMS) >= 512:
+            _VALID_PARAMS.clear()
+        _VALID_PARAMS.add(key)

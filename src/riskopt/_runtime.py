@@ -91,6 +91,15 @@ def compile_notice_to(sink):
         _state["sinks"].remove(sink)
 
 
+def verbose_notice(estimator):
+    """:func:`compile_notice_to` printing ``[ClassName] ...`` on stdout when the estimator is
+    ``verbose``; a no-op context otherwise."""
+    if not getattr(estimator, "verbose", 0):
+        return contextlib.nullcontext()
+    name = type(estimator).__name__
+    return compile_notice_to(lambda msg: print(f"[{name}] {msg}", flush=True))
+
+
 def stderr_notice(message):
     """The CLI's sink: one ``riskopt: ...`` line on stderr."""
     print(f"riskopt: {message}", file=sys.stderr, flush=True)

@@ -208,12 +208,14 @@ class lazy_module:
         return getattr(mod, attr)
 
 
-def plain_arrays(X, y):
+def plain_arrays(X, y, estimator=None):
     """``(X, y)`` when they need nothing of scikit-learn's ``validate_data``: a finite,
     C-contiguous float64 / float32 ndarray ``X`` with at least one row and column and a 1-D
     finite real (or integer) ndarray ``y`` of the same length; else None (the full validation
     runs, with its conversions and error messages). The dispatch of ``validate_data`` (data
-    frame checks, array API) was an eighth of a small default fit (1,000 x 8)."""
+    frame checks, array API) was an eighth of a small default fit (1,000 x 8). With
+    ``estimator``, sets its ``n_features_in_`` and drops ``feature_names_in_``, as
+    ``validate_data`` does."""
     if not (type(X) is np.ndarray and type(y) is np.ndarray and X.ndim == 2 and y.ndim == 1
             and X.dtype in (np.float64, np.float32) and y.dtype.kind in "fiu"
             and X.shape[0] == y.shape[0] and X.shape[0] >= 1 and X.shape[1] >= 1
@@ -222,4 +224,8 @@ def plain_arrays(X, y):
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow: the full check decides
         if not (np.isfinite(X.sum()) and (y.dtype.kind != "f" or np.isfinite(y.sum()))):
             return None
+    if estimator is not None:  # what validate_data(reset=True) records for such input
+        estimator.n_features_in_ = X.shape[1]
+        if hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
     return X, y

@@ -131,18 +131,18 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from . import solvers as _solvers
-from ._runtime import compile_notice_to
+from ._runtime import verbose_notice
 from ._validation import densify, is_sparse, plain_arrays, store_params, validate_data
 from .losses import LogisticLoss, MultinomialLoss, get_loss
 from .objectives.spectral import Objective
 from .solvers.autotune import autotune
 from ._scaling import (_feature_scaling, _from_scaled, _operator_design, _standardise_design,
                        _target_scaling, _to_scaled, scale_floor)
-from ._degenerate import warn_if_degenerate
+from ._degenerate import progress_reached as _progress_reached, warn_if_degenerate
 from .objectives._newton import applicable as _newton_applicable
 from .risks import KLDRO, MaxLoss, _RiskBase, parse_risk
 from . import _fair
-from ._estimator_params import FAIRNESS_CONSTRAINTS, _RegisteredSolver
+from ._estimator_params import FAIRNESS_CONSTRAINTS, _RegisteredSolver, validate_once
 
 __all__ = ["RiskRegressor", "RiskClassifier", "AUTO_LBFGS_MAX_SIZE"]
 
@@ -197,20 +197,6 @@ def _as_risk(risk):
     return risk
 
 
-def _progress_reached(obj, W, scale=1.0):
-    """``"; relative (sub)gradient norm ... and objective ... at the end"`` for the
-    ConvergenceWarning: how far the run got (two gradient evaluations; objective values x
-    ``scale``, the target scaling's factor; empty on failure)."""
-    try:
-        f0, g0 = obj.value_grad(obj.zeros())
-        f1, g1 = obj.value_grad(obj.as_coef(W))
-        rel = float(np.linalg.norm(g1)) / max(float(np.linalg.norm(g0)), 1e-300)
-        return (f"; at the end the relative (sub)gradient norm is {rel:.2g} and the objective "
-                f"{float(f1) * scale:.6g} (from {float(f0) * scale:.6g} at zero)")
-    except Exception:  # a plug-in family without value_grad: say nothing more
-        return ""
-
-
 def _build_objective(risk, loss, X, y, l2_reg, fit_intercept, sample_weight, groups=None):
     if groups is not None:
         if not isinstance(risk, _RiskBase):
@@ -249,10 +235,6 @@ def _is_spectral(obj):
 
 
 # ---------------------------------------------------------------------------- base class
-#: parameter sets (class, (name, type, value) ...) that passed scikit-learn's validation
-_VALID_PARAMS = set()
-
-
 class _RiskEstimatorBase(BaseEstimator):
     """Shared parameters, validation and the solver driver."""
 
@@ -282,35 +264,14 @@ class _RiskEstimatorBase(BaseEstimator):
         tags.input_tags.sparse = True
         return tags
 
-    def _validate_params(self):
-        """scikit-learn's parameter validation, skipped for parameter values (with their
-        types) that passed it before in this process: it was a tenth of a small default fit
-        (1,000 x 8), paid again by every clone of a grid search. Unhashable values (a
-        ``solver_params`` dict) are always validated."""
-        try:
-            key = (type(self), tuple((k, type(v), v) for k, v in sorted(
-                (k, getattr(self, k)) for k in self._parameter_constraints)))
-            hash(key)
-        except (TypeError, AttributeError):
-            key = None
-        if key is not None and key in _VALID_PARAMS:
-            return
-        super()._validate_params()
-        if key is not None:
-            if len(_VALID_PARAMS) >= 512:
-                _VALID_PARAMS.clear()
-            _VALID_PARAMS.add(key)
+    def _validate_params(self):  # skipped for values validated before: _estimator_params
+        validate_once(self, super()._validate_params)
 
-    # -- data ----------------------------------------------------------------------------
     def _validate_X_y(self, X, y, y_numeric):
         # float32 stays float32 here: the objective converts it once, while building its
         # float64 design (riskopt.objectives.base; no float64 copy of X before that)
-        fast = plain_arrays(X, y)
-        if fast is not None:  # what validate_data does for such input, without its dispatch
-            self.n_features_in_ = X.shape[1]
-            if hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-            return fast
+        if plain_arrays(X, y, self) is not None:  # validate_data's work, without its dispatch
+            return X, y
         X, y = validate_data(self, X, y, accept_sparse=_SPARSE, dtype=[np.float64, np.float32],
                              y_numeric=y_numeric, multi_output=False)
         return (X.tocsr() if is_sparse(X) else np.ascontiguousarray(X)), y
@@ -470,17 +431,8 @@ class _RiskEstimatorBase(BaseEstimator):
         return obj.as_matrix(res.coef), res.converged
 
     def _fit_common(self, X, y_enc, loss, sample_weight, coef_shape_msg, groups=None):
-        """Build the objective, warm start, solve; returns the ``(p, K)`` solution. With
-        ``verbose``, the first compilation of the numba kernels in this process (a cold
-        cache) is announced on one line (:mod:`riskopt._runtime`)."""
-        self._max_iter(warn=True)  # (here: its FutureWarning's stack level counts the frames)
-        if not self.verbose:
-            return self._fit_common_body(X, y_enc, loss, sample_weight, coef_shape_msg, groups)
-        name = type(self).__name__
-        with compile_notice_to(lambda msg: print(f"[{name}] {msg}", flush=True)):
-            return self._fit_common_body(X, y_enc, loss, sample_weight, coef_shape_msg, groups)
-
-    def _fit_common_body(self, X, y_enc, loss, sample_weight, coef_shape_msg, groups):
+        """Build the objective, warm start, solve; returns the ``(p, K)`` solution."""
+        self._max_iter(warn=True)
         shape = X.shape
         risk = _as_risk(self.risk)
         self.risk_ = risk
@@ -697,7 +649,8 @@ class RiskRegressor(RegressorMixin, _RiskEstimatorBase):
         X, y = self._validate_X_y(X, y, y_numeric=True)
         y = np.asarray(y, dtype=np.float64)
         X, y, sample_weight = _fair.setup(self, X, y, sample_weight, sensitive_features)
-        W = self._fit_common(X, y, get_loss(self.loss), sample_weight, "", groups)
+        with verbose_notice(self):  # a first compilation announced (verbose)
+            W = self._fit_common(X, y, get_loss(self.loss), sample_weight, "", groups)
         d = X.shape[1]
         self.coef_ = np.ascontiguousarray(W[:d, 0])
         self.intercept_ = float(W[d, 0]) if self.fit_intercept else 0.0
@@ -807,7 +760,8 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
         loss = LogisticLoss() if K == 2 else MultinomialLoss(n_classes=K)
         self.classes_ = classes
         X, y_enc, sample_weight = _fair.setup(self, X, y_enc, sample_weight, sensitive_features, K)
-        W = self._fit_common(X, y_enc, loss, sample_weight, f" for {K} classes", groups)
+        with verbose_notice(self):  # a first compilation announced (verbose)
+            W = self._fit_common(X, y_enc, loss, sample_weight, f" for {K} classes", groups)
         d = X.shape[1]
         self.coef_ = np.ascontiguousarray(W[:d].T)
         self.intercept_ = (np.ascontiguousarray(W[d]) if self.fit_intercept
