@@ -312,25 +312,34 @@ def spectra_part(args, log):
                *args.spectra, "--costs", *args.costs]
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         rows_before = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
+    spectra_table(rows_after, rows_before, log)
+    return dict(after=rows_after, before=rows_before)
+
+
+def spectra_table(rows_after, rows_before, log):
+    """The Markdown table of part 3 (also rebuilt from a JSON file by ``--table-from``)."""
     before = {(r["n"], r["spectrum"], r["cost"], r["start"]): r for r in rows_before}
-    log("| n | spectrum | cost | start | before pass 1 | after pass 1 | after pass 4 | "
-        "swaps/step (p1) | Newton it./step (p1) | chunks/step (p1) |")
-    log("|---:|---|---|---|---:|---:|---:|---:|---:|---:|")
+    log("| n | spectrum | cost | start | before: value_grad ms | pass 1 s | ratio | after: "
+        "value_grad ms | pass 1 s | ratio | pass 4 s | ratio | swaps/step (p1) | Newton "
+        "it./step (p1) | chunks/step (p1) |")
+    log("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def cell(r, k):
         if r is None or len(r["passes"]) <= k:
-            return "-"
+            return "- | -"
         p = r["passes"][k]
-        return f"{p['ratio']:.1f}{'' if p['exact'] else '*'}"
+        star = "" if p["exact"] else "*"
+        return f"{p['seconds']:.3g}{star} | {p['ratio']:.1f}{star}"
 
     for r in rows_after:
         b = before.get((r["n"], r["spectrum"], r["cost"], r["start"]))
         p1 = r["passes"][0]
         extra = (f"{p1['swaps']:.0f} | {p1['newton']:.2f} | {p1['chunks']:.2f}"
                  if p1["exact"] else "- | - | -")
-        log(f"| {r['n']:,} | {r['spectrum']} | {r['cost']} | {r['start']} | {cell(b, 0)} | "
-            f"{cell(r, 0)} | {cell(r, 3)} | {extra} |")
-    return dict(after=rows_after, before=rows_before)
+        bf = f"{b['full_eval'] * 1e3:.2f}" if b else "-"
+        log(f"| {r['n']:,} | {r['spectrum']} | {r['cost']} | {r['start']} | {bf} | "
+            f"{cell(b, 0)} | {r['full_eval'] * 1e3:.2f} | {cell(r, 0)} | {cell(r, 3)} | "
+            f"{extra} |")
 
 
 def _write_atomic(path, text):
@@ -358,7 +367,12 @@ def main():
     ap.add_argument("--base-src", default=None,
                     help="part 3: the src folder of the base checkout (the 'before' column)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--table-from", default=None, help="print part 3's table from its JSON")
     args = ap.parse_args()
+    if args.table_from:  # rebuild part 3's Markdown table from its JSON file
+        res = json.loads(Path(args.table_from).read_text())
+        spectra_table(res["after"], res["before"], print)
+        return
     if args.worker:  # the 'before' child of part 3: JSON rows on stdout
         for n in args.sizes:
             spectra_rows(n, args.passes, args.spectra, args.costs, args.budget,
