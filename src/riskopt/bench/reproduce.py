@@ -27,8 +27,9 @@ Examples
 ['prospect', 'sorel', 'splplus', 'scdro', 'sonex']
 >>> sorted({e.spec for e in EXPERIMENTS if e.paper == "sorel" and not e.script})[:2]
 ['ood_adult', 'sorel_fig2']
->>> [e.script for e in EXPERIMENTS if e.paper == "scdro" and e.script]
-['benchmarks/kl_dro_cost.py', 'benchmarks/scdro_nonconvex.py']
+>>> sorted({e.script for e in EXPERIMENTS if e.paper == "scdro" and e.script})  # doctest: +NORMALIZE_WHITESPACE
+['benchmarks/exact_optima.py', 'benchmarks/kl_dro_cost.py', 'benchmarks/scdro_nonconvex.py',
+ 'benchmarks/scdro_warmstart.py']
 """
 import json
 import os
