@@ -308,7 +308,9 @@ def test_result_exposes_average_alpha_and_last_iterate():
 @pytest.mark.parametrize("name", list(SOLVERS))
 def test_warm_start_continues_schedule_and_state_pickles(name):
     obj = _small_problem("logistic", n=30)
-    solver = SOLVERS[name](lr=0.2, random_state=3)
+    # SGM at lr 0.2 ends its 2-pass run above its start (1.15 against 0.69): the divergence rule
+    # flags that (issue 30); a step it runs stably at keeps this test about the warm start
+    solver = SOLVERS[name](lr=0.05 if name == "sgm" else 0.2, random_state=3)
     full = solver.run(obj, max_epochs=4)
     first = solver.run(obj, max_epochs=2)
     rest = solver.run(obj, max_epochs=2, state=pickle.loads(pickle.dumps(first.state)))
@@ -342,7 +344,7 @@ def test_sgm_divergence_is_reported_while_splplus_stays_finite():
     assert np.all(np.isfinite(res.coef))
     assert all("non-finite" not in str(w.message) for w in caught)
     if res.diverged:
-        assert "objective rose" in res.message
+        assert "above its start" in res.message
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), "0.1", None])
