@@ -18,13 +18,9 @@ Divergence
 ----------
 Each step folds two flags into a tensor on the parameters' device without a host sync: a
 non-finite tracked objective / statistic, and a *blow-up* (the tracked objective above
-``blowup * max(1, |its first value|)``), and keeps a moving average of the tracked objective
-(weight 0.9 on the past). Every ``check_every`` steps (and on :meth:`check_divergence`) the
-flags are read together with a scan of the parameters and the optimizer state for non-finite
-values (one sync). A run is also judged against its start: it has diverged when the moving
-average stays above ``start + rise * max(1, |start|)`` (``start`` the first tracked value,
-``rise = 3`` by default, the class attribute :attr:`GuardMixin.rise`) at two consecutive
-checks, however far it is from a blow-up. A divergence is reported once, as a
+``blowup * max(1, |its first value|)``). Every ``check_every`` steps (and on
+:meth:`check_divergence`) the flags are read together with a scan of the parameters and the
+optimizer state for non-finite values (one sync); a divergence is reported once, as a
 :class:`riskopt.DivergenceWarning` (``on_divergence="warn"``, the default) or by raising
 :class:`DivergenceError` (``on_divergence="raise"``), naming the optimizer, the step and the
 learning rate to lower. Non-finite *input* losses raise :class:`DivergenceError` at once (on
@@ -66,10 +62,6 @@ class GuardMixin:
     ``_track`` per step, ``_end_step`` at the end of ``step``; ``_guard_state`` /
     ``_load_guard_state`` in the checkpoints."""
 
-    #: a run has diverged when the moving average of its tracked objective stays above
-    #: ``start + rise * max(1, |start|)`` at two consecutive checks (``start``: its first value)
-    rise = 3.0
-
     def _init_guard(self, process_group=None, on_divergence="warn", check_every=10,
                     blowup=1e6):
         if on_divergence not in _ON_DIVERGENCE:
@@ -83,10 +75,9 @@ class GuardMixin:
         self.on_divergence, self.check_every, self.blowup = on_divergence, check_every, blowup
         self._gatherer = None
         dev = self.param_groups[0]["params"][0].device
-        self._g = {"bad": False, "first": -1, "ref": math.nan, "start": math.nan,
-                   "avg": math.nan}
+        self._g = {"bad": False, "first": -1, "ref": math.nan}
         self._g_on(dev)
-        self._g_steps, self._g_reported, self._g_rose = 0, False, 0
+        self._g_steps, self._g_reported = 0, False
 
     # ------------------------------------------------------------------ communication
     def _group(self):
@@ -187,10 +178,6 @@ class GuardMixin:
             v = float(obj)
             if math.isnan(g["ref"]):
                 g["ref"] = max(abs(v), 1.0) if math.isfinite(v) else 1.0
-            if math.isfinite(v):
-                if math.isnan(g["start"]):
-                    g["start"] = g["avg"] = v
-                g["avg"] = 0.9 * g["avg"] + 0.1 * v
             bad = not math.isfinite(v) or abs(v) > self.blowup * g["ref"]
             if bad and g["first"] < 0:
                 g["first"] = self._g_steps + 1
@@ -204,10 +191,6 @@ class GuardMixin:
         obj = obj.to(torch.float64)
         first = torch.where(torch.isfinite(obj), obj.abs().clamp(min=1.0), torch.ones_like(obj))
         g["ref"] = torch.where(torch.isnan(g["ref"]), first, g["ref"])
-        fin = torch.isfinite(obj)
-        g["start"] = torch.where(torch.isnan(g["start"]) & fin, obj, g["start"])
-        g["avg"] = torch.where(fin, torch.where(torch.isnan(g["avg"]), obj,
-                                                0.9 * g["avg"] + 0.1 * obj), g["avg"])
         bad = ~torch.isfinite(obj) | (obj.abs() > self.blowup * g["ref"])
         g["first"] = torch.where(bad & (g["first"] < 0),
                                  torch.full_like(g["first"], self._g_steps + 1), g["first"])
@@ -219,15 +202,12 @@ class GuardMixin:
         if device.type == "cpu":
             if isinstance(g["ref"], torch.Tensor):
                 self._g = g = {"bad": bool(g["bad"]), "first": int(g["first"]),
-                               "ref": float(g["ref"]), "start": float(g["start"]),
-                               "avg": float(g["avg"])}
+                               "ref": float(g["ref"])}
         elif not isinstance(g["ref"], torch.Tensor) or g["ref"].device != device:
             self._g = g = {
                 "bad": torch.as_tensor(g["bad"], dtype=torch.bool).to(device),
                 "first": torch.as_tensor(g["first"], dtype=torch.int64).to(device),
-                "ref": torch.as_tensor(g["ref"], dtype=torch.float64).to(device),
-                "start": torch.as_tensor(g["start"], dtype=torch.float64).to(device),
-                "avg": torch.as_tensor(g["avg"], dtype=torch.float64).to(device)}
+                "ref": torch.as_tensor(g["ref"], dtype=torch.float64).to(device)}
         return g
 
     def _end_step(self):
@@ -251,39 +231,19 @@ class GuardMixin:
     def check_divergence(self):
         """Check now (one host sync): returns True when the run diverged, after reporting it
         (once) as ``on_divergence`` says."""
-        g = self._g
         flags = [torch.isfinite(t).all() for t in self._state_tensors() if t.numel()]
-        if isinstance(g["ref"], torch.Tensor):    # device flags: read with the scan
-            start = g["start"]
-            above = g["avg"] > start + self.rise * start.abs().clamp(min=1.0)
-            dev = g["bad"].device
-            fin = (torch.stack([f.to(dev) for f in flags]).all() if flags
-                   else torch.ones((), dtype=torch.bool, device=dev))
-            blew, above, finite = torch.stack([g["bad"], above, fin]).tolist()  # one host sync
-        else:
-            finite = True if not flags else bool(   # one host sync
-                torch.stack([f.to(flags[0].device) for f in flags]).all())
-            blew = bool(g["bad"])
-            above = g["avg"] > g["start"] + self.rise * max(1.0, abs(g["start"]))
-        self._g_rose = self._g_rose + 1 if above else 0
-        rose = self._g_rose >= 2
-        if finite and not blew and not rose:
+        finite = True if not flags else bool(   # one host sync
+            torch.stack([f.to(flags[0].device) for f in flags]).all())
+        blew = bool(self._g["bad"])
+        if finite and not blew:
             return False
         if self._g_reported or self.on_divergence == "ignore":
             return True
         self._g_reported = True
         first = int(self._g["first"])
         where = f"at step {first}" if first > 0 else f"by step {self._g_steps}"
-        if not finite:
-            what = "non-finite parameters or optimizer state"
-        elif blew:
-            what = f"the tracked objective blew up (more than {self.blowup:g} x its first value)"
-        else:
-            start, avg = float(g["start"]), float(g["avg"])
-            what = (f"the tracked objective stayed above its start: moving average {avg:.6g} "
-                    f"against a start of {start:.6g} (limit start + {self.rise:g} x "
-                    "max(1, |start|)) at two consecutive checks")
-            where = f"by step {self._g_steps}"
+        what = ("non-finite parameters or optimizer state" if not finite else
+                f"the tracked objective blew up (more than {self.blowup:g} x its first value)")
         msg = (f"{type(self).__name__} diverged {where}: {what}; lower lr (now "
                f"{self._lr_text()}) or the moving-average rate, or clip the gradients")
         if self.on_divergence == "raise":
@@ -293,7 +253,7 @@ class GuardMixin:
 
     # ------------------------------------------------------------------ checkpoints
     def _guard_state(self):
-        return {"steps": self._g_steps, "reported": self._g_reported, "rose": self._g_rose,
+        return {"steps": self._g_steps, "reported": self._g_reported,
                 **{k: torch.as_tensor(v).clone() for k, v in self._g.items()}}
 
     def _load_guard_state(self, state):
@@ -301,8 +261,5 @@ class GuardMixin:
             return
         dev = self.param_groups[0]["params"][0].device
         self._g_steps, self._g_reported = int(state["steps"]), bool(state["reported"])
-        self._g_rose = int(state.get("rose", 0))
-        nan = torch.tensor(math.nan, dtype=torch.float64)
-        self._g = {k: (state[k] if k in state else nan).to(dev)
-                   for k in ("bad", "first", "ref", "start", "avg")}
+        self._g = {k: state[k].to(dev) for k in ("bad", "first", "ref")}
         self._g_on(dev)
