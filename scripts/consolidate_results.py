@@ -17,11 +17,17 @@ checks, for every folder named (default: every folder under benchmarks/results w
 5. ``riskopt bench report FOLDER`` (Markdown and CSV) prints the same text with ``cells/``
    present and moved aside.
 
-Nothing is rewritten: ``results.parquet`` and the figures stay byte for byte as they are.
+Nothing else is rewritten: ``results.parquet`` and the figures stay byte for byte as they are.
+The one exception is ``fstar.json`` (``--seal``): records written before f* records were sealed
+by a checksum (:func:`riskopt.bench._state.seal_fstar`) would be dropped and recomputed by the
+first ``bench run`` of a fresh clone, whose table could then differ in ``f_star``. A record is
+sealed only if it is filed under its own problem's hash and its ``f_star`` equals, bit for bit,
+the ``f_star_ref`` of every table row of that problem; check 3 then uses the sealed records as
+``bench run`` loads them.
 
 Usage (from the repository root)::
 
-    python scripts/consolidate_results.py [FOLDER ...] [--untrack]
+    python scripts/consolidate_results.py [FOLDER ...] [--seal] [--untrack]
 
 ``--untrack`` runs ``git rm -r --cached FOLDER/cells`` for each folder that passed (commit
 the result; ``benchmarks/results/*/cells/`` is in .gitignore). Exit status 1 if any folder
@@ -39,7 +45,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from riskopt.bench import _record, _state, runner
+from riskopt.bench import _io, _record, _state, runner, spec_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -77,7 +83,42 @@ def report_text(folder):
     return out
 
 
-def check(folder, say=print):
+def seal_fstar_records(folder, spec, table, say=print):
+    """Seal (checksum) the unsealed f* records of ``folder/fstar.json`` that the table confirms;
+    returns a list of failures (a record of the spec that cannot be sealed)."""
+    path = folder / "fstar.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    used = {}
+    for d in spec.datasets:
+        for j in range(len(spec.objectives)):
+            used[spec_tools.content_hash(spec.problem(d, j))] = (d, j)
+    labels = spec.objective_labels()
+    fails, n_sealed = [], 0
+    for k, (d, j) in used.items():
+        rec = data.get(k)
+        if not isinstance(rec, dict) or _state.fstar_problem(k, rec) is None:
+            continue  # absent (then recomputed anyway) or already sealed
+        if "key" in rec and spec_tools.content_hash(rec["key"]) != k:
+            fails.append(f"fstar.json entry {k} is filed under another problem's key")
+            continue
+        rows = table[(table["dataset"] == d) & (table["objective"] == labels[j])]
+        ref = rows["f_star_ref"].to_numpy(dtype=np.float64)
+        mine = np.float64(rec.get("f_star", np.nan))
+        if len(ref) == 0 or not np.all(ref.view(np.uint64) == mine.view(np.uint64)):
+            fails.append(f"fstar.json entry {k} ({d} / {labels[j]}): f_star is not the "
+                         "table's f_star_ref bit for bit; not sealed")
+            continue
+        data[k] = _state.seal_fstar(k, rec)
+        n_sealed += 1
+    if n_sealed:
+        _io.atomic_write_json(path, data)
+        say(f"  sealed {n_sealed} f* record(s) of {path} (f_star = the table's f_star_ref)")
+    return fails
+
+
+def check(folder, say=print, seal=False):
     """Run checks 1-5 on one folder; returns a list of failures (empty: passed)."""
     folder = Path(folder)
     cells_dir = folder / "cells"
@@ -108,9 +149,18 @@ def check(folder, say=print):
         if why:
             fails.append(f"{path.name}: {why}")
         n_rows += len(frames[c.id])
-    # 3: merging the rebuilt cells gives the table back
-    fstar = _state.load_fstar(folder / "fstar.json", repair=False)
+    # 3: merging the rebuilt cells gives the table back, with the f* records `bench run` uses
     table = pd.read_parquet(table_path)
+    if seal:
+        fails += seal_fstar_records(folder, spec, table, say)
+    fstar = _state.load_fstar(folder / "fstar.json", repair=False,
+                              key_hash=spec_tools.content_hash)
+    unusable = sorted({spec_tools.content_hash(spec.problem(c.dataset, c.objective_index))
+                       for c in cells} - set(fstar))
+    if unusable:
+        fails.append(f"{len(unusable)} f* record(s) of the spec are missing or unsealed in "
+                     "fstar.json (`bench run` would recompute them; try --seal)")
+        return fails
     with tempfile.TemporaryDirectory() as tmp:
         for cid, f in frames.items():
             f.to_parquet(Path(tmp) / f"{cid}.parquet")
@@ -150,6 +200,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="*", help="results folders (default: every folder under "
                                                "benchmarks/results with a cells/ folder)")
+    ap.add_argument("--seal", action="store_true",
+                    help="checksum the unsealed f* records that the table confirms bit for bit")
     ap.add_argument("--untrack", action="store_true",
                     help="git rm -r --cached FOLDER/cells for each folder that passed")
     args = ap.parse_args(argv)
@@ -157,7 +209,7 @@ def main(argv=None):
         p.parent for p in RESULTS.glob("*/cells") if p.is_dir())
     failed = 0
     for f in folders:
-        fails = check(f)
+        fails = check(f, seal=args.seal)
         for msg in fails[:20]:
             print(f"  {msg}")
         if fails:

@@ -165,3 +165,41 @@ def test_consolidation_check_passes_and_catches_a_changed_value(finished, tmp_pa
     f.to_parquet(victim)
     fails = mod.check(new, say=lambda s: None)
     assert any("column(s) ['value'] differ" in m for m in fails)
+
+
+def test_consolidation_seals_only_f_star_records_the_table_confirms(finished, tmp_path):
+    """An unsealed f* record (written before records had a checksum) fails the check, since
+    `bench run` would drop and recompute it; --seal checksums it when its f_star is the table's
+    f_star_ref bit for bit, and refuses a record one ulp off."""
+    import importlib.util
+    from pathlib import Path
+
+    from riskopt.bench import _state
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "consolidate_results.py"
+    spec_ = importlib.util.spec_from_file_location("consolidate_results", path)
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    mod.report_text = lambda folder: [(0, "same", "")]
+    spec, out = finished
+    for ulp in (False, True):
+        new = tmp_path / f"res{int(ulp)}"
+        shutil.copytree(out, new)
+        fpath = new / "fstar.json"
+        data = json.loads(fpath.read_text())
+        sealed = dict(data)
+        for k in data:  # as an older riskopt wrote it
+            data[k] = {key: v for key, v in data[k].items() if key != "checksum"}
+            if ulp:
+                data[k]["f_star"] = float(np.nextafter(data[k]["f_star"], np.inf))
+        fpath.write_text(json.dumps(data))
+        assert any("unsealed" in m for m in mod.check(new, say=lambda s: None))
+        fails = mod.check(new, say=lambda s: None, seal=True)
+        got = json.loads(fpath.read_text())
+        if ulp:
+            assert any("not the table's f_star_ref" in m for m in fails)
+            assert all("checksum" not in r for r in got.values())
+        else:
+            assert fails == []
+            assert got == sealed  # the same record and checksum `bench run` writes
+            assert set(_state.load_fstar(fpath, repair=False)) == set(sealed)
