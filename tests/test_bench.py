@@ -314,9 +314,9 @@ def test_run_end_to_end_resume_and_plot(tmp_path):
     assert (table["f_star"] == table["f_star_ref"]).all() and set(table["family"]) == {"spectral"}
     np.testing.assert_allclose(table["step"], table["passes"] * 244)
 
-    for name in ("figure.png", "figure.pdf"):
-        assert (out / name).stat().st_size > 1000
-    assert [p.name for p in res.figures] == ["figure.png", "figure.pdf"]
+    # by default one small palette PNG per figure and no PDF (a PDF only on request)
+    assert [p.name for p in res.figures] == ["figure.png"] and not (out / "figure.pdf").exists()
+    assert 1000 < (out / "figure.png").stat().st_size <= rb._io.PNG_LIMIT
 
     # delete two finished runs and the table (their record): a rerun redoes exactly those
     # two (with the table, they are restored from it: tests/test_bench_record.py)
@@ -335,8 +335,10 @@ def test_run_end_to_end_resume_and_plot(tmp_path):
 
     # figures come from the table only (no solver runs): redraw both axes elsewhere
     figs = rb.plot_results(out, out_dir=tmp_path / "figs", x=["passes", "time"],
-                           formats=["png"])
-    assert [p.name for p in figs] == ["figure.png", "figure_time.png"]
+                           formats=["png", "pdf"])
+    assert [p.name for p in figs] == ["figure.png", "figure.pdf", "figure_time.png",
+                                      "figure_time.pdf"]
+    assert (tmp_path / "figs" / "figure.pdf").read_bytes().startswith(b"%PDF")
     assert all(p.stat().st_size > 1000 for p in figs)
 
 

@@ -6,7 +6,7 @@
     riskopt bench show NAME                     print a bundled spec (TOML) to copy and edit
     riskopt bench run SPEC [--out DIR] [--jobs N] [--backend NAME] [--address ADDR]
                            [--max-cells K] [--fresh] [--no-plot] [--dry-run] [--quiet]
-    riskopt bench plot RESULTS [--out DIR] [--x passes steps time] [--format png pdf]
+    riskopt bench plot RESULTS [--out DIR] [--x passes steps time] [--format png [pdf]]
     riskopt bench report RESULTS [--out report.md] [--format markdown|csv]
     riskopt bench reproduce [PAPER ...] [--results DIR] [--run] [--out REPORT.md]
     riskopt datasets list
@@ -367,8 +367,9 @@ def build_parser():
     b_plot.add_argument("--out", metavar="DIR", help="where to write (default: the folder)")
     b_plot.add_argument("--x", nargs="+", choices=["passes", "steps", "time"],
                         help="x axes (default: the spec's plot.x)")
-    b_plot.add_argument("--format", nargs="+", default=["png", "pdf"], metavar="FMT",
-                        help="file formats (default: png pdf)")
+    b_plot.add_argument("--format", nargs="+", default=["png"], metavar="FMT",
+                        help="file formats (default: png, a small palette PNG; add pdf for "
+                             "a vector copy)")
     b_plot.set_defaults(func=_bench_plot)
 
     b_rep = bsub.add_parser(

@@ -125,11 +125,53 @@ def atomic_write_parquet(path, frame, metadata=None):
     return atomic_write(path, lambda fh: pq.write_table(table, fh))
 
 
-def atomic_savefig(fig, path, **kwargs):
-    """``fig.savefig`` to a temporary file, then move it in place."""
+#: The most bytes a committed figure may take; :func:`small_png` aims below it.
+PNG_LIMIT = 150_000
+
+
+def _quantised(raw, colors):
+    """PNG bytes ``raw`` as a ``colors``-entry palette PNG (Pillow), or ``raw`` without it."""
+    import io
+
+    try:
+        from PIL import Image
+    except ImportError:  # matplotlib requires Pillow, so this is a safety net only
+        return raw
+    with Image.open(io.BytesIO(raw)) as im:
+        pal = im.convert("RGB").quantize(colors=colors, method=Image.Quantize.FASTOCTREE)
+    buf = io.BytesIO()
+    pal.save(buf, format="png", optimize=True)
+    return min(raw, buf.getvalue(), key=len)
+
+
+def small_png(fig, dpi=100, limit=PNG_LIMIT, **kwargs):
+    """``fig`` as PNG bytes of at most ``limit`` bytes where possible: drawn at ``dpi`` and
+    quantised to a 256-colour palette; if that is still too big, 64 colours, then lower dpi
+    (down to 50). Returns the smallest try if none fits (a huge grid of panels)."""
+    import io
+
+    best = None
+    for d in sorted({dpi, *(x for x in (80, 64, 50) if x < dpi)}, reverse=True):
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=d, **kwargs)
+        for colors in (256, 64):
+            data = _quantised(buf.getvalue(), colors)
+            if best is None or len(data) < len(best):
+                best = data
+            if len(data) <= limit:
+                return data
+    return best
+
+
+def atomic_savefig(fig, path, small=True, **kwargs):
+    """``fig.savefig`` to a temporary file, then move it in place. A ``.png`` is written by
+    :func:`small_png` (``dpi`` default 100; ``small=False``: matplotlib's own PNG)."""
     path = Path(path)
-    return atomic_write(path, lambda fh: fig.savefig(fh, format=path.suffix.lstrip("."),
-                                                     **kwargs))
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt == "png" and small:
+        dpi = kwargs.pop("dpi", None) or 100
+        return atomic_write_bytes(path, small_png(fig, dpi=dpi, **kwargs))
+    return atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, **kwargs))
 
 
 # ---------------------------------------------------------------------------- repair

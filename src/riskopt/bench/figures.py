@@ -3,19 +3,23 @@
 Every figure is a function of the long table (and of the sensitivity table derived from it by
 :mod:`riskopt.bench.analysis`); which ones a results folder gets is the spec's ``analyses``.
 
-``convergence`` -- ``figure.png/.pdf`` (and ``figure_<x>.png/.pdf`` for the other x axes of
+``convergence`` -- ``figure.png`` (and ``figure_<x>.png`` for the other x axes of
 ``plot.x``): one panel per (objective, dataset), objectives in rows and data sets in columns
 (``plot.columns`` wraps them), as in Prospect Fig. 3. Each panel shows, for every solver, the
 runs of its *selected* configuration only: the median suboptimality over seeds (line) and a
 band over seeds (``minmax``: the smallest to the largest seed, the default; ``iqr``: 25th-75th
 percentiles; ``none``), on a log scale. All seeds share the x values of passes and steps;
 against time the x value of a point is the median over seeds. With more than 12 panels also
-one figure per objective, ``figure[_<x>]_<objective>.png/.pdf``.
+one figure per objective, ``figure[_<x>]_<objective>.png``.
 
-``sensitivity`` -- ``sensitivity.png/.pdf``: final suboptimality against ``lr`` (median and
+``sensitivity`` -- ``sensitivity.png``: final suboptimality against ``lr`` (median and
 min-max band over seeds; runs that diverged or ended above 10x the initial gap drawn as x at
-the top). ``fixed_accuracy`` -- ``fixed_accuracy.png/.pdf``: passes (steps) needed to reach
+the top). ``fixed_accuracy`` -- ``fixed_accuracy.png``: passes (steps) needed to reach
 ``epsilon`` against ``lr`` (x above the dashed budget line: never reached).
+
+Figures are small palette PNGs (:func:`riskopt.bench._io.small_png`: 100 dpi, under 150 KB
+where the grid allows), the only figures a results folder gets by default; ``formats`` (``bench
+plot --format png pdf``) adds a vector copy on request.
 
 Suboptimality can be <= 0 when a solver ends below the reference (SOREL Fig. 2 shows such
 points); values are drawn at ``floor`` (default 1e-12) so the log scale can show them.
@@ -112,11 +116,16 @@ def _legend(fig, handles):
                    ncol=min(len(handles), 6), frameon=False)
 
 
+#: What a results folder gets by default: one small PNG per figure (:func:`_io.small_png`);
+#: vector formats (``pdf``, ``svg``) only when asked (``bench plot --format png pdf``).
+DEFAULT_FORMATS = ("png",)
+
+
 def _save(fig, stem, formats):
     written = []
     for fmt in formats:
         path = Path(f"{stem}.{fmt}")
-        _io.atomic_savefig(fig, path, dpi=150 if fmt == "png" else None)
+        _io.atomic_savefig(fig, path)
         written.append(path)
     return written
 
@@ -230,8 +239,8 @@ def draw_convergence(table, grid, n_cols, x, band, floor, xscale="linear", title
 
 
 def plot_convergence(table, out_dir, xs, band="minmax", floor=1e-12, columns=None,
-                     xscale="linear", formats=("png", "pdf")):
-    """``figure[_<x>].png/pdf``: the selected configurations' curves (``selected`` column)."""
+                     xscale="linear", formats=DEFAULT_FORMATS):
+    """``figure[_<x>].png`` (+ ``.pdf`` on request): the selected configurations' curves (``selected`` column)."""
     sel = table[table["selected"].astype(bool)]
     if sel.empty:
         raise ValueError("no selected configuration to plot (every configuration diverged?)")
@@ -309,8 +318,8 @@ def _sens_figure(sens, stem, columns, floor, formats, panel, suptitle):
 
 
 def plot_sensitivity(sens, out_dir, columns=None, floor=1e-12, title="",
-                     formats=("png", "pdf")):
-    """``sensitivity.png/pdf``: final suboptimality vs lr (median, min-max over seeds)."""
+                     formats=DEFAULT_FORMATS):
+    """``sensitivity.png``: final suboptimality vs lr (median, min-max over seeds)."""
     def panel(ax, g, solvers, colors, handles):
         gap = g["initial_gap"].to_numpy(dtype=float)
         gap = gap[np.isfinite(gap)]
@@ -333,8 +342,8 @@ def plot_sensitivity(sens, out_dir, columns=None, floor=1e-12, title="",
 
 
 def plot_fixed_accuracy(sens, out_dir, columns=None, floor=1e-12, title="",
-                        formats=("png", "pdf")):
-    """``fixed_accuracy.png/pdf``: passes (steps) to reach epsilon vs lr."""
+                        formats=DEFAULT_FORMATS):
+    """``fixed_accuracy.png``: passes (steps) to reach epsilon vs lr."""
     def panel(ax, g, solvers, colors, handles):
         budget = float(g["budget"].max()) if len(g) else 1.0
         _sens_panel(ax, g, solvers, colors, ("to_eps_median", "to_eps_min", "to_eps_max"),
@@ -350,7 +359,7 @@ def plot_fixed_accuracy(sens, out_dir, columns=None, floor=1e-12, title="",
 
 
 # ---------------------------------------------------------------------------- entry point
-def plot_results(results, out_dir=None, table=None, x=None, formats=("png", "pdf"),
+def plot_results(results, out_dir=None, table=None, x=None, formats=DEFAULT_FORMATS,
                  band=None, floor=None):
     """Draw the figures of a results folder (or ``results.parquet``); return the file paths.
 
@@ -364,7 +373,9 @@ def plot_results(results, out_dir=None, table=None, x=None, formats=("png", "pdf
         The table already in memory (skips reading it).
     x : sequence of {"passes", "steps", "time"}, optional
         x axes of the convergence figure (default: the spec's ``plot.x``, else both).
-    formats : sequence of str, default ("png", "pdf")
+    formats : sequence of str, default ("png",)
+        File formats. A PNG is a palette PNG at 100 dpi (under 150 KB where the grid of
+        panels allows); ask for ``"pdf"`` (or ``"svg"``) to get a vector copy too.
     band : {"minmax", "iqr", "none"}, optional
     floor : float, optional
         Smallest suboptimality drawn (default 1e-12).

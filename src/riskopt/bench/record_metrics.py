@@ -304,7 +304,7 @@ def final_table(table, names):
     return pd.DataFrame(rows)
 
 
-def plot_metrics(table, names, title, stem, formats=("png", "pdf")):
+def plot_metrics(table, names, title, stem, formats=("png",)):
     """One panel per (metric, problem): each solver's selected configuration, mean over
     seeds (line) and min-max band, against passes over the training data."""
     from . import figures
@@ -360,7 +360,7 @@ def _quiet():
 
 
 def write_analysis(out, table, spec, plot=True):
-    """The ``"metrics"`` analysis: ``metrics_final.csv`` / ``.md`` and ``metrics.png/.pdf``."""
+    """The ``"metrics"`` analysis: ``metrics_final.csv`` / ``.md`` and ``metrics.png``."""
     from pathlib import Path
 
     from . import _io

@@ -19,7 +19,7 @@ Output folder (default ``results/<spec name>``)::
     sensitivity.parquet  (analyses "sensitivity") per (dataset, objective, solver, lr): final
     sensitivity.csv      suboptimality and budget to reach epsilon, over seeds
     summary.csv          per (dataset, objective, solver): best lr, width of the good lr range
-    figure.png/.pdf      suboptimality vs passes (figure_time.* vs solver wall time), and the
+    figure.png           suboptimality vs passes (figure_time.png vs solver wall time), and the
                          other figures of the spec's ``analyses`` (riskopt.bench.figures)
 
 Every file is written atomically and durably (temporary file, ``fsync``, ``os.replace``,

@@ -1,0 +1,65 @@
+"""Committed figures are small: a palette PNG at 100 dpi under ``PNG_LIMIT`` where possible
+(:func:`riskopt.bench._io.small_png`), a PDF only when asked for."""
+import io
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+Image = pytest.importorskip("PIL.Image")
+
+from riskopt.bench import _io  # noqa: E402
+
+
+def _busy_figure(n_rows, n_cols, seed=0):
+    """A grid of noisy log-scale curves with translucent bands (many distinct colours)."""
+    from matplotlib.figure import Figure
+
+    rng = np.random.default_rng(seed)
+    fig = Figure(figsize=(3.2 * n_cols + 0.4, 2.6 * n_rows + 0.9), layout="constrained")
+    for ax in fig.subplots(n_rows, n_cols, squeeze=False).ravel():
+        x = np.arange(60)
+        for k in range(5):
+            y = np.exp(-x / (20 + 10 * k)) * (1 + 0.3 * rng.random(60)) + 1e-6
+            ax.plot(x, y, lw=1.4)
+            ax.fill_between(x, 0.5 * y, 2 * y, alpha=0.2, lw=0)
+        ax.set_yscale("log")
+        ax.set_title("panel", fontsize=9)
+        ax.set_xlabel("passes")
+    fig.suptitle("a busy figure")
+    return fig
+
+
+def test_a_figure_is_written_as_a_small_palette_png(tmp_path):
+    fig = _busy_figure(2, 3)
+    plain = io.BytesIO()
+    fig.savefig(plain, format="png", dpi=150)  # what the writer used to commit
+    path = _io.atomic_savefig(fig, tmp_path / "f.png")
+    data = path.read_bytes()
+    assert len(data) <= _io.PNG_LIMIT < len(plain.getvalue())
+    with Image.open(path) as im:
+        assert im.mode == "P"  # palette-quantised
+        # drawn at 100 dpi (the first try) when that fits the limit
+        assert im.size == (round(fig.get_figwidth() * 100), round(fig.get_figheight() * 100))
+
+
+def test_a_grid_too_big_for_100_dpi_goes_down_in_colours_then_dpi(tmp_path):
+    fig = _busy_figure(1, 2, seed=1)
+    first = _io.small_png(fig, dpi=100, limit=10**9)
+    limit = len(first) // 3  # force at least one step down
+    data = _io.small_png(fig, dpi=100, limit=limit)
+    assert len(data) < len(first)
+    with Image.open(io.BytesIO(data)) as im:
+        assert im.mode == "P" and im.size[0] <= round(fig.get_figwidth() * 100)
+    # a limit nothing meets: the smallest try, not an error
+    tiny = _io.small_png(fig, dpi=100, limit=1)
+    assert len(tiny) <= len(data)
+
+
+def test_other_formats_and_small_false_are_matplotlib_s_own(tmp_path):
+    fig = _busy_figure(1, 2)
+    pdf = _io.atomic_savefig(fig, tmp_path / "f.pdf")
+    assert pdf.read_bytes().startswith(b"%PDF")
+    big = _io.atomic_savefig(fig, tmp_path / "big.png", small=False, dpi=150)
+    with Image.open(big) as im:
+        assert im.mode in ("RGB", "RGBA")
