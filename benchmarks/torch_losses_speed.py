@@ -1,14 +1,16 @@
 """Forward + backward time of each riskopt.torch risk loss as a ratio to ``losses.mean()`` +
 backward, one thread, CPU (issue 28: goal at most 3x plus 20 us).
 
-For each loss and batch size ``b`` a leaf tensor of ``b`` float32 losses is pushed through
-the loss and ``.backward()`` is called; the time per call is the median over ``--reps``
-interleaved blocks (loss block, mean block, ...) of the *CPU time of the calling thread*
+For each loss and batch size ``b`` a leaf tensor of ``b`` float32 losses (one of four drawn
+batches, in turn, as in training: a loss that starts its solve from the previous call's
+solution never sees the same batch twice in a row) is pushed through the loss and
+``.backward()`` is called; the time per call is the median over ``--reps`` interleaved
+blocks (loss block, mean block, ...) of the *CPU time of the calling thread*
 (``time.thread_time``; torch set to one thread), so that the time slices the loaded shared
-machine gives to other processes are not counted. The ratio ``loss / mean`` and the goal ``loss <= 3 mean + 20 us`` are computed
-within one process; ``--src`` measures another checkout (e.g. the code before the change:
-``git archive 6a37f815 src | tar -x -C /tmp/base``), and its ratios land in the same
-results file under ``--label``.
+machine gives to other processes are not counted. The ratio ``loss / mean`` and the goal
+``loss <= 3 mean + 20 us`` are computed within one process; ``--src`` measures another
+checkout (e.g. the code before the change: ``git archive 03ea400d src | tar -x -C
+/tmp/base``), and its ratios land in the same results file under ``--label``.
 
     python benchmarks/torch_losses_speed.py --label after
     python benchmarks/torch_losses_speed.py --src /tmp/base/src --label before
@@ -70,15 +72,21 @@ def _per_call(fn, n):
 
 def _measure(torch, crit, b, reps, block_ms):
     g = torch.Generator().manual_seed(b)
-    x = (torch.rand(b, generator=g) * 3).requires_grad_()
+    # four batches of losses in turn (see the module docstring)
+    xs = [(torch.rand(b, generator=g) * 3).requires_grad_() for _ in range(4)]
     groups = torch.arange(b) % 4
     is_group = type(crit).__name__ == "GroupDROLoss"
+    it = [0]
 
     def loss_step():
+        it[0] += 1
+        x = xs[it[0] & 3]
         x.grad = None
         (crit(x, groups) if is_group else crit(x)).backward()
 
     def mean_step():
+        it[0] += 1
+        x = xs[it[0] & 3]
         x.grad = None
         x.mean().backward()
 

@@ -148,6 +148,44 @@ def _attach_dot(losses, q, value=None, scale=1.0):
     return s + (v - s.detach())
 
 
+class _HostDanskin(torch.autograd.Function):
+    """The risks ``value`` (a NumPy array, computed on the host) with gradient ``q`` (the
+    oracle's weights, a tensor of the losses' shape: Danskin). Used on CPU tensors in eager
+    mode only, where it is the cheapest attachment measured (one autograd node, whose
+    backward is ``g * q``; ``benchmarks/torch_losses_speed.py``)."""
+
+    @staticmethod
+    def forward(ctx, losses, value, q):
+        ctx.q = q
+        return torch.from_numpy(value)
+
+    @staticmethod
+    def backward(ctx, g):
+        q = ctx.q
+        return (g.unsqueeze(-1) * q if g.ndim else g * q), None, None
+
+
+_NP_WORK = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _host_array(losses):
+    """The detached CPU losses as a contiguous float64 NumPy array (no torch op for float32
+    / float64 losses)."""
+    t = losses.detach()
+    if t.dtype not in _NP_WORK:
+        t = t.to(torch.float64)
+    return np.ascontiguousarray(t.numpy(), dtype=np.float64)
+
+
+def _host_attach(losses, value, q, scale=1.0):
+    """A tensor of value ``value`` (float or ``(...)`` array: the risks) whose gradient with
+    respect to ``losses`` is ``scale * q`` (a float64 NumPy array of the losses' shape), in
+    float32 or better (:func:`_work_dtype`); CPU, eager."""
+    npdt = _NP_WORK[_work_dtype(losses)]
+    qt = torch.from_numpy(q.astype(npdt) if scale == 1.0 else (scale * q).astype(npdt))
+    return _HostDanskin.apply(losses, np.asarray(value, dtype=npdt), qt)
+
+
 def _to_numpy64(t):
     return t.detach().to("cpu", torch.float64).numpy()
 

@@ -10,7 +10,8 @@ from ..._kernels import oracles as _ko
 from ..._validation import check_int, check_positive
 from .. import distributed as _dist
 from .. import _oracles as _to
-from ._common import _GatherMixin, _as_index_tensor, _check_losses, _host_eager
+from ._common import (_GatherMixin, _as_index_tensor, _check_losses, _host_array,
+                      _host_attach, _host_eager)
 
 __all__ = ["GroupDROLoss"]
 
@@ -128,10 +129,53 @@ class GroupDROLoss(_GatherMixin, nn.Module):
         q[pres] = qp
         return torch.from_numpy(q)
 
+    def _host_q(self, means, present):
+        """:meth:`_group_q` in NumPy (CPU, eager; the online weights updated in place)."""
+        if self.mode == "online":
+            gw = self.group_weights.numpy()
+            if not self.training:
+                return gw.copy()
+            logits = np.log(gw) + self.step_size * (means + self.adjustment.numpy())
+            e = np.exp(logits - logits.max())
+            gw[:] = e / e.sum()
+            return gw.copy()
+        if self.mode == "max":
+            masked = np.where(present, means, -np.inf)
+            top = masked == masked.max()
+            return top / np.count_nonzero(top)
+        mp = np.ascontiguousarray(means[present])
+        k = mp.shape[0]
+        qp = np.empty(k)
+        _ko._risk_weights(mp, _risks.CVaR(self.tail_fraction).spectrum(k), 0.0, _ko.CHI2, qp)
+        q = np.zeros(self.n_groups)
+        q[present] = qp
+        return q
+
+    def _forward_host(self, losses, g):
+        """CPU, eager, no gather: group sums by ``np.bincount``, the weights in NumPy, one
+        autograd node (gradient ``q_g / N_g`` per sample)."""
+        m = self.n_groups
+        if g.shape[0] and (g.min() < 0 or g.max() >= m):
+            raise ValueError(f"groups out of range [0, {m})")
+        l = _host_array(losses)
+        sums = np.bincount(g, weights=l, minlength=m)
+        if self.check_finite and not np.isfinite(sums).all():
+            raise ValueError("losses contain NaN or infinite value(s)")
+        counts = np.bincount(g, minlength=m).astype(np.float64)
+        present = counts > 0
+        per = 1.0 / np.maximum(counts, 1.0)
+        means = sums * per
+        q = self._host_q(means, present)
+        return _host_attach(losses, q @ means, (q * per)[g])
+
     def forward(self, losses, groups):
         _check_losses(losses, allow_empty=self.gather)
         m = self.n_groups
         b = int(losses.shape[0])
+        if (not self.gather and _host_eager(losses) and self.group_weights.device.type == "cpu"
+                and not (isinstance(groups, torch.Tensor) and groups.device.type != "cpu")):
+            g = _as_index_tensor("groups", groups, b).numpy()
+            return self._forward_host(losses, g)
         if isinstance(groups, torch.Tensor):
             if groups.is_floating_point() or groups.dtype == torch.bool or groups.is_complex():
                 raise ValueError(f"groups must be integers, got dtype {groups.dtype}")

@@ -1,14 +1,17 @@
 r"""KL-penalised and KL-constrained DRO of a batch (the maths: :mod:`riskopt.objectives.kl_dro`)."""
+import math
+
 import numpy as np
 import torch
 from torch import nn
 
+from ..._kernels import kl_dro as _kk
 from ..._validation import check_int, check_positive
 from ...objectives.kl_dro import kl_dro_weights
 from .. import _oracles as _to
 from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_dot, _check_choice,
-                      _check_finite_np, _check_losses, _check_value_finite, _host_eager,
-                      _reduce)
+                      _check_finite_np, _check_losses, _check_value_finite, _host_array,
+                      _host_attach, _host_eager, _reduce)
 
 __all__ = ["KLDROLoss", "kl_dro"]
 
@@ -76,6 +79,7 @@ class KLDROLoss(_GatherMixin, nn.Module):
         self.oracle = _check_choice("oracle", oracle, _ORACLES)
         self.newton_steps = check_int("newton_steps", newton_steps, minimum=1)
         self.last_lam = None
+        self._a_warm = 0.0  # the last root a = range / lambda: the next solve's start
 
     def _weights(self, l64):
         """``(value, q, lam)`` of each row (float64, no autograd): the tensor program on a
@@ -88,22 +92,50 @@ class KLDROLoss(_GatherMixin, nn.Module):
                 val, q = _to.kl_penalised(l64, self.shift_cost)
                 return val, q, self.shift_cost
             return _to.kl_constrained(l64, self.radius, self.shift_cost, self.newton_steps)
-        l_np = l64.cpu().numpy()
+        val, q, lam = self._host(np.ascontiguousarray(l64.cpu().numpy()))
+        if l64.ndim == 1:
+            return val, torch.from_numpy(q), lam
+        return torch.from_numpy(val), torch.from_numpy(q), torch.from_numpy(lam)
+
+    def _host(self, l_np, tol=1e-13):
+        """``(value, q, lam)`` of every row of the float64 array ``l_np`` by the numba kernels
+        of :mod:`riskopt._kernels.kl_dro` (floats for a 1-D batch, else arrays), the
+        constrained root started from the previous call's (``tol``: on ``|KL - rho|``,
+        relative to ``max(1, rho)``)."""
         if self.check_finite:  # (host, eager: no sync)
             _check_finite_np("losses", l_np)
+        b = l_np.shape[-1]
+        rows = l_np.reshape(-1, b)
+        q = np.empty_like(rows)
+        dn = np.empty(b)
+        val = np.empty(rows.shape[0])
+        lam = np.empty(rows.shape[0])
+        for i in range(rows.shape[0]):
+            if self.radius is None:
+                val[i] = _kk.kl_penalised(rows[i], self.shift_cost, q[i], dn)
+                lam[i] = self.shift_cost
+            else:
+                val[i], lam[i], a = _kk.kl_constrained(rows[i], self.radius, self.shift_cost,
+                                                       self._a_warm, q[i], dn, tol)
+                if math.isnan(val[i]):  # a range that overflows: the NumPy reference
+                    val[i], q[i], lam[i] = kl_dro_weights(rows[i], self.shift_cost,
+                                                          self.radius)
+                elif 0.0 < a < math.inf:
+                    self._a_warm = a
         if l_np.ndim == 1:
-            val, q, lam = kl_dro_weights(l_np, self.shift_cost, self.radius)
-            return val, torch.from_numpy(q), lam
-        rows = l_np.reshape(-1, l_np.shape[-1])
-        out = [kl_dro_weights(r, self.shift_cost, self.radius) for r in rows]
-        shape = l64.shape[:-1]
-        val = torch.tensor([o[0] for o in out], dtype=torch.float64).reshape(shape)
-        q = torch.from_numpy(np.stack([o[1] for o in out])).reshape(l64.shape)
-        lam = torch.tensor([o[2] for o in out], dtype=torch.float64).reshape(shape)
-        return val, q, lam
+            return float(val[0]), q.reshape(b), float(lam[0])
+        shape = l_np.shape[:-1]
+        return val.reshape(shape), q.reshape(l_np.shape), lam.reshape(shape)
 
     def forward(self, losses):
         _check_losses(losses, allow_empty=self.gather, batched=not self.gather)
+        if not self.gather and self.oracle != "torch" and _host_eager(losses):
+            # CPU, eager: the numba kernels, one autograd node; float32 losses need the
+            # root to float32 precision only
+            tol = 1e-13 if losses.dtype == torch.float64 else 1e-10
+            val, q, lam = self._host(_host_array(losses), tol)
+            self.last_lam = lam if isinstance(lam, float) else torch.from_numpy(lam)
+            return _reduce(_host_attach(losses, val, q), self.reduction)
         if self.gather:
             l_np, _, local = self._gather_losses(losses)
             l64 = torch.from_numpy(l_np).to(losses.device)

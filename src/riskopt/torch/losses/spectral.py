@@ -8,8 +8,7 @@ from ..._kernels import oracles as _ko
 from .. import _oracles as _to
 from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_dot, _check_choice,
                       _check_finite_np, _check_losses, _check_risk, _check_value_finite,
-                      _host_eager, _reduce,
-                      _to_numpy64)
+                      _host_array, _host_attach, _host_eager, _reduce)
 
 __all__ = ["SpectralRiskLoss"]
 
@@ -134,9 +133,14 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         return plan
 
     def _numba_rows(self, l64):
-        """``(values, q)`` of every row by the numba oracle (host, float64); ``values`` a
-        float for a 1-D batch."""
-        l_np = l64.cpu().numpy()
+        """``(values, q)`` of every row by the numba oracle (host, float64) as tensors;
+        ``values`` a float for a 1-D batch."""
+        val, q = self._numba_np(np.ascontiguousarray(l64.cpu().numpy()))
+        return (val if l64.ndim == 1 else torch.from_numpy(val)), torch.from_numpy(q)
+
+    def _numba_np(self, l_np):
+        """``(values, q)`` of every row of the float64 array ``l_np`` by the numba oracle
+        (NumPy out; ``values`` a float for a 1-D batch)."""
         if self.check_finite:
             _check_finite_np("losses", l_np)
         b = l_np.shape[-1]
@@ -145,15 +149,13 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         nu, div = float(self.risk.shift_cost), self.risk.div_code
         if l_np.ndim == 1:
             q = np.empty(b)
-            val = _ko.spectral_risk_weights(np.ascontiguousarray(l_np), sigma, nu, div, q, plan)
-            return val, torch.from_numpy(q)
-        rows = np.ascontiguousarray(l_np.reshape(-1, b))
+            return _ko.spectral_risk_weights(l_np, sigma, nu, div, q, plan), q
+        rows = l_np.reshape(-1, b)
         qs = np.empty_like(rows)
         vals = np.empty(rows.shape[0])
         for i in range(rows.shape[0]):
             vals[i] = _ko.spectral_risk_weights(rows[i], sigma, nu, div, qs[i], plan)
-        return (torch.from_numpy(vals.reshape(l_np.shape[:-1])),
-                torch.from_numpy(qs.reshape(l_np.shape)))
+        return vals.reshape(l_np.shape[:-1]), qs.reshape(l_np.shape)
 
     def _rows(self, l64):
         """``(R, q)`` of each row of float64 losses (no autograd)."""
@@ -189,9 +191,12 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
             l_np, _, local = self._gather_losses(losses)
             val, q = self._rows(torch.from_numpy(l_np))
             return _attach_dot(losses, q[local], val, self._scale())
+        if not self._use_torch(losses):  # CPU, eager: numba, one autograd node
+            val, q = self._numba_np(_host_array(losses))
+            return _reduce(_host_attach(losses, val, q), self.reduction)
         l64 = losses.detach().to(torch.float64)
         val, q = self._rows(l64)
-        if self.check_finite and isinstance(val, torch.Tensor):  # (numba: checked there)
+        if self.check_finite:
             _check_value_finite(val, l64)  # a NaN / inf loss makes the risk non-finite
         # nu = 0: the risk is q . l itself
         return _reduce(_attach_dot(losses, q, None if nu0 else val), self.reduction)

@@ -1,4 +1,6 @@
 r"""Spectral risk of the whole training set through a table of the latest per-sample losses."""
+import math
+
 import numpy as np
 import torch
 from torch import nn
@@ -8,8 +10,10 @@ from ..._kernels import oracles as _ko
 from ..._kernels.box_oracle import _box_spectrum
 from ..._kernels.box_table import BoxTable
 from ..._validation import check_int
-from ._common import (_GatherMixin, _as_index_tensor, _attach, _check_finite_np, _check_losses,
-                      _check_range, _check_risk, _to_numpy64)
+from .. import _oracles as _to
+from ._common import (_ORACLES, _GatherMixin, _as_index_tensor, _attach, _attach_dot,
+                      _check_choice, _check_finite_np, _check_finite_t, _check_losses,
+                      _check_range, _check_risk, _host_eager, _to_numpy64)
 
 __all__ = ["TableSpectralRiskLoss"]
 
@@ -74,11 +78,28 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
     n : int
         Number of training samples; ``indices`` are sample ids in ``[0, n)``.
     gather, group, grad_average, check_finite : see :class:`SpectralRiskLoss`.
+    oracle : {"auto", "torch", "numba"}, default "auto"
+        ``"torch"``: once the table is complete it moves to the losses' device (float64) and
+        every forward is a tensor program there: the batch is written by ``index_put_``
+        (duplicate indices all write the value of their last occurrence, so the write is
+        deterministic on any device), the weights of the whole table by the exact tensor
+        oracle (:func:`riskopt.torch._oracles.spectral_weights`: a sort + the parallel PAV,
+        or one ``kthvalue`` for CVaR without shift; O(n log n) per step instead of the host's
+        incremental O(b log n)), no host synchronisation, traced by ``torch.compile(fullgraph=
+        True)``. Out-of-range indices make the risk NaN there (checked, with NaN losses, on
+        CPU tensors in eager mode only). While the table is incomplete (lazy filling) the
+        forward runs on the host. ``"numba"``: the host table always. ``"auto"``:
+        ``"torch"`` on every device but the CPU and under compile, ``"numba"`` for CPU
+        tensors in eager mode. ``gather=True`` always uses the host table.
 
     Notes
     -----
-    The table lives on the CPU in float64 (``n`` doubles; the oracle runs there anyway) and
-    is saved in ``state_dict`` (extra state). For a CVaR with ``shift_cost > 0`` (a box
+    The table lives on the CPU in float64 (``n`` doubles) and is saved in ``state_dict``
+    (extra state, a CPU copy whichever oracle runs: the format does not depend on it); with
+    the tensor oracle it moves to the device at the first forward there after it is
+    complete (or by :meth:`move_table`, needed before ``torch.compile`` of the first step),
+    and back to the host (a device read) when a host method needs it (:meth:`init_table`,
+    :meth:`weights`, :meth:`value`, a host forward, a state load). For a CVaR with ``shift_cost > 0`` (a box
     spectrum, chi-square or KL cost) and a complete table, the weights are kept by the
     incremental oracle of ``_kernels.box_oracle`` and the value by the set sums of
     ``_kernels.box_table``: a forward costs O(b log n) instead of O(n) (built once in O(n log
@@ -102,8 +123,12 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
     [1.0, 0.0]
     """
 
-    def __init__(self, risk, n, gather=False, group=None, grad_average=True, check_finite=True):
+    def __init__(self, risk, n, gather=False, group=None, grad_average=True, check_finite=True,
+                 oracle="auto"):
         super().__init__()
+        self.oracle = _check_choice("oracle", oracle, _ORACLES)
+        # the complete table on the device while the tensor oracle owns it (else None)
+        self.register_buffer("_tdev", None, persistent=False)
         self.risk = _check_risk(risk)
         self.n = check_int("n", n, minimum=1)
         self._init_gather(gather, group, grad_average, check_finite)
@@ -140,7 +165,33 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
     @property
     def table(self):
         """A copy of the loss table (float64 CPU tensor, zeros where not yet seen)."""
+        if self._tdev is not None:
+            return self._tdev.detach().to("cpu", torch.float64, copy=True)
         return torch.from_numpy(self._table.copy())
+
+    def _to_host(self):
+        """Make the host table the current one again (a device read when the tensor oracle
+        owns the table)."""
+        if self._tdev is not None:
+            self._table = self._tdev.detach().to("cpu", torch.float64).numpy().copy()
+            self._tdev = None
+            self._order = None
+            self._box = None
+
+    def move_table(self, device):
+        """Hand the complete table to the tensor oracle on ``device`` (what the first forward
+        with the tensor oracle does; call it before ``torch.compile`` of a first step)."""
+        if torch.compiler.is_compiling():
+            raise ValueError("move_table cannot run under torch.compile")
+        if self._tdev is None:
+            if not self.complete:
+                raise ValueError(f"the tensor oracle needs a complete table ({self._n_seen}/"
+                                 f"{self.n} seen): call init_table first")
+            self._tdev = torch.from_numpy(self._table.copy()).to(device)
+            self._box = None
+            self._order = None
+        else:
+            self._tdev = self._tdev.to(device)
 
     @property
     def n_seen(self):
@@ -180,6 +231,7 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
         else:
             idx = _as_index_tensor("indices", indices, l_np.shape[0]).numpy()
             _check_range("indices", idx, self.n)
+        self._to_host()
         self._write(idx, l_np, resort=True)
 
     def _write(self, idx, l_np, resort=False):
@@ -239,14 +291,81 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
 
     def weights(self):
         """The current global weights ``q`` over the table (float64 CPU tensor of shape (n,))."""
+        self._to_host()
         return torch.from_numpy(self._weights_np()[1])
 
     def value(self):
         """The risk of the current table ``R(table)``."""
+        self._to_host()
         return float(self._weights_np()[0])
+
+    # ------------------------------------------------------------------ tensor oracle
+    def _use_torch(self, losses):
+        if self.oracle == "numba" or self.gather:
+            if torch.compiler.is_compiling():
+                raise ValueError("the host table (oracle='numba' or gather=True) cannot run "
+                                 "under torch.compile")
+            return False
+        return self.oracle == "torch" or not _host_eager(losses)
+
+    def _device_spectrum(self, device):
+        nu = float(self.risk.shift_cost)
+        if isinstance(self.risk, _risks.SpectralRisk):
+            sigma = torch.tensor(self._sigma_n, device=device)
+            return sigma, int(np.count_nonzero(np.cumsum(self._sigma_n) == 0.0)), None
+        z = _to.zero_prefix(self.risk, self.n)
+        if nu > 0 and self.risk.div_code == _ko.KL and z is None:
+            raise ValueError("the KL shift of a user risk subclass needs oracle='numba'")
+        return (_to.spectrum(self.risk, self.n, device), z,
+                _to.two_level_zero_prefix(self.risk, self.n) if nu == 0.0 else None)
+
+    def _forward_device(self, losses, indices):
+        """The tensor-oracle forward (the table complete and on ``losses.device``)."""
+        dev = losses.device
+        b = losses.shape[0]
+        n = self.n
+        if isinstance(indices, torch.Tensor):
+            if indices.is_floating_point() or indices.is_complex() or \
+                    indices.dtype == torch.bool:
+                raise ValueError(f"indices must be integers, got dtype {indices.dtype}")
+            idx = indices.to(dev, torch.int64)
+        else:
+            idx = _as_index_tensor("indices", indices, b).to(dev)
+        if idx.shape != (b,):
+            raise ValueError(f"indices must have shape ({b},) like the losses, "
+                             f"got {tuple(idx.shape)}")
+        bad = ((idx < 0) | (idx >= n)).any()
+        l64 = losses.detach().to(torch.float64)
+        if _host_eager(losses):
+            if bool(bad):
+                raise ValueError(f"indices out of range [0, {n})")
+            if self.check_finite:
+                _check_finite_t("losses", l64)
+        ic = idx.clamp(0, n - 1)
+        # duplicates: every occurrence writes the value of the last one (deterministic)
+        last = torch.full((n,), -1, dtype=torch.int64, device=dev).scatter_reduce(
+            0, ic, torch.arange(b, device=dev), "amax")
+        self._tdev.index_put_((ic,), l64[last[ic]])
+        sigma, z, two = self._device_spectrum(dev)
+        val, q = _to.spectral_weights(self._tdev, sigma, float(self.risk.shift_cost),
+                                      self.risk.div_code, z, two)
+        val = val + torch.where(bad, math.nan, 0.0)
+        return _attach_dot(losses, q[ic], val, n / b)
 
     def forward(self, losses, indices):
         _check_losses(losses, allow_empty=self.gather)
+        if self._use_torch(losses):
+            if self._tdev is None or self._tdev.device != losses.device:
+                if torch.compiler.is_compiling():
+                    raise ValueError(
+                        "TableSpectralRiskLoss under torch.compile needs its complete table "
+                        "on the losses' device: call init_table, then move_table(device) (or "
+                        "run one eager step) before compiling")
+                if self.complete:
+                    self.move_table(losses.device)
+            if self._tdev is not None:
+                return self._forward_device(losses, indices)
+        self._to_host()
         idx = _as_index_tensor("indices", indices, int(losses.shape[0]))
         l_np, (ig,), local = self._gather_losses(losses, idx)
         i_np = ig.to("cpu", torch.int64).numpy()
@@ -276,20 +395,21 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
 
     # ------------------------------------------------------------------ state_dict
     def get_extra_state(self):
-        return {"table": torch.from_numpy(self._table.copy()),
-                "seen": torch.from_numpy(self._seen.copy())}
+        return {"table": self.table, "seen": torch.from_numpy(self._seen.copy())}
 
     def set_extra_state(self, state):
         table = state["table"].to("cpu", torch.float64).numpy().copy()
         seen = state["seen"].to("cpu", torch.bool).numpy().copy()
         if table.shape != (self.n,) or seen.shape != (self.n,):
             raise ValueError(f"loss table state has shape {table.shape}, expected ({self.n},)")
+        self._tdev = None  # the host table is the loaded one (moved again by a device step)
         self._table, self._seen = table, seen
         self._box = None  # rebuilt from the loaded table at the next forward
         self._n_seen = int(np.count_nonzero(seen))
         self._order = np.argsort(table, kind="mergesort") if self.complete else None
 
     def extra_repr(self):
-        return f"risk={self.risk!r}, n={self.n}, seen={self._n_seen}, gather={self.gather}"
+        return (f"risk={self.risk!r}, n={self.n}, seen={self._n_seen}, gather={self.gather}, "
+                f"oracle={self.oracle!r}")
 
 

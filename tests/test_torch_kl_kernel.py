@@ -1,0 +1,150 @@
+"""The numba KL-DRO kernels (``riskopt._kernels.kl_dro``: the CPU path of ``KLDROLoss``)
+against the NumPy reference ``riskopt.objectives.kl_dro.kl_dro_weights``, and the one-node
+autograd attachment of the host losses (``_HostDanskin``)."""
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import riskopt as ro  # noqa: E402
+from riskopt._kernels.kl_dro import kl_dro_weights_fast  # noqa: E402
+from riskopt.objectives.kl_dro import kl_dro_weights  # noqa: E402
+from riskopt.torch import GroupDROLoss, KLDROLoss, SpectralRiskLoss  # noqa: E402
+
+
+def _draw(rng, t):
+    n = int(rng.integers(1, 200))
+    scale = 10 ** rng.uniform(-3, 3)
+    l = rng.normal(size=n) * scale + rng.normal() * 10 ** rng.uniform(-3, 3)
+    if t % 4 == 0:
+        l = np.round(l / scale, 1) * scale  # ties, at the max too
+    return l
+
+
+def test_penalised_kernel_equals_the_reference():
+    """lambda from 1e-3 to 1e10 x the range: the log-sum-exp, the log1p(mean(expm1)) and the
+    quadratic-expansion branches all agree with NumPy."""
+    rng = np.random.default_rng(0)
+    for t in range(300):
+        l = _draw(rng, t)
+        span = float(np.ptp(l)) or 1.0
+        lam = span * 10 ** rng.uniform(-3, 10)
+        v, q, _ = kl_dro_weights(l, lam)
+        v2, q2, lam2, _ = kl_dro_weights_fast(l, lam)
+        assert abs(v2 - v) <= 1e-12 * max(1.0, abs(v)), (t, v, v2)
+        np.testing.assert_allclose(q2, q, rtol=0, atol=1e-13)
+        assert lam2 == lam
+
+
+@pytest.mark.parametrize("a0", [0.0, 1e-6, 0.7, 50.0, math.inf])
+def test_constrained_kernel_equals_the_reference_from_any_start(a0):
+    """Any warm start (none, far below, near, far above the root, infinite) gives the
+    reference's value, weights and multiplier: the start only moves the first Halley step."""
+    rng = np.random.default_rng(1)
+    for t in range(200):
+        l = _draw(rng, t)
+        rho = 10 ** rng.uniform(-4, 1)
+        lam0 = (0.0, 0.1 * float(np.std(l)), float(np.ptp(l)) * 10 ** rng.uniform(-3, 3))[t % 3]
+        v, q, lam = kl_dro_weights(l, lam0, rho)
+        v2, q2, lam2, a = kl_dro_weights_fast(l, lam0, rho, a0=a0)
+        assert abs(v2 - v) <= 1e-12 * max(1.0, abs(v)), (t, v, v2)
+        np.testing.assert_allclose(q2, q, rtol=0, atol=1e-12)
+        assert abs(lam2 - lam) <= 1e-8 * lam, (t, lam, lam2)
+        kl = float(np.sum(q2[q2 > 0] * np.log(l.shape[0] * q2[q2 > 0])))
+        assert kl <= rho + 1e-12 * max(1.0, rho)
+
+
+def test_constrained_kernel_any_scale():
+    """Losses of size 1e-200 .. 1e200 (the reference rescales; the kernel works on the losses
+    divided by their range) and all-equal losses."""
+    rng = np.random.default_rng(2)
+    base = rng.normal(size=50)
+    for s in (1e-200, 1e-50, 1.0, 1e50, 1e200):
+        for lam0 in (0.0, 0.3 * s):
+            v, q, lam = kl_dro_weights(base * s, lam0, 0.2)
+            v2, q2, lam2, _ = kl_dro_weights_fast(base * s, lam0, 0.2)
+            assert abs(v2 - v) <= 1e-12 * abs(v)
+            np.testing.assert_allclose(q2, q, rtol=0, atol=1e-12)
+            assert abs(lam2 - lam) <= 1e-8 * lam
+    v, q, _, _ = kl_dro_weights_fast(np.full(7, 2.5), 0.0, 0.3)
+    assert v == 2.5 and np.all(q == 1.0 / 7)
+
+
+def test_kl_loss_warm_start_and_float32():
+    """A module that keeps its root between calls gives every batch the reference's risk
+    (float64: 1e-12); float32 losses get theirs to float32 precision."""
+    rng = np.random.default_rng(3)
+    crit = KLDROLoss(radius=0.5)
+    crit32 = KLDROLoss(radius=0.5, shift_cost=0.05)
+    for _ in range(10):
+        l_np = rng.random(300) * 3
+        v, q, _ = kl_dro_weights(l_np, 0.0, 0.5)
+        l = torch.tensor(l_np, requires_grad=True)
+        r = crit(l)
+        r.backward()
+        assert abs(r.item() - v) <= 1e-12 * abs(v)
+        np.testing.assert_allclose(l.grad.numpy(), q, rtol=0, atol=1e-13)
+        l32 = torch.tensor(l_np, dtype=torch.float32, requires_grad=True)
+        v, q, _ = kl_dro_weights(l32.detach().double().numpy(), 0.05, 0.5)
+        r = crit32(l32)
+        r.backward()
+        assert r.dtype == torch.float32 and l32.grad.dtype == torch.float32
+        assert abs(r.item() - v) <= 2e-7 * abs(v)
+        np.testing.assert_allclose(l32.grad.numpy(), q, rtol=2e-6, atol=0)
+
+
+def test_host_attachment_rows_reductions_and_half():
+    """The host path's one autograd node: (..., b) rows (gradient of each row its own
+    weights, through the reductions), float16 losses (value and gradient by the float32 work
+    dtype), and a second backward through a retained graph."""
+    rng = np.random.default_rng(4)
+    rows = rng.random((2, 3, 40))
+    for crit in (SpectralRiskLoss(ro.ESRM(1.0, shift_cost=0.5), reduction="sum"),
+                 KLDROLoss(radius=0.3, reduction="sum")):
+        l = torch.tensor(rows, requires_grad=True)
+        crit(l).backward()
+        for i in range(2):
+            for j in range(3):
+                one = torch.tensor(rows[i, j], requires_grad=True)
+                crit(one).backward()
+                np.testing.assert_allclose(l.grad[i, j].numpy(), one.grad.numpy(),
+                                           rtol=0, atol=1e-12)
+    crit = SpectralRiskLoss(ro.CVaR(0.25))
+    h = torch.tensor(rows[0, 0], dtype=torch.float16, requires_grad=True)
+    r = crit(h)
+    assert r.dtype == torch.float32
+    r.backward(retain_graph=True)
+    g1 = h.grad.clone()
+    h.grad = None
+    r.backward()
+    assert h.grad.dtype == torch.float16 and torch.equal(h.grad, g1)
+    w = ro.CVaR(0.25).weights(h.detach().double().numpy())
+    np.testing.assert_allclose(g1.double().numpy(), w, atol=1e-3)
+
+
+@pytest.mark.parametrize("mode", ["online", "max", "cvar"])
+def test_group_dro_host_path_matches_the_tensor_program(mode, monkeypatch):
+    """CPU eager (NumPy / bincount) against the tensor program that the loss runs on a device
+    and under compile (reached on CPU tensors by patching ``_host_eager``)."""
+    from riskopt.torch.losses import group_dro
+    rng = np.random.default_rng(5)
+    l_np = rng.random(64) * 3
+    g_np = rng.integers(0, 5, 64)
+    g_np[g_np == 3] = 4  # an absent group
+    host = GroupDROLoss(5, mode=mode, tail_fraction=0.4, adjustment=np.arange(5) * 0.1)
+    dev = GroupDROLoss(5, mode=mode, tail_fraction=0.4, adjustment=np.arange(5) * 0.1)
+    for _ in range(3):  # the online weights move
+        l1 = torch.tensor(l_np, requires_grad=True)
+        r1 = host(l1, torch.from_numpy(g_np))
+        r1.backward()
+        l2 = torch.tensor(l_np, requires_grad=True)
+        with monkeypatch.context() as mp:
+            mp.setattr(group_dro, "_host_eager", lambda t: False)
+            r2 = dev(l2, torch.from_numpy(g_np))
+        r2.backward()
+        assert abs(r1.item() - r2.item()) <= 1e-12
+        np.testing.assert_allclose(l1.grad.numpy(), l2.grad.numpy(), rtol=0, atol=1e-14)
+        np.testing.assert_allclose(host.group_weights.numpy(), dev.group_weights.numpy(),
+                                   rtol=0, atol=1e-15)
