@@ -8,6 +8,7 @@ shape) raises, which proves the oracles stay on the device. Without CUDA it runs
 
     python benchmarks/torch_device.py                   # CUDA if available, else CPU
     python benchmarks/torch_device.py --device cpu --steps 3 --width 16 --batch 64
+    python benchmarks/torch_device.py --short --device cpu --out /tmp/td   # smoke run (test)
 
 Results: ``benchmarks/results/torch_device/<device>.json`` / ``.md`` (per-step medians and
 the ratio to the mean loss, measured in turn in one process).
@@ -21,7 +22,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _args():
+def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default=None)
     p.add_argument("--batch", type=int, default=256)
@@ -31,7 +32,12 @@ def _args():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=os.path.join(HERE, "results", "torch_device"))
-    return p.parse_args()
+    p.add_argument("--short", action="store_true", help="smoke run: width 4, batch 32, "
+                   "1 warm-up and 2 timed steps (tests/test_bench_torch_device.py)")
+    a = p.parse_args(argv)
+    if a.short:
+        a.width, a.batch, a.steps, a.warmup = 4, 32, 2, 1
+    return a
 
 
 def _resnet18(torch, width, n_classes=10):
@@ -62,7 +68,9 @@ def _resnet18(torch, width, n_classes=10):
     return nn.Sequential(*layers)
 
 
-def _losses(ro, rt):
+def _losses(ro, rt, batch):
+    table = rt.TableSpectralRiskLoss(ro.CVaR(0.1, shift_cost=0.5), 4 * batch, oracle="torch")
+    table.init_table(_table_init(batch))
     return {
         "mean": None,
         "SpectralRiskLoss(CVaR(0.1))": rt.SpectralRiskLoss(ro.CVaR(0.1), oracle="torch"),
@@ -70,12 +78,23 @@ def _losses(ro, rt):
             rt.SpectralRiskLoss(ro.ESRM(1.0, shift_cost=1.0), oracle="torch"),
         "KLDROLoss(radius=0.5)": rt.KLDROLoss(radius=0.5, oracle="torch"),
         "GroupDROLoss(4)": rt.GroupDROLoss(4),
+        "GroupDROLoss(4, cvar)": rt.GroupDROLoss(4, mode="cvar"),
+        "KLDROLoss(shift_cost=1)": rt.KLDROLoss(shift_cost=1.0, oracle="torch"),
+        "TableSpectralRiskLoss(CVaR(0.1, shift_cost=0.5), n=4b)": table,
         "PAUCLoss(cvar)": rt.PAUCLoss("cvar", tail_fraction=0.1),
     }
 
 
-def main():
-    a = _args()
+def _table_init(batch):
+    """Initial table losses (cross-entropy of 10 classes at start: ~log 10)."""
+    import torch
+    return torch.log(torch.tensor(10.0)) + 0.1 * torch.rand(4 * batch,
+                                                             generator=torch.Generator()
+                                                             .manual_seed(1))
+
+
+def main(argv=None):
+    a = _args(argv)
     import torch
     import torch.nn.functional as F
 
@@ -91,7 +110,14 @@ def main():
     groups = (y % 4)
     model = _resnet18(torch, a.width).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    crits = _losses(ro, rt)
+    crits = _losses(ro, rt, a.batch)
+    for crit in crits.values():  # buffers (online group weights) and the table on the device
+        if isinstance(crit, rt.TableSpectralRiskLoss):
+            crit.move_table(dev)
+        elif crit is not None:
+            crit.to(dev)
+    idx = torch.arange(a.batch, device=dev)
+    it = [0]
 
     def step(crit):
         out = model(X)
@@ -99,6 +125,10 @@ def main():
             loss = F.cross_entropy(out, y)
         elif isinstance(crit, rt.GroupDROLoss):
             loss = crit(F.cross_entropy(out, y, reduction="none"), groups)
+        elif isinstance(crit, rt.TableSpectralRiskLoss):  # a quarter of the table per step
+            it[0] += 1
+            loss = crit(F.cross_entropy(out, y, reduction="none"),
+                        idx + (it[0] % 4) * a.batch)
         elif isinstance(crit, rt.PAUCLoss):
             loss = crit(torch.sigmoid(out[:, 0]), (y < 5).long())
         else:
@@ -135,7 +165,7 @@ def main():
                                         else "cpu"),
            "batch": a.batch, "width": a.width, "steps": a.steps,
            "threads": a.threads if dev.type == "cpu" else None,
-           "sync_debug_mode_error": dev.type == "cuda",
+           "short": a.short, "sync_debug_mode_error": dev.type == "cuda",
            "ms_per_step": {k: round(v, 3) for k, v in med.items()},
            "ratio_to_mean": {k: round(v / med["mean"], 3) for k, v in med.items()}}
     print(json.dumps(res, indent=1))

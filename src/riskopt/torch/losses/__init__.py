@@ -50,8 +50,10 @@ risk of each row over the last dimension (``reduction="none"`` keeps the rows, `
 exact oracles of :mod:`riskopt.torch._oracles`, tensor programs on the losses' device
 (``oracle="torch"``: no host round trip, ``torch.compile(fullgraph=True)`` traces them), or
 by the numba reference on the host (``oracle="numba"``); ``oracle="auto"`` (default) is the
-tensor program except for a shift penalty on CPU tensors in eager mode (see
-:class:`SpectralRiskLoss`).
+tensor program on every device but the CPU and under ``torch.compile``, and the numba
+oracles on CPU tensors in eager mode, attached to autograd as one node whose backward is
+``g * q`` (see :class:`SpectralRiskLoss`; :class:`KLDROLoss` by the kernels of
+:mod:`riskopt._kernels.kl_dro`, :class:`GroupDROLoss` by ``np.bincount``).
 
 Devices and cost
 ----------------
@@ -59,10 +61,12 @@ The modules accept float32 / float64 tensors on any device; ``q*`` comes back on
 device and dtype. :class:`SpectralRiskLoss`, :class:`KLDROLoss`, :class:`GroupDROLoss` and
 the X-risks compute on the losses' device without a host synchronisation (their NaN / range
 checks run only on CPU tensors in eager mode, where reading a value costs nothing; elsewhere
-a bad input makes the risk NaN). :class:`TableSpectralRiskLoss` keeps its table on the host
-(numba incremental oracles): one device -> host -> device copy of the batch per step, and
-it does not compile with ``fullgraph=True``. With ``gather=True`` the all-gather reads the
-per-rank sizes (one synchronisation). Speed: ``benchmarks/torch_losses_speed.py``.
+a bad input makes the risk NaN). :class:`TableSpectralRiskLoss` with the tensor oracle
+moves its complete table to the device (``index_put_`` of the batch, the weights of the
+whole table by the tensor oracle, no synchronisation; ``fullgraph=True`` compiles after
+:meth:`TableSpectralRiskLoss.move_table`); while the table fills, and with
+``oracle="numba"``, it runs on the host (numba incremental oracles). With ``gather=True``
+the all-gather reads the per-rank sizes (one synchronisation). Speed: ``benchmarks/torch_losses_speed.py``.
 
 Distributed training
 --------------------

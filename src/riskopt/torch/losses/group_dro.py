@@ -96,6 +96,7 @@ class GroupDROLoss(_GatherMixin, nn.Module):
                 raise ValueError(f"adjustment must be a finite array of shape ({m},)")
         self.register_buffer("adjustment", adj)
         self.register_buffer("group_weights", torch.full((m,), 1.0 / m, dtype=torch.float64))
+        self._cvar_spectra = {}  # CVaR(tail_fraction).spectrum(k) by (tail_fraction, k)
 
     def reset_weights(self):
         """Reset the online group weights to uniform."""
@@ -120,14 +121,7 @@ class GroupDROLoss(_GatherMixin, nn.Module):
         if not _host_eager(means):  # tensor program: no host read of the present groups
             return _to.cvar_present(means, present, self.tail_fraction)
         # CPU, eager: the numba oracle on the present groups (faster than the tensor program)
-        pres = present.numpy()
-        mp = np.ascontiguousarray(means.numpy()[pres])
-        k = mp.shape[0]
-        qp = np.empty(k)
-        _ko._risk_weights(mp, _risks.CVaR(self.tail_fraction).spectrum(k), 0.0, _ko.CHI2, qp)
-        q = np.zeros(self.n_groups)
-        q[pres] = qp
-        return torch.from_numpy(q)
+        return torch.from_numpy(self._host_q(means.numpy(), present.numpy()))
 
     def _host_q(self, means, present):
         """:meth:`_group_q` in NumPy (CPU, eager; the online weights updated in place)."""
@@ -145,8 +139,12 @@ class GroupDROLoss(_GatherMixin, nn.Module):
             return top / np.count_nonzero(top)
         mp = np.ascontiguousarray(means[present])
         k = mp.shape[0]
+        key = (self.tail_fraction, k)
+        sigma = self._cvar_spectra.get(key)
+        if sigma is None:
+            sigma = self._cvar_spectra[key] = _risks.CVaR(self.tail_fraction).spectrum(k)
         qp = np.empty(k)
-        _ko._risk_weights(mp, _risks.CVaR(self.tail_fraction).spectrum(k), 0.0, _ko.CHI2, qp)
+        _ko._risk_weights(mp, sigma, 0.0, _ko.CHI2, qp)
         q = np.zeros(self.n_groups)
         q[present] = qp
         return q
