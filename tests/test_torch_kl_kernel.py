@@ -70,6 +70,13 @@ def test_constrained_kernel_any_scale():
             assert abs(lam2 - lam) <= 1e-8 * lam
     v, q, _, _ = kl_dro_weights_fast(np.full(7, 2.5), 0.0, 0.3)
     assert v == 2.5 and np.all(q == 1.0 / 7)
+    l = np.round(base, 0) * 1e300  # range / lam0 overflows: the argmax (tied) as lam0 = 0
+    for rho in (0.2, 10.0):
+        for lam0 in (0.0, 1e-300):
+            v, q, lam = kl_dro_weights(l, lam0, rho)
+            v2, q2, lam2, _ = kl_dro_weights_fast(l, lam0, rho)
+            assert abs(v2 - v) <= 1e-12 * abs(v) and abs(lam2 - lam) <= 1e-8 * lam
+            np.testing.assert_allclose(q2, q, rtol=0, atol=1e-12)
 
 
 def test_kl_loss_warm_start_and_float32():

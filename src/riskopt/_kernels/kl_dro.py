@@ -112,6 +112,18 @@ def _lam_lme(dn, span, lam, lme):
 
 
 @njit(cache=True)
+def _argmax_uniform(dn, q):
+    """``q`` uniform on the maximal losses (``dn = 0``); returns their number."""
+    k = 0
+    for i in range(dn.shape[0]):
+        if dn[i] == 0.0:
+            k += 1
+    for i in range(dn.shape[0]):
+        q[i] = 1.0 / k if dn[i] == 0.0 else 0.0
+    return k
+
+
+@njit(cache=True)
 def kl_penalised(losses, lam, q, dn):
     """``lam log mean exp(l / lam)``; writes ``q = softmax(l / lam)`` (``dn``: scratch)."""
     n = losses.shape[0]
@@ -120,6 +132,9 @@ def kl_penalised(losses, lam, q, dn):
         for i in range(n):
             q[i] = 1.0 / n
         return c
+    if not span / lam < math.inf:  # lam below the range / 1e308: the argmax (as the
+        k = _argmax_uniform(dn, q)  # reference, whose exp(d / lam) underflows there)
+        return c + lam * (math.log(k) - math.log(n))
     s0, _, _, _, lme = _stats(dn, span / lam, 0.0, math.log(n), q)
     _scale(q, s0, q)
     return c + _lam_lme(dn, span, lam, lme)
@@ -142,21 +157,18 @@ def kl_constrained(losses, rho, lam0, a0, q, dn, tol=1e-13):
             q[i] = 1.0 / n
         return c, lam0, 0.0
     hi = math.inf
-    if lam0 > 0.0:
+    if lam0 > 0.0 and span / lam0 < math.inf:
         a_pen = span / lam0
         s0, mu, _, _, lme = _stats(dn, a_pen, 0.0, logn, q)
         if a_pen * mu - lme <= rho:  # inactive constraint: lam* = lam0
             _scale(q, s0, q)
             return c + _lam_lme(dn, span, lam0, lme), lam0, a_pen
         hi = a_pen
-    else:
-        k = 0
-        for i in range(n):
-            if dn[i] == 0.0:
-                k += 1
+    else:  # (lam0 below the range / 1e308: at most the argmax's KL, as lam0 = 0)
+        k = _argmax_uniform(dn, q)
         if rho >= math.log(n / k):  # the max loss, q uniform on the argmax
-            for i in range(n):
-                q[i] = 1.0 / k if dn[i] == 0.0 else 0.0
+            if lam0 > 0.0:  # inactive: the penalised value at lam0
+                return c + lam0 * (math.log(k) - logn), lam0, math.inf
             return c, 0.0, math.inf
     m = 0.0
     for i in range(n):

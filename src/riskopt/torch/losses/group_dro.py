@@ -129,8 +129,9 @@ class GroupDROLoss(_GatherMixin, nn.Module):
             gw = self.group_weights.numpy()
             if not self.training:
                 return gw.copy()
-            logits = np.log(gw) + self.step_size * (means + self.adjustment.numpy())
-            e = np.exp(logits - logits.max())
+            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # as torch
+                logits = np.log(gw) + self.step_size * (means + self.adjustment.numpy())
+                e = np.exp(logits - logits.max())
             gw[:] = e / e.sum()
             return gw.copy()
         if self.mode == "max":
