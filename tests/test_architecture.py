@@ -31,9 +31,9 @@ Rules
   3     ``callbacks``, ``metrics`` (traces, timeouts, per-group metrics; they see
         objectives only through arguments), ``fairness`` (the constrained solver)
   4     ``solvers`` (the one run loop, the registry, one module per method)
-  5     ``estimators``, ``_degenerate`` (its useless-model check), ``torch``, ``bench`` (users
-        of solvers), ``_fair`` and ``_estimator_params`` (the estimators' fairness glue and
-        parameter constraints)
+  5     ``estimators``, ``_estimator_solve`` (their solver runs), ``_degenerate`` (their
+        useless-model check), ``torch``, ``bench`` (users of solvers), ``_fair`` and
+        ``_estimator_params`` (the estimators' fairness glue and parameter constraints)
   6     ``_cli_fit``, ``_cli_evaluate``, ``_cli_fair``, ``_warmup``, ``cli``, ``model_io``
         (model files), ``riskopt/__init__`` (entry points and re-exports)
   ====  ==============================================================================
@@ -60,7 +60,8 @@ LAYERS = [
     ("objectives",),
     ("callbacks", "metrics", "fairness"),
     ("solvers",),
-    ("estimators", "_degenerate", "torch", "bench", "_fair", "_estimator_params"),
+    ("estimators", "_estimator_solve", "_degenerate", "torch", "bench", "_fair",
+     "_estimator_params"),
     ("_cli_fit", "_cli_evaluate", "_cli_progress", "_warmup", "cli", "riskopt", "_cli_fair",
      "model_io"),
 ]
