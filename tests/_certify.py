@@ -178,12 +178,18 @@ def lower_bound(obj, W, enough=-np.inf):
     """A certified lower bound on ``min F``: the best over the dual points ``q`` = the risk's
     weights at ``W`` (and, without a shift cost, the weights of its smoothed versions
     ``SMOOTHING`` and the CVaR box duals) of the bound of the module docstring, evaluated near
-    ``argmin G_q``. Stops trying dual points once the bound reaches ``enough``."""
+    ``argmin G_q``. Stops trying dual points once the bound reaches ``enough``.
+
+    The KL-DRO family (``obj.family == "kl_dro"``) too: its ``risk_weights`` maximiser ``q``
+    satisfies the KL constraint, and ``G_q = q.l - lam0 KL(q) + reg <= F`` everywhere (the
+    same weak duality, ``pen = q.l - R(l)``); at a smooth optimum ``q`` is the optimal dual
+    point, so the bound is tight there."""
     W = obj.as_matrix(W)
     losses, _ = _at(obj, W)
     val, q = obj.risk_weights(losses)
     best = _bound_for(obj, W, q, float(q @ losses) - float(val))  # pen(q): 0 at nu = 0
-    if obj.nu != 0 or obj.sample_weight is not None or best >= enough:
+    if getattr(obj, "family", "spectral") != "spectral" or obj.nu != 0 \
+            or obj.sample_weight is not None or best >= enough:
         return best
     for window in WINDOWS:  # (None unless CVaR-like: cheap to try first)
         q_box = _box_dual(obj, W, losses, q, window)
