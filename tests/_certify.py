@@ -223,9 +223,12 @@ def _box_dual(obj, W, losses, q0, window):
     if obj.K != 1 or not hi > lo or np.count_nonzero((sigma > lo) & (sigma < hi)) > 1:
         return None
     top = q0 >= hi
-    if not np.any(top) or np.all(top):
+    if not np.any(q0 > lo) or np.all(top):
         return None
-    t = float(np.min(losses[top]))
+    # the boundary loss: that of a tie straddling the boundary (its weights are the tie's mean
+    # of the spectrum, strictly between lo and hi), else the smallest loss of the tail
+    part = (q0 > lo) & ~top
+    t = float(np.min(losses[part] if np.any(part) else losses[top]))
     free = np.abs(losses - t) <= window * max(1.0, abs(t))
     if free.sum() < 2 or free.sum() > 2000:
         return None
