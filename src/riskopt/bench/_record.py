@@ -18,6 +18,11 @@ held NaN, and NaN is written back. A cell whose labels are not unique in the tab
 spec with ``lower_to_best`` profile records (the cell's own suboptimality is not in the table),
 is not restored: it is rerun. ``scripts/consolidate_results.py`` checks all of this against
 the cell files of a folder before they are removed from the repository.
+
+The table also records the fingerprint of each data set's data (schema metadata
+``riskopt.data``, :mod:`riskopt.bench._fingerprint`): the cells of a data set whose data
+changed under the same name and spec are not restored (a table written before fingerprints
+existed restores them with a warning).
 """
 import json
 import warnings
@@ -25,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _io
+from . import _fingerprint, _io
 
 TABLE = "results.parquet"
 SPEC_KEY = b"riskopt.spec"
@@ -54,13 +59,36 @@ def table_spec(table_path):
     return None
 
 
-def _restorable_cells(cells, table_path):
-    """``({cell id: labels}, table spec)`` for the cells of ``cells`` that the table holds."""
+def table_data(table_path):
+    """The data fingerprints recorded in ``results.parquet`` (``{data set: fingerprint}``),
+    or ``None`` (a table written before they existed, or none)."""
+    import pyarrow.parquet as pq
+
+    try:
+        fps = _fingerprint.stored(pq.read_schema(table_path).metadata)
+    except Exception:  # absent or unreadable: table_spec says so
+        return None
+    return fps if isinstance(fps, dict) else None
+
+
+def _restorable_cells(cells, table_path, data=None):
+    """``({cell id: labels}, table spec)`` for the cells of ``cells`` that the table holds
+    and, when both the table and ``data`` (``{data set: fingerprint}`` of the data loaded now)
+    have fingerprints, that were computed on the same data."""
     from ._cells import cell_labels, enumerate_cells
 
     old = table_spec(table_path)
     if old is None or (old.record.value == "profile" and old.reference["lower_to_best"]):
         return {}, old
+    then, now = table_data(table_path), data or {}
+    if then is not None:
+        stale = {d for d in {c.dataset for c in cells}
+                 if _fingerprint.changed(then.get(d), now.get(d))}
+        for d in sorted(stale):
+            warnings.warn(f"{table_path}: the runs on {d} are not restored: "
+                          f"{_fingerprint.changed(then[d], now[d])}; they will be rerun",
+                          _io.RecoveryWarning, stacklevel=3)
+        cells = [c for c in cells if c.dataset not in stale]
     want = {c.id for c in cells}
     labels = old.objective_labels()
     found, seen = {}, {}
@@ -74,21 +102,22 @@ def _restorable_cells(cells, table_path):
     return {cid: lab for cid, lab in found.items() if tuple(lab.values()) not in dup}, old
 
 
-def restorable(cells, table_path):
+def restorable(cells, table_path, data=None):
     """The ids of the cells of ``cells`` that ``table_path`` can give back (the table itself
-    is not read, only its spec)."""
-    return set(_restorable_cells(cells, table_path)[0])
+    is not read, only its schema); ``data`` as in :func:`restore_cells`."""
+    return set(_restorable_cells(cells, table_path, data)[0])
 
 
-def cell_frames(cells, table_path):
+def cell_frames(cells, table_path, data=None):
     """``{cell id: DataFrame}``: the cells of ``cells`` rebuilt from the table, each as the
-    run wrote it (columns ``TRACE_COLUMNS`` + recorded metrics, in that order)."""
+    run wrote it (columns ``TRACE_COLUMNS`` + recorded metrics, in that order); ``data`` as
+    in :func:`restore_cells`."""
     import pandas as pd
 
     from . import record_metrics
     from ._state import TRACE_COLUMNS
 
-    found, old = _restorable_cells(cells, table_path)
+    found, old = _restorable_cells(cells, table_path, data)
     if not found:
         return {}
     try:
@@ -118,15 +147,26 @@ def cell_frames(cells, table_path):
     return out
 
 
-def restore_cells(cells, cells_dir, table_path):
+def restore_cells(cells, cells_dir, table_path, data=None):
     """Write ``cells/<id>.parquet`` for every cell of ``cells`` that ``table_path`` holds;
-    returns the ids written. Each file carries its cell's key, as a file written by the run
-    does."""
+    returns the ids written. Each file carries its cell's key, and the data fingerprint the
+    table records for its data set, as a file written by the run does. ``data``: ``{data set:
+    fingerprint}`` of the data loaded now; the cells of a data set whose fingerprint in the
+    table differs are not restored (:mod:`riskopt.bench._fingerprint`). A table without
+    fingerprints (written before they existed) restores its cells with a warning."""
     if not cells:
         return set()
-    frames = cell_frames(cells, table_path)
+    frames = cell_frames(cells, table_path, data)
+    then = table_data(table_path)
+    if frames and then is None and data and any(v is not None for v in data.values()):
+        warnings.warn(f"{table_path} records no data fingerprints (written by an older "
+                      f"riskopt): {len(frames)} finished run(s) restored without checking "
+                      "that the data is unchanged (--fresh reruns them)",
+                      _io.RecoveryWarning, stacklevel=2)
     by_id = {c.id: c for c in cells}
     for cid, frame in frames.items():
-        _io.atomic_write_parquet(Path(cells_dir) / f"{cid}.parquet", frame,
-                                 {"riskopt.cell": json.dumps(by_id[cid].key)})
+        c = by_id[cid]
+        meta = {"riskopt.cell": json.dumps(c.key)}
+        meta.update(_fingerprint.cell_metadata((then or {}).get(c.dataset)))
+        _io.atomic_write_parquet(Path(cells_dir) / f"{cid}.parquet", frame, meta)
     return set(frames)

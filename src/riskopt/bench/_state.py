@@ -16,13 +16,15 @@ import json
 import math
 import warnings
 
-from . import _io
+from . import _fingerprint, _io
 
 TRACE_COLUMNS = ("update", "step", "passes", "time", "value", "suboptimality", "diverged")
 
 
-def cell_problem(path, key):
-    """Why the cell file at ``path`` cannot be used for the cell ``key`` (``None`` if it can).
+def cell_problem(path, key, data=None):
+    """Why the cell file at ``path`` cannot be used for the cell ``key`` (``None`` if it can):
+    also when it was computed on other data than the fingerprint ``data`` (a file without a
+    fingerprint, written before they existed, is trusted; :mod:`riskopt.bench._fingerprint`).
     Reads the footer only (cheap); a full read happens when the table is merged."""
     import pyarrow.parquet as pq
 
@@ -42,17 +44,18 @@ def cell_problem(path, key):
             return "unreadable run description"
         if not same:
             return "it holds another run"
-    return None
+    return _fingerprint.changed(_fingerprint.stored(schema.metadata), data)
 
 
-def check_cells(cells, cells_dir, repair=True):
+def check_cells(cells, cells_dir, repair=True, data=None):
     """``(finished ids, error ids)`` of the cells with a usable file; the others' files are
-    quarantined when ``repair`` (else just not counted)."""
+    quarantined when ``repair`` (else just not counted). ``data``: ``{data set: fingerprint}``
+    of the data loaded now (a cell computed on other data is not usable)."""
     done, failed = set(), set()
     for c in cells:
         path = cells_dir / f"{c.id}.parquet"
         if path.exists():
-            why = cell_problem(path, c.key)
+            why = cell_problem(path, c.key, (data or {}).get(c.dataset))
             if why is None:
                 done.add(c.id)
             elif repair:
@@ -97,23 +100,26 @@ def fstar_problem(k, rec, key_hash=None):
     return None
 
 
-def load_fstar(path, repair=True, key_hash=None):
+def load_fstar(path, repair=True, key_hash=None, data=None):
     """The f* cache ``{problem hash: record}``: ``{}`` if absent; an unreadable file is
     quarantined, a record that fails :func:`fstar_problem` dropped (both recomputed);
-    ``key_hash(problem key)`` must give the hash a record is filed under."""
+    ``key_hash(problem key)`` must give the hash a record is filed under; ``data``
+    (``{data set: fingerprint}``): a record whose ``data`` fingerprint differs is dropped."""
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        records = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(records, dict):
+            raise ValueError(f"a JSON {type(records).__name__}, not an object")
     except (ValueError, UnicodeDecodeError) as exc:
         if repair:
             _io.quarantine(path, f"invalid JSON: {_short(exc)}")
         return {}
     out = {}
-    for k, rec in data.items():
+    for k, rec in records.items():
         why = fstar_problem(k, rec, key_hash)
+        if why is None and isinstance(data, dict):
+            why = _fingerprint.changed(rec.get("data"), data.get(rec.get("dataset")))
         if why is None:
             out[k] = rec
         elif repair:

@@ -72,7 +72,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _io, _lock, _meta, _paths, _procs, _record, _state, problems, record_metrics
+from . import (_fingerprint, _io, _lock, _meta, _paths, _procs, _record, _state, problems,
+               record_metrics)
 from ._cells import CELL_FORMAT, Cell, cell_labels, config_label, enumerate_cells  # noqa: F401
 from ..callbacks import Callback
 from .spec import SpecError, load_spec
@@ -401,6 +402,7 @@ def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plo
         if fstar_path.exists():
             fstar_path.unlink()
     _io.atomic_write_json(out / "spec.json", spec.to_dict())
+    fps = _fingerprint.spec_fingerprints(spec)  # the data loaded now (cached by prepare)
     probs = {}
     for d in spec.datasets:
         for j in range(len(spec.objectives)):
@@ -408,14 +410,14 @@ def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plo
 
     errors, n_run, n_reused = [], 0, None
     for attempt in range(2):  # a second round only if a cell proves unreadable at the merge
-        fstar = _state.load_fstar(fstar_path, key_hash=_hash)
+        fstar = _state.load_fstar(fstar_path, key_hash=_hash, data=fps)
         if n_reused is None and not fresh:  # the cache lacks a run the record holds
             restored = _record.restore_cells(_absent(cells, cells_dir), cells_dir,
-                                             out / _record.TABLE)
+                                             out / _record.TABLE, fps)
             if restored:
                 say(f"restored {len(restored)} finished run(s) from {_record.TABLE} into "
                     "the cells/ cache")
-        done, _ = _state.check_cells(cells, cells_dir)
+        done, _ = _state.check_cells(cells, cells_dir, data=fps)
         if n_reused is None:
             n_reused = len(done)
         pending = [c for c in cells if c.id not in done]
@@ -429,7 +431,7 @@ def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plo
         say(f"spec {spec.name}: {len(cells)} runs, {len(done)} already finished, "
             f"{len(pending)} to run (jobs={jobs})")
         n_run += _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, jobs,
-                          backend, progress, say, errors, cost)
+                          backend, progress, say, errors, cost, fps)
 
         finished = {c.id for c in cells if (cells_dir / f"{c.id}.parquet").exists()}
         n_err = sum(1 for c in cells if (cells_dir / f"{c.id}.error.json").exists())
@@ -463,7 +465,8 @@ def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plo
     table = analysis.mark_selected(table, selection)
     result.table = out / "results.parquet"
     result.selection = out / "selection.parquet"
-    _io.atomic_write_parquet(result.table, table, {"riskopt.spec": json.dumps(spec.to_dict())})
+    _io.atomic_write_parquet(result.table, table, {"riskopt.spec": json.dumps(spec.to_dict()),
+                                                   **_fingerprint.table_metadata(fps)})
     _io.atomic_write_parquet(result.selection, selection)
     _io.atomic_write_text(out / "selection.csv", selection.to_csv(index=False))
     summ = None
@@ -489,9 +492,10 @@ def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plo
 
 
 def _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, jobs, backend,
-             progress, say, errors, cost):
+             progress, say, errors, cost, fps):
     """f* of the problems without one, then the pending cells of the problems with one; each
-    result is written the moment it arrives. Returns the number of cells run."""
+    result is written the moment it arrives, with the fingerprint of its data (``fps``).
+    Returns the number of cells run."""
     from joblib import delayed
 
     labels = spec.objective_labels()
@@ -509,8 +513,11 @@ def _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, jobs, ba
                     if err is not None:
                         errors.append((f"f* of {d} / {labels[j]}", err))
                     else:
-                        fstar[k] = _state.seal_fstar(k, {"dataset": d, "objective": labels[j],
-                                                         "key": spec.problem(d, j), **rec})
+                        rec = {"dataset": d, "objective": labels[j], "key": spec.problem(d, j),
+                               **rec}
+                        if fps.get(d) is not None:
+                            rec["data"] = fps[d]
+                        fstar[k] = _state.seal_fstar(k, rec)
                         _io.atomic_write_json(fstar_path, fstar)
                     bar.advance(task)
         pending = [c for c in pending if _hash(spec.problem(c.dataset, c.objective_index))
@@ -534,7 +541,8 @@ def _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, jobs, ba
                 c = by_id[cid]
                 if err is None:
                     _io.atomic_write_parquet(cells_dir / f"{cid}.parquet", frame,
-                                             {"riskopt.cell": json.dumps(c.key)})
+                                             {"riskopt.cell": json.dumps(c.key),
+                                              **_fingerprint.cell_metadata(fps.get(c.dataset))})
                     err_path = cells_dir / f"{cid}.error.json"
                     if err_path.exists():
                         err_path.unlink()
@@ -584,8 +592,9 @@ def status(spec, out=None):
     spec = load_spec(spec)
     out = Path(out) if out is not None else _paths.default_out(spec.name)
     cells = enumerate_cells(spec)
-    done, _ = _state.check_cells(cells, out / "cells", repair=False)
-    restorable = _record.restorable(_absent(cells, out / "cells"), out / _record.TABLE)
+    fps = _fingerprint.spec_fingerprints(spec)
+    done, _ = _state.check_cells(cells, out / "cells", repair=False, data=fps)
+    restorable = _record.restorable(_absent(cells, out / "cells"), out / _record.TABLE, fps)
     return len(cells), len(done | restorable)
 
 
