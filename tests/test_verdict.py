@@ -225,3 +225,20 @@ def test_warmstart_check_tunes_on_the_training_objective(tmp_path):
     assert verdict == "agrees" and "rscdro 95.10" in ours and "fastdro lowest: agrees" in ours
     ours, verdict = cl.check_warmstart(("spd",), ("rscdro", "fastdro"))(tmp_path)
     assert verdict == "differs"
+
+
+def test_warmstart_check_chooses_among_the_settings_run_with_every_seed(tmp_path):
+    """--tune-seeds 1: the grid ran with seed 0, the chosen setting with seeds 0-2; a
+    setting with seed 0 only is not chosen even when its one value is lower."""
+    rows = []
+    for solver, cfg, F, acc, seeds in (("rscdro", "a", 0.30, 0.95, 3), ("rscdro", "b", 0.10, 0.5, 1),
+                                       ("spd", "c", 0.35, 0.93, 3), ("spd", "d", 0.40, 0.99, 1),
+                                       ("fastdro", "", 0.50, 0.80, 3)):
+        for seed in range(seeds):
+            rows.append({"dataset": "adult_st", "solver": solver, "config": cfg, "lr": 0.1,
+                         "seed": seed, "F": F, "train_accuracy": acc + 0.001 * seed,
+                         "test_accuracy": acc - 0.001 * seed})
+    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+    ours, verdict = cl.check_warmstart(("rscdro",), ("spd", "fastdro"))(tmp_path)
+    assert "rscdro 95.10" in ours and "spd 93.10" in ours and "over seeds 0,1,2" in ours
+    assert verdict == "agrees"
