@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from ... import risks as _risks
+from ..._kernels import group_dro as _kg
 from ..._kernels import oracles as _ko
 from ..._validation import check_int, check_positive
 from .. import distributed as _dist
@@ -124,15 +125,12 @@ class GroupDROLoss(_GatherMixin, nn.Module):
         return torch.from_numpy(self._host_q(means.numpy(), present.numpy()))
 
     def _host_q(self, means, present):
-        """:meth:`_group_q` in NumPy (CPU, eager; the online weights updated in place)."""
+        """:meth:`_group_q` in NumPy / numba (CPU, eager; the online weights updated in
+        place)."""
         if self.mode == "online":
             gw = self.group_weights.numpy()
-            if not self.training:
-                return gw.copy()
-            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # as torch
-                logits = np.log(gw) + self.step_size * (means + self.adjustment.numpy())
-                e = np.exp(logits - logits.max())
-            gw[:] = e / e.sum()
+            if self.training:
+                _kg.online_update(gw, means, self.adjustment.numpy(), self.step_size)
             return gw.copy()
         if self.mode == "max":
             masked = np.where(present, means, -np.inf)
@@ -151,21 +149,19 @@ class GroupDROLoss(_GatherMixin, nn.Module):
         return q
 
     def _forward_host(self, losses, g):
-        """CPU, eager, no gather: group sums by ``np.bincount``, the weights in NumPy, one
-        autograd node (gradient ``q_g / N_g`` per sample)."""
+        """CPU, eager, no gather: the group means, the weights and ``q_g / N_g`` per sample
+        by the numba loops of :mod:`riskopt._kernels.group_dro`; one autograd node."""
         m = self.n_groups
-        if g.shape[0] and (g.min() < 0 or g.max() >= m):
+        means = np.empty(m)
+        counts = np.empty(m)
+        code = _kg.group_means(_host_array(losses), g, means, counts)
+        if code == 1:
             raise ValueError(f"groups out of range [0, {m})")
-        l = _host_array(losses)
-        sums = np.bincount(g, weights=l, minlength=m)
-        if self.check_finite and not np.isfinite(sums).all():
+        if code == 2 and self.check_finite:
             raise ValueError("losses contain NaN or infinite value(s)")
-        counts = np.bincount(g, minlength=m).astype(np.float64)
-        present = counts > 0
-        per = 1.0 / np.maximum(counts, 1.0)
-        means = sums * per
-        q = self._host_q(means, present)
-        return _host_attach(losses, q @ means, (q * per)[g])
+        q = self._host_q(means, counts > 0)
+        w = np.empty(g.shape[0])
+        return _host_attach(losses, _kg.sample_weights(q, means, counts, g, w), w)
 
     def forward(self, losses, groups):
         _check_losses(losses, allow_empty=self.gather)
