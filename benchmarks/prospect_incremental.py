@@ -10,9 +10,11 @@ Part 3 (``--spectra-only``, alone): every spectrum (CVaR 0.5, ESRM 1, extremile 
 spectrum) x shift cost (none, chi2 0.5, KL 0.5), Prospect's default oracle (box / rank /
 hull tree handing over to ``hull_oracle``) from the default start and from the perturbed
 optimum, passes 1 .. ``--passes``, each as a ratio to one ``Objective.value_grad`` of the same
-objective in the same process; the 'before' column runs pass 1 of the checkout at
-``--base-src`` in a child process (its own full-gradient time). Writes
-``spectra_<sizes>.md`` and ``spectra_<sizes>.json``.
+objective in the same process, both in CPU seconds (``time.process_time``, one BLAS thread: on
+a loaded machine a pass of seconds is always preempted while the median of short full
+gradients is not, which inflated the wall-clock ratios of stop 35); the 'before' column runs
+pass 1 of the checkout at ``--base-src`` in a child process (its own full-gradient time).
+Writes ``spectra_<sizes>.md`` and ``spectra_<sizes>.json``.
 
 Three oracles, one per column group: FULL (``Prospect._oracle = ORACLE_FULL``: the O(n) PAV
 resumed at the lowest moved rank), TREE (``ORACLE_TREE``: the hull tree of
@@ -58,11 +60,14 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")  # one BLAS thread (before NumPy loads): CPU time = work
 
-import riskopt as ro
-from riskopt._kernels import prospect as kp
-from riskopt.bench._meta import _cpu_info, _git_commit, _versions, now
+import numpy as np  # noqa: E402
+
+import riskopt as ro  # noqa: E402
+from riskopt._kernels import prospect as kp  # noqa: E402
+from riskopt.bench._meta import _cpu_info, _git_commit, _versions, now  # noqa: E402
 
 LR = 3e-3
 WARM = 1e-3
@@ -77,14 +82,14 @@ def synthetic(n, d=20, seed=0):
     return ro.Objective("squared", ro.CVaR(0.5, shift_cost=0.5), X, y, l2_reg=1.0 / n)
 
 
-def full_eval_seconds(obj, repeats=21):
+def full_eval_seconds(obj, repeats=21, clock=time.perf_counter):
     w = np.zeros(obj.X.shape[1])
     obj.value_grad(w)
     ts = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         obj.value_grad(w)
-        ts.append(time.perf_counter() - t0)
+        ts.append(clock() - t0)
     return statistics.median(ts)
 
 
@@ -95,11 +100,11 @@ def solver(oracle):
     return s
 
 
-def timed_update(s, obj, state, idx):
+def timed_update(s, obj, state, idx, clock=time.perf_counter):
     s._stats[:] = 0
-    t0 = time.perf_counter()
+    t0 = clock()
     out = s.update(obj, state, indices=idx)
-    return out, time.perf_counter() - t0, s._stats.copy()
+    return out, clock() - t0, s._stats.copy()
 
 
 def pass_costs(n, passes, repeats, log):
@@ -204,6 +209,9 @@ def time_to_tol(dataset, repeats, log, tol=1e-8, max_epochs=64):
 SPECTRA = ("cvar", "esrm", "extremile", "user")
 COSTS = ("none", "chi2", "kl")
 START_LR = {"default": 1e-3, "optimum": LR}
+#: part 3's clock: CPU seconds of this process (one BLAS thread), so that the time slices the
+#: loaded machine gives other processes count neither in a pass nor in the full gradient
+CLOCK = time.process_time
 
 
 def user_spectrum(n):
@@ -242,25 +250,26 @@ def _warm_jit(name, cost):
         st = s.update(tiny, st)
 
 
-def estimate_pass(s, obj, state, idx, budget):
-    """Seconds of the pass over ``idx`` from ``state``: the whole pass when a probe predicts
-    it within ``budget`` seconds, else estimated from two partial passes of m and 2m steps
-    from the same state (their difference is the per-step cost, the rest the O(n) set-up of
-    a pass): ``(seconds, exact?)``."""
+def estimate_pass(s, obj, state, idx, budget, clock=CLOCK):
+    """CPU seconds of the pass over ``idx`` from ``state``: the whole pass when a probe
+    predicts it within ``budget`` seconds, else estimated from two partial passes of m and 2m
+    steps from the same state (their difference is the per-step cost, the rest the O(n)
+    set-up of a pass): ``(seconds, exact?, (state after, counters) or None)``."""
     n = idx.shape[0]
     m = min(n, 200)
-    t1 = timed_update(s, obj, state, idx[:m])[1]
-    t2 = timed_update(s, obj, state, idx[:2 * m])[1] if 2 * m <= n else t1
+    t1 = timed_update(s, obj, state, idx[:m], clock)[1]
+    t2 = timed_update(s, obj, state, idx[:2 * m], clock)[1] if 2 * m <= n else t1
     per = max((t2 - t1) / m, 1e-9) if 2 * m <= n else t1 / m
     pred = max(t1 - m * per, 0.0) + n * per
     if pred <= budget:
-        return timed_update(s, obj, state, idx)[1], True
+        out, sec, st = timed_update(s, obj, state, idx, clock)
+        return sec, True, (out, st)
     m = max(m, int(m * budget / (4 * pred) * n / m))
     m = min(m, n // 2)
-    t1 = timed_update(s, obj, state, idx[:m])[1]
-    t2 = timed_update(s, obj, state, idx[:2 * m])[1]
+    t1 = timed_update(s, obj, state, idx[:m], clock)[1]
+    t2 = timed_update(s, obj, state, idx[:2 * m], clock)[1]
     per = max((t2 - t1) / m, 1e-9)
-    return max(t1 - m * per, 0.0) + n * per, False
+    return max(t1 - m * per, 0.0) + n * per, False, None
 
 
 def spectra_rows(n, passes, names, costs, budget, log_json):
@@ -271,7 +280,7 @@ def spectra_rows(n, passes, names, costs, budget, log_json):
         for cost in costs:
             _warm_jit(name, cost)
             obj = spectra_objective(name, cost, n)
-            t_full = full_eval_seconds(obj, 11 if n <= 200000 else 5)
+            t_full = full_eval_seconds(obj, 11 if n <= 200000 else 5, CLOCK)
             for start in ("default", "optimum"):
                 w0 = start_point(obj, start)
                 s = solver(kp.ORACLE_INCREMENTAL)
@@ -281,10 +290,10 @@ def spectra_rows(n, passes, names, costs, budget, log_json):
                            passes=[])
                 for p in range(passes):
                     idx = s.draw_indices(obj, state)
-                    sec, exact = estimate_pass(s, obj, state, idx, budget)
+                    sec, exact, after = estimate_pass(s, obj, state, idx, budget)
                     rec = dict(pass_=p + 1, seconds=sec, ratio=sec / t_full, exact=exact)
                     if exact:
-                        state, _, st = timed_update(s, obj, state, idx)
+                        state, st = after
                         rec.update(swaps=st[0] / st[3], newton=st[8] / st[3],
                                    chunks=st[9] / st[3])
                     row["passes"].append(rec)
@@ -392,8 +401,9 @@ def main():
             "ESRM 1, extremile 2, a user spectrum (cubic ramp + top-decile step); shift cost "
             "none, chi2 0.5, KL 0.5. Prospect's default oracle from the default start (zeros, "
             f"lr {START_LR['default']:g}) and from the L-BFGS optimum perturbed by {WARM:g} of "
-            f"its norm (lr {LR:g}). Cells: seconds of the pass / one `Objective.value_grad` of "
-            "the same objective (median of 11) in the same process. `before`: the checkout "
+            f"its norm (lr {LR:g}). Cells: CPU seconds of the pass (`time.process_time`, one "
+            "BLAS thread) / the CPU seconds of one `Objective.value_grad` of the same objective "
+            "(median of 11; 5 at n > 2e5) in the same process. `before`: the checkout "
             f"at --base-src ({args.base_src}) in a child process, pass 1 only. `*`: a pass "
             f"predicted over {args.budget:g} s is estimated from partial passes of m and 2m "
             "steps (set-up + n x per-step cost). swaps: the hull tree's bubbling (0 on the "

@@ -26,6 +26,7 @@ from riskopt._kernels import box_oracle as bo
 from riskopt._kernels import oracles as ko
 from riskopt._kernels import prospect as kp
 
+from _prospect_steps import compare_step_by_step, prospect_solvers
 from test_incremental_pav import DISTS, MOVES, PROP as IPAV_PROP, _case, _objective
 from test_incremental_pav import cases as IPAV_CASES
 
@@ -235,14 +236,7 @@ def test_box_spectrum_detection():
 
 
 # ------------------------------------------------------------------------------- solver
-def _solvers(lr, *oracles):
-    out = []
-    for o in oracles:
-        s = ro.solvers.Prospect(lr=lr, random_state=0)
-        s._oracle = o
-        s._stats = np.zeros(10, dtype=np.int64)
-        out.append(s)
-    return out
+_solvers = prospect_solvers
 
 
 @pytest.mark.parametrize("div", ["chi2", "kl"])
@@ -255,18 +249,7 @@ def test_prospect_box_matches_tree_and_full_step_by_step(intercept, div):
     obj = ro.Objective("squared", ro.CVaR(0.37, shift_cost=0.3, divergence=div), X, y,
                        l2_reg=1.0 / n, fit_intercept=intercept)
     solvers = _solvers(0.02, kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE, kp.ORACLE_FULL)
-    states = [s.init_state(obj) for s in solvers]
-    idx = rng.integers(0, n, size=n)
-    for t in range(n):
-        states = [s.update(obj, x, indices=idx[t:t + 1]) for s, x in zip(solvers, states)]
-        box = states[0]
-        for other in states[1:]:
-            for f in ("coef", "losses", "derivs", "q", "rho", "gbar"):
-                a, b = getattr(box, f), getattr(other, f)
-                np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()),
-                                           err_msg=f"{f} at step {t}")
-            np.testing.assert_array_equal(box.order, other.order)
-            np.testing.assert_array_equal(box.rank, other.rank)
+    compare_step_by_step(obj, solvers, rng.integers(0, n, size=n), order=True, rank=True)
     box, tree, _ = (s._stats for s in solvers)
     assert box[0] == 0 and box[9] > 0 and box[3] == n  # the box path: no swaps, heaps used
     assert tree[0] > 0 and tree[9] == 0

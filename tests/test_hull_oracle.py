@@ -19,6 +19,7 @@ import riskopt as ro
 from riskopt._kernels import hull_oracle as ho
 from riskopt._kernels import oracles as ko
 from riskopt._kernels import prospect as kp
+from _prospect_steps import compare_step_by_step, prospect_solvers
 from test_incremental_pav import DISTS, MOVES, SPECTRA, _case
 
 TOL = 1e-12
@@ -170,14 +171,7 @@ def _objective(n, risk, div, seed=0, d=4, ties=False):
                         fit_intercept=True)
 
 
-def _solvers(lr, *oracles):
-    out = []
-    for o in oracles:
-        s = ro.solvers.Prospect(lr=lr, random_state=0)
-        s._oracle = o
-        s._stats = np.zeros(10, dtype=np.int64)
-        out.append(s)
-    return out
+_solvers = prospect_solvers
 
 
 @pytest.mark.parametrize("div", ["chi2", "kl"])
@@ -187,16 +181,7 @@ def test_prospect_hull_path_matches_the_sorted_path_step_by_step(risk, ties, div
     n = 100
     obj = _objective(n, risk, div, ties=ties)
     new, old = _solvers(0.02, kp.ORACLE_HULL, kp.ORACLE_FULL)
-    s_new = new.init_state(obj)
-    s_old = old.init_state(obj)
-    idx = np.random.default_rng(1).integers(0, n, size=n)
-    for t in range(n):  # one kernel call per step: every iterate is compared
-        s_new = new.update(obj, s_new, indices=idx[t:t + 1])
-        s_old = old.update(obj, s_old, indices=idx[t:t + 1])
-        for f in ("coef", "losses", "derivs", "q", "rho", "gbar"):
-            a, b = getattr(s_new, f), getattr(s_old, f)
-            np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()),
-                                       err_msg=f"{f} at step {t}")
+    compare_step_by_step(obj, (new, old), np.random.default_rng(1).integers(0, n, size=n))
     assert new._stats[8] > 0 and new._stats[0] == 0  # Newton iterations, no bubbling
 
 

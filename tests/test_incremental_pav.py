@@ -30,6 +30,8 @@ from riskopt._kernels import oracles as ko
 from riskopt._kernels import prospect as kp
 from riskopt._kernels.prefetch import _prefetch
 
+from _prospect_steps import compare_step_by_step, prospect_solvers
+
 TOL = 1e-12
 SPECTRA = ("cvar", "esrm", "extremile", "mean", "maxloss", "user")
 DISTS = ("gauss", "ties", "exp", "offset")
@@ -249,11 +251,8 @@ def _objective(n, risk, div, seed=0, d=5):
 
 
 def _pair(lr):
-    new = ro.solvers.Prospect(lr=lr, random_state=0)
-    new._oracle = kp.ORACLE_TREE  # the hull tree even where the box oracle would apply
-    old = ro.solvers.Prospect(lr=lr, random_state=0)
-    old._oracle = kp.ORACLE_FULL
-    return new, old
+    # the hull tree (even where the box oracle would apply) against the O(n) oracle
+    return prospect_solvers(lr, kp.ORACLE_TREE, kp.ORACLE_FULL, stats=0)
 
 
 @pytest.mark.parametrize("div", ["chi2", "kl"])
@@ -261,18 +260,8 @@ def _pair(lr):
 def test_prospect_pass_matches_the_O_n_oracle_step_by_step(risk, div):
     n = 300
     obj = _objective(n, risk, div)
-    new, old = _pair(0.02)
-    s_new = new.init_state(obj)
-    s_old = old.init_state(obj)
-    idx = np.random.default_rng(1).integers(0, n, size=n)
-    for t in range(n):  # one kernel call per step: every iterate is compared
-        s_new = new.update(obj, s_new, indices=idx[t:t + 1])
-        s_old = old.update(obj, s_old, indices=idx[t:t + 1])
-        for f in ("coef", "losses", "derivs", "q", "rho", "gbar"):
-            a, b = getattr(s_new, f), getattr(s_old, f)
-            np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()),
-                                       err_msg=f"{f} at step {t}")
-        np.testing.assert_array_equal(s_new.order, s_old.order)
+    compare_step_by_step(obj, _pair(0.02), np.random.default_rng(1).integers(0, n, size=n),
+                         order=True)
 
 
 @pytest.mark.parametrize("div", ["chi2", "kl"])

@@ -23,6 +23,7 @@ import riskopt as ro
 from riskopt._kernels import oracles as ko
 from riskopt._kernels import prospect as kp
 from riskopt._kernels import rank_oracle as rk
+from _prospect_steps import compare_step_by_step, prospect_solvers
 from test_incremental_pav import DISTS, MOVES, SPECTRA, _case
 
 TOL = 1e-12
@@ -157,12 +158,7 @@ def _objective(n, risk, ties, seed=0, d=4):
 
 
 def _solvers(lr, *oracles):
-    out = []
-    for o in oracles:
-        s = ro.solvers.Prospect(lr=lr, random_state=0)
-        s._oracle = o
-        out.append(s)
-    return out
+    return prospect_solvers(lr, *oracles, stats=0)
 
 
 @pytest.mark.parametrize("ties", [False, True])
@@ -171,18 +167,8 @@ def test_prospect_rank_path_matches_the_sorted_path_step_by_step(risk, ties):
     n = 120
     obj = _objective(n, risk, ties)
     new, old = _solvers(0.02, kp.ORACLE_HULL, kp.ORACLE_FULL)  # ORACLE_HULL: rank for nu = 0
-    s_new = new.init_state(obj)
-    s_old = old.init_state(obj)
-    idx = np.random.default_rng(1).integers(0, n, size=n)
-    for t in range(n):  # one kernel call per step: every iterate is compared
-        s_new = new.update(obj, s_new, indices=idx[t:t + 1])
-        s_old = old.update(obj, s_old, indices=idx[t:t + 1])
-        for f in ("coef", "losses", "derivs", "q", "rho", "gbar"):
-            a, b = getattr(s_new, f), getattr(s_old, f)
-            np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * max(1.0, np.abs(b).max()),
-                                       err_msg=f"{f} at step {t}")
-        if not ties:
-            np.testing.assert_array_equal(s_new.order, s_old.order)
+    compare_step_by_step(obj, (new, old), np.random.default_rng(1).integers(0, n, size=n),
+                         order=not ties)
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic", "multinomial"])
