@@ -48,13 +48,24 @@ from numba import njit
 
 from .oracles import CHI2, _weights_sorted_ws
 from .rank_oracle import (_fterm, _rank_alloc, _rank_build, _rank_count, _rank_replace,
-                          _rank_values)
+                          _rank_values, chunk_size)
 
 MAX_NEWTON = 64   #: Newton iterations before a query gives up (the caller runs the full PAV)
 KL_RANGE = 600.0  #: a KL table spanning more than 2 KL_RANGE nu is left to the full PAV
 KL_WINDOW = 650.0  #: |l - L0| / nu beyond which the KL terms are rebuilt about the mid-range
 _EPS4 = 4.0 * 2.220446049250313e-16
 STACK = 256
+#: the hull's chunk size is ``rank_oracle.chunk_size`` capped here: a query scans whole chunks
+#: (~5-11 per query), so large chunks cost more in scans than they save in tree levels
+#: (``benchmarks/prospect_oracle_steps.py``)
+HULL_B = 32
+
+
+@njit(cache=True)
+def hull_chunk(n):
+    """The chunk size of the hull oracle for ``n`` losses: ``min(chunk_size(n), HULL_B)``."""
+    b = chunk_size(n)
+    return b if b < HULL_B else HULL_B
 
 
 @njit(cache=True)
@@ -183,6 +194,19 @@ def _node_bound(Shi, fpar, s, P, Fp, m, F, flo, fhi):
     return lb - tol
 
 
+@njit(cache=True, _nrt=False, inline="always")
+def _push(sv, sP, sF, sb, h, v, P, Fp, lb, best):
+    """Push node ``v`` (``P`` ranks and term sum ``Fp`` before it, lower bound ``lb``) on the
+    search stack of height ``h`` unless its bound cannot beat ``best``; the new height."""
+    if lb < best:
+        sv[h] = v
+        sP[h] = P
+        sF[h] = Fp
+        sb[h] = lb
+        return h + 1
+    return h
+
+
 @njit(cache=True, _nrt=False)
 def _search(R, s, klo, khi, best, kbest, ybest, sv, sP, sF, sb):
     """Minimise ``G_s(k) = Y(k) - A S(k) - s W(k)`` over ``k`` in ``[klo, khi]``, starting
@@ -241,31 +265,11 @@ def _search(R, s, klo, khi, best, kbest, ybest, sv, sP, sF, sb):
             return np.nan, -1, 0.0, scanned
         # push the child with the larger bound first (the smaller one is searched first)
         if la <= lb:
-            if lb < best:
-                sv[h] = b
-                sP[h] = P + ma
-                sF[h] = Fp + tF[a]
-                sb[h] = lb
-                h += 1
-            if la < best:
-                sv[h] = a
-                sP[h] = P
-                sF[h] = Fp
-                sb[h] = la
-                h += 1
+            h = _push(sv, sP, sF, sb, h, b, P + ma, Fp + tF[a], lb, best)
+            h = _push(sv, sP, sF, sb, h, a, P, Fp, la, best)
         else:
-            if la < best:
-                sv[h] = a
-                sP[h] = P
-                sF[h] = Fp
-                sb[h] = la
-                h += 1
-            if lb < best:
-                sv[h] = b
-                sP[h] = P + ma
-                sF[h] = Fp + tF[a]
-                sb[h] = lb
-                h += 1
+            h = _push(sv, sP, sF, sb, h, a, P, Fp, la, best)
+            h = _push(sv, sP, sF, sb, h, b, P + ma, Fp + tF[a], lb, best)
     return best, kbest, ybest, scanned
 
 

@@ -55,7 +55,7 @@ from .prefetch import _prefetch
 from .prospect_moreau import (_epoch_prospect_moreau, _prox_linear, _prox_newton,  # noqa: F401
                               _psi, _resort, _sorted_tables)
 from .hull_oracle import (_hull_build, _hull_replace, _hull_scratch, _hull_weight,
-                          _hull_weight_full)
+                          _hull_weight_full, hull_chunk)
 from .rank_oracle import (_rank_alloc, _rank_build, _rank_replace, _rank_weight,
                           chunk_size as _rank_chunk)
 
@@ -360,8 +360,8 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
     multiset of ``rank_oracle`` (O(log n + B) amortised per step, whatever the number of ranks
     the loss crosses); for any other spectrum with a shift cost (``bk < 0``), off
     ``hull_oracle`` (its cost per step does not depend on the ranks crossed either; a wide
-    KL table or an unsettled query takes the O(n) PAV). The same steps as ``_epoch_prospect``; ``order`` / ``rank`` are
-    rebuilt by one sort at the end of the pass.
+    KL table or an unsettled query takes the O(n) PAV). The same steps as
+    ``_epoch_prospect``; ``order`` / ``rank`` are rebuilt by one sort at the end of the pass.
     For ``K = 1`` the iterate and ``gbar`` live in local vectors during the pass (the same
     operations in the same order as the general loops, so the same numbers, vectorised).
     ``stats`` (int64; length 10 to collect): ``[3]`` steps, ``[8]`` elements that changed
@@ -375,7 +375,7 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
     hull = not nu0 and bk < 0
     B = _box_alloc(0 if (nu0 or hull) else n)
     kl = div != CHI2
-    R = _rank_alloc(n if (nu0 or hull) else 1, _rank_chunk(n), hull)
+    R = _rank_alloc(n if (nu0 or hull) else 1, hull_chunk(n) if hull else _rank_chunk(n), hull)
     work = _hull_scratch()
     hst = np.zeros(2, dtype=np.int64)
     if nu0 or hull:  # ``order`` sorts the table at the start of a pass (rebuilt at each end)

@@ -1,0 +1,196 @@
+"""Where a Prospect step's time goes on the rank / hull oracles: the oracle's update and query,
+per step, replayed on the loss changes of a real pass, by chunk size.
+
+    python benchmarks/prospect_oracle_steps.py [--sizes 20000 200000] [--chunks 16 32 64 128]
+        [--cases esrm:none esrm:chi2 esrm:kl user:chi2] [--out benchmarks/results/...]
+
+For each case (spectrum : shift cost, the objectives of ``prospect_incremental.py`` part 3)
+and start (the default start and the perturbed optimum, their step sizes), one pass of
+Prospect's K = 1 step (squared loss) on ``rank_oracle`` (no shift cost) / ``hull_oracle``
+is run and its sequence of loss changes ``(old, new)`` recorded. That sequence is then
+replayed on a fresh oracle built from the pass's initial table, for every chunk size:
+
+* ``update``: the replacements alone (``_rank_replace`` / ``_hull_replace``);
+* ``step``: the query of the changing loss's weight, then its replacement: the oracle's whole
+  share of a step (``step - update`` is the query).
+
+Cells: CPU nanoseconds per step (``time.process_time``, best of 3, one BLAS thread), the
+Newton iterations and chunks scanned per query, and ``step x n`` as a ratio to one
+``Objective.value_grad`` (CPU, median of 11) in the same process: what the oracle alone
+costs of a pass, in full gradients (the pass adds the step's own O(d) work and an O(n log n)
+set-up). Writes ``oracle_steps_<sizes>.md`` / ``.json`` to ``--out``, atomically.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import numpy as np  # noqa: E402
+from numba import njit  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+import prospect_incremental as pi  # noqa: E402
+from riskopt._kernels.hull_oracle import (_hull_build, _hull_replace, _hull_scratch,  # noqa: E402
+                                          _hull_weight, _hull_weight_full)
+from riskopt._kernels.rank_oracle import (_rank_alloc, _rank_build, _rank_replace,  # noqa: E402
+                                          _rank_weight)
+from riskopt.bench._meta import _cpu_info, _git_commit, _versions, now  # noqa: E402
+
+
+@njit(cache=True)
+def _weight(nu0, R, sigma, x, work, hst):
+    if nu0:
+        return _rank_weight(R, sigma, x)
+    q = _hull_weight(R, x, work, hst)
+    return _hull_weight_full(R, sigma, x) if q != q else q
+
+
+@njit(cache=True)
+def _build(nu0, ls0, sigma, nu, div, R):
+    if nu0:
+        _rank_build(ls0, sigma, R)
+    else:
+        _hull_build(ls0, sigma, nu, div, R)
+
+
+@njit(cache=True)
+def _replace(nu0, R, sigma, old, new):
+    if nu0:
+        _rank_replace(R, old, new)
+    else:
+        _hull_replace(R, sigma, old, new)
+
+
+@njit(cache=True)
+def record(X, y, sigma, nu, div, lr, reg, idx, w, losses, D, rho, R, work, hst, olds, news):
+    """One pass of Prospect's K = 1 squared-loss step (``_epoch_prospect_box``'s arithmetic)
+    on the rank / hull oracle; records every loss change."""
+    n, p = X.shape
+    nu0 = nu == 0.0
+    _build(nu0, np.sort(losses), sigma, nu, div, R)
+    g = np.zeros(p)
+    for m in range(n):
+        for j in range(p):
+            g[j] += X[m, j] * rho[m] * D[m]
+    for t in range(idx.shape[0]):
+        i = idx[t]
+        qi = _weight(nu0, R, sigma, losses[i], work, hst)
+        z = 0.0
+        for j in range(p):
+            z += X[i, j] * w[j]
+        r = z - y[i]
+        c0 = qi * r - rho[i] * D[i]
+        for j in range(p):
+            w[j] = (w[j] - lr * (n * X[i, j] * c0 + g[j])) / (1.0 + lr * reg[j])
+        for j in range(p):
+            g[j] += X[i, j] * c0
+        D[i] = r
+        rho[i] = qi
+        olds[t] = losses[i]
+        news[t] = 0.5 * r * r
+        losses[i] = news[t]
+        _replace(nu0, R, sigma, olds[t], news[t])
+
+
+@njit(cache=True)
+def replay(nu0, ls0, sigma, nu, div, R, olds, news, work, hst, query):
+    _build(nu0, ls0, sigma, nu, div, R)
+    acc = 0.0
+    for t in range(olds.shape[0]):
+        if query:
+            acc += _weight(nu0, R, sigma, olds[t], work, hst)
+        _replace(nu0, R, sigma, olds[t], news[t])
+    return acc
+
+
+def case_rows(name, cost, n, chunks, log):
+    obj = pi.spectra_objective(name, cost, n)
+    t_full = pi.full_eval_seconds(obj, 11, time.process_time)
+    nu, div, sigma = obj.nu, obj.div, obj.sigma
+    nu0 = nu == 0.0
+    rows = []
+    for start in ("default", "optimum"):
+        w0 = pi.start_point(obj, start)
+        s = pi.solver(pi.kp.ORACLE_INCREMENTAL)
+        st = s.init_state(obj, coef0=w0)
+        idx = s.draw_indices(obj, st)
+        losses = st.losses.copy()
+        ls0 = np.sort(losses)
+        olds, news = np.empty(n), np.empty(n)
+        work, hst = _hull_scratch(), np.zeros(2, dtype=np.int64)
+        R = _rank_alloc(n, 32, not nu0)
+        record(obj.X, obj.y, sigma, nu, div, pi.START_LR[start], obj.reg, idx,
+               st.coef[:, 0].copy(), losses, st.derivs[:, 0].copy(), st.rho.copy(), R, work,
+               hst, olds, news)
+        for B in chunks:
+            R = _rank_alloc(n, B, not nu0)
+            cell = dict(n=n, spectrum=name, cost=cost, start=start, B=B, full_eval=t_full)
+            for lab, query in (("update", False), ("step", True)):
+                ts = []
+                for _ in range(3):
+                    hst[:] = 0
+                    t0 = time.process_time()
+                    replay(nu0, ls0, sigma, nu, div, R, olds, news, work, hst, query)
+                    ts.append(time.process_time() - t0)
+                cell[lab + "_ns"] = min(ts) / n * 1e9
+            cell.update(newton=hst[0] / n, chunks=hst[1] / n,
+                        ratio=cell["step_ns"] * 1e-9 * n / t_full)
+            rows.append(cell)
+            log(f"| {n:,} | {name} | {cost} | {start} | {B} | {t_full * 1e3:.2f} | "
+                f"{cell['update_ns']:.0f} | {cell['step_ns'] - cell['update_ns']:.0f} | "
+                f"{cell['step_ns']:.0f} | {cell['ratio']:.1f} | {cell['newton']:.2f} | "
+                f"{cell['chunks']:.2f} |")
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", nargs="+", type=int, default=[20000, 200000])
+    ap.add_argument("--chunks", nargs="+", type=int, default=[16, 32, 64, 128])
+    ap.add_argument("--cases", nargs="+",
+                    default=["esrm:none", "esrm:chi2", "esrm:kl", "user:chi2"])
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
+                                         "prospect_incremental"))
+    args = ap.parse_args()
+    started, t0 = now(), time.perf_counter()
+    lines = []
+
+    def log(s=""):
+        print(s, flush=True)
+        lines.append(s)
+
+    log("# Rank / hull oracle: CPU ns per Prospect step, replayed, by chunk size B")
+    log("")
+    log("Loss changes of one real pass (K = 1 squared loss, d = 20), replayed per B. update: "
+        "the replacements alone; query: step - update; step x n / one value_grad (CPU, same "
+        "process) = the oracle's share of a pass in full gradients. One BLAS thread; the "
+        "machine was shared (load in the JSON).")
+    log("")
+    log("| n | spectrum | cost | start | B | value_grad ms | update ns | query ns | step ns | "
+        "oracle / value_grad | Newton it./query | chunks/query |")
+    log("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for n in args.sizes:
+        for c in args.cases:
+            name, cost = c.split(":")
+            rows += case_rows(name, cost, n, args.chunks, log)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = "_".join(str(n) for n in args.sizes)
+    meta = dict(script="benchmarks/prospect_oracle_steps.py", started=started, finished=now(),
+                wall_seconds=round(time.perf_counter() - t0, 1), git_commit=_git_commit(),
+                cpu=_cpu_info(), versions=_versions(), args=vars(args), load=os.getloadavg(),
+                rows=rows)
+    pi._write_atomic(out / f"oracle_steps_{tag}.md", "\n".join(lines) + "\n")
+    pi._write_atomic(out / f"oracle_steps_{tag}.json",
+                     json.dumps(meta, indent=2, default=float) + "\n")
+    print(f"\nwrote {out}/oracle_steps_{tag}.md and .json")
+
+
+if __name__ == "__main__":
+    main()
