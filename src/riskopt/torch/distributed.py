@@ -160,8 +160,8 @@ class ColumnGatherer:
 
     def __call__(self, columns, device, scalars=None):
         r"""Gather ``columns`` (1-D tensors of a common local length ``b``; detached,
-        converted to float64) and, optionally, a few per-rank ``scalars`` (they travel in
-        the header, so a rank with no rows still sends them).
+        converted to float64) and, optionally, a few per-rank ``scalars`` (numbers or 0-d
+        tensors; they travel in the header, so a rank with no rows still sends them).
 
         Returns ``(table, sizes, offset)``: ``table`` of shape ``(sum_r b_r, k)`` (float64,
         on ``device``), the rows of all ranks in rank order; ``sizes``, the list of ``b_r``;
@@ -174,10 +174,11 @@ class ColumnGatherer:
         b = int(cols[0].numel()) if k else 0
         if any(int(c.numel()) != b for c in cols):
             raise ValueError("the gathered columns must have one entry per local row")
-        extra = [] if scalars is None else [float(v) for v in scalars]
-        h = 1 + len(extra)
         ws, me = dist.get_world_size(group), dist.get_rank(group)
         dev = _comm_device(group)
+        extra = [] if scalars is None else [    # numbers or 0-d tensors (no host sync)
+            torch.as_tensor(v, dtype=torch.float64).reshape(()).to(dev) for v in scalars]
+        h = 1 + len(extra)
         block = (torch.stack(cols, 1).to(dev) if k
                  else torch.zeros((b, 0), dtype=torch.float64, device=dev))
         while True:
@@ -185,7 +186,7 @@ class ColumnGatherer:
             buf = torch.zeros(h + cap * k, dtype=torch.float64, device=dev)
             buf[0] = b
             if extra:
-                buf[1:h] = torch.tensor(extra, dtype=torch.float64)
+                buf[1:h] = torch.stack(extra)
             r = min(b, cap)
             if r and k:
                 buf[h:h + r * k] = block[:r].reshape(-1)

@@ -15,7 +15,7 @@ from .ooa import OOA
 from .kl_dro import ASCDRO, PGSMD2, SCDRO
 
 __all__ = ["ROWS", "make_problem", "make_optimizer", "drive_step", "split", "run",
-           "state_tensors"]
+           "state_tensors", "guard_summary"]
 
 #: name -> (class, keyword arguments, kind); ``kind`` says how the loop drives it
 ROWS = {
@@ -163,21 +163,32 @@ def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None
         drive_step(kind, opt, model, module, X, y, groups, split(idx, rank, world))
     if info is not None:
         info["comm_calls"] = opt.comm_calls
+        info["guard"] = guard_summary(opt)
     flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
     return flat, state_tensors(opt), saved
 
 
-def resume(name, steps, saved, seed=0):
-    """One process: load ``saved`` (taken after ``k`` steps) and finish the ``steps``."""
+def guard_summary(opt):
+    """The divergence guard's decision and numbers (for comparisons across ranks / runs)."""
+    g = opt._g
+    return {"reported": opt._g_reported, "rose": opt._g_rose, "steps": opt._g_steps,
+            **{k: float(g[k]) for k in ("start", "scale", "last")}}
+
+
+def resume(name, steps, saved, seed=0, info=None, **extra):
+    """One process: load ``saved`` (taken after ``k`` steps) and finish the ``steps``
+    (``info`` receives the guard's summary)."""
     X, y, groups, module = make_problem(seed=seed)
     model_state, opt_state = saved
     module.load_state_dict(model_state)
     kind = ROWS[name][2]
-    opt = make_optimizer(name, module.parameters(), X.shape[0], 4)
+    opt = make_optimizer(name, module.parameters(), X.shape[0], 4, **extra)
     opt.load_state_dict(opt_state)
     done = opt_state_steps(opt)
     for idx in batches(X.shape[0], steps)[done:]:
         drive_step(kind, opt, module, module, X, y, groups, idx)
+    if info is not None:
+        info["guard"] = guard_summary(opt)
     flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
     return flat, state_tensors(opt)
 

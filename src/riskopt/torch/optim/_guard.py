@@ -16,16 +16,36 @@ weights of its own samples times the world size ``W``, because DDP *averages* th
 
 Divergence
 ----------
-Each step folds two flags into a tensor on the parameters' device without a host sync: a
-non-finite tracked objective / statistic, and a *blow-up* (the tracked objective above
-``blowup * max(1, |its first value|)``). Every ``check_every`` steps (and on
-:meth:`check_divergence`) the flags are read together with a scan of the parameters and the
-optimizer state for non-finite values (one sync); a divergence is reported once, as a
-:class:`riskopt.DivergenceWarning` (``on_divergence="warn"``, the default) or by raising
-:class:`DivergenceError` (``on_divergence="raise"``), naming the optimizer, the step and the
-learning rate to lower. Non-finite *input* losses raise :class:`DivergenceError` at once (on
-every rank: it is checked on the gathered batch).
+Each step, the optimizer hands the guard a cheap tracked objective (from the batch statistics
+it already has) and what the *start rule* needs of the step (:meth:`_track`). The guard
+folds, without a host sync,
+
+* two flags: a non-finite tracked objective, and a *blow-up* (above ``blowup * max(1, |its
+  first value|)``);
+* the start rule: the run's *objective estimate* over the steps since the previous check
+  (the window), judged against the *start*, the first step's estimate (the objective at the
+  initial parameters). The estimate is the batch estimate of the objective each optimizer
+  minimises, computed from its gathered batch at the check: SCDRO / ASCDRO / PG-SMD2 the
+  KL-DRO value of each batch's losses (its dual minimised over ``lambda``, so a multiplier
+  stuck at its bound does not inflate it), RECOVER the KL-penalised value; the compositional
+  methods ``direct`` + the mean outer value of the tracked inner values (with the threshold
+  ``s`` of :class:`~riskopt.torch.optim.GroupCVaR`); OOA the CVaR of the batch's group
+  losses; averaged over the window. A run has diverged when that estimate is above
+  ``start + rise * scale`` (``scale = max(|start|, the first batch's loss scale)``;
+  ``rise = 1`` by default, the optimizers' ``rise=`` argument: twice a positive start) at two
+  consecutive checks, however far it is from a blow-up. A transient spike is not reported;
+  ``rise=math.inf`` turns the rule off.
+
+Every ``check_every`` steps (and on :meth:`check_divergence`) the flags and the window's estimate
+are read together with a scan of the parameters and the optimizer state for non-finite values
+(one sync); a divergence is reported once, as a :class:`riskopt.DivergenceWarning`
+(``on_divergence="warn"``, the default) or by raising :class:`DivergenceError`
+(``on_divergence="raise"``), naming the optimizer, the step and the learning rate to try
+(lr/10). The estimates are computed from the gathered batch, so under data parallelism every
+rank takes the same decision at the same step. Non-finite *input* losses raise
+:class:`DivergenceError` at once (on every rank: it is checked on the gathered batch).
 """
+import collections
 import math
 import os
 import sys
@@ -39,6 +59,13 @@ from .. import distributed as _dist
 __all__ = ["DivergenceError", "GuardMixin"]
 
 _ON_DIVERGENCE = ("warn", "raise", "ignore")
+#: the divergence flags of a fresh run (``first``: the step of the first flag; ``ref``: the
+#: blow-up reference; ``start`` / ``scale``: the start rule's start and its scale, ``last``:
+#: the last window's estimate), and their types
+_G_FRESH = {"bad": False, "first": -1, "ref": math.nan, "start": math.nan,
+            "scale": math.nan, "last": math.nan}
+_G_TYPES = {"bad": (bool, torch.bool), "first": (int, torch.int64),
+            **{k: (float, torch.float64) for k in ("ref", "start", "scale", "last")}}
 _SKIP = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
          os.path.dirname(os.path.abspath(torch.__file__)))
 
@@ -63,7 +90,7 @@ class GuardMixin:
     ``_load_guard_state`` in the checkpoints."""
 
     def _init_guard(self, process_group=None, on_divergence="warn", check_every=10,
-                    blowup=1e6):
+                    blowup=1e6, rise=1.0):
         if on_divergence not in _ON_DIVERGENCE:
             raise ValueError(f"on_divergence must be one of {_ON_DIVERGENCE}, "
                              f"got {on_divergence!r}")
@@ -71,13 +98,17 @@ class GuardMixin:
             raise ValueError(f"check_every must be an int >= 0 (0: never), got {check_every!r}")
         if not (isinstance(blowup, (int, float)) and blowup > 1):
             raise ValueError(f"blowup must be a number > 1, got {blowup!r}")
+        if isinstance(rise, bool) or not (isinstance(rise, (int, float)) and rise > 0):
+            raise ValueError(f"rise must be a number > 0 (math.inf: off), got {rise!r}")
         self.process_group = process_group
         self.on_divergence, self.check_every, self.blowup = on_divergence, check_every, blowup
+        self.rise = float(rise)
         self._gatherer = None
         dev = self.param_groups[0]["params"][0].device
-        self._g = {"bad": False, "first": -1, "ref": math.nan}
+        self._g = dict(_G_FRESH)
         self._g_on(dev)
-        self._g_steps, self._g_reported = 0, False
+        self._g_steps, self._g_reported, self._g_rose = 0, False, 0
+        self._g_window = collections.deque(maxlen=check_every or 10)
 
     # ------------------------------------------------------------------ communication
     def _group(self):
@@ -103,7 +134,7 @@ class GuardMixin:
             self._gatherer = _dist.ColumnGatherer(group)
         return self._gatherer(columns, device)
 
-    def _gather_by_index(self, idx, counts, values, device, rank_count=None):
+    def _gather_by_index(self, idx, counts, values, device, rank_count=None, rank_value=None):
         """Merge the ranks' per-index estimates ``values`` (each of shape ``idx.shape``).
 
         Returns ``(I, merged, local)``. Without a group: ``idx``, the values (float64) and
@@ -111,9 +142,12 @@ class GuardMixin:
         counts-weighted means of the ranks' estimates of each, and ``(pos, weight)``: where
         this rank's rows sit in ``I`` and their weight ``W c_ir / C_i`` (their share of the
         index's rows, times the world size for DDP's averaging). With ``rank_count`` (a
-        number >= 0 per rank, e.g. the rows behind a batch-mean term), ``local`` also holds
-        this rank's weight ``W n_r / sum_r n_r`` for that term (in the same collective's
-        header, so a rank without rows still counts). A rank may hold no index at all.
+        number >= 0 per rank, e.g. the rows behind a batch-mean term) or ``rank_value`` (a
+        0-d tensor per rank, that term's value), ``local`` also holds this rank's weight
+        ``W n_r / sum_r n_r`` for that term (1 without ``rank_count``) and the global value
+        ``sum_r n_r v_r / sum_r n_r`` (the mean over ranks without ``rank_count``; None
+        without ``rank_value``), all in the same collective's header, so a rank without rows
+        still counts. A rank may hold no index at all.
         """
         vals = [v.detach().reshape(-1).to(device, torch.float64) for v in values]
         if self._group() is None:
@@ -132,7 +166,11 @@ class GuardMixin:
             rc = float(rank_count)
             if not (math.isfinite(rc) and rc >= 0):
                 raise ValueError(f"direct_count must be a number >= 0, got {rank_count!r}")
-        got = self._gatherer([idx, c, *vals], device, scalars=None if rc is None else [rc])
+        scalars = None
+        if rc is not None or rank_value is not None:
+            scalars = [1.0 if rc is None else rc,
+                       0.0 if rank_value is None else rank_value.detach().reshape(())]
+        got = self._gatherer([idx, c, *vals], device, scalars=scalars)
         table, sizes, off = got[:3]
         gi, gc = table[:, 0].to(torch.int64), table[:, 1]
         I, inv = torch.unique(gi, return_inverse=True)
@@ -143,11 +181,16 @@ class GuardMixin:
                   for j in range(len(vals))]
         loc = slice(off, off + idx.numel())
         weight = gc[loc] / C[inv[loc]] * len(sizes)
-        if rc is None:
+        if scalars is None:
             return I, merged, (inv[loc], weight)
-        total = float(got[3].sum())
-        share = float(len(sizes)) * rc / total if total > 0 else 0.0
-        return I, merged, (inv[loc], weight, share)
+        n_r, v_r = got[3][:, 0], got[3][:, 1]
+        share = 1.0
+        if rc is not None:
+            total = float(n_r.sum())
+            share = float(len(sizes)) * rc / total if total > 0 else 0.0
+        value = None if rank_value is None else (
+            (n_r * v_r).sum() / n_r.sum().clamp(min=1e-300))
+        return I, merged, (inv[loc], weight, share, value)
 
     @property
     def comm_calls(self):
@@ -168,22 +211,54 @@ class GuardMixin:
                          if "lr" in g and not g.get("previous_iterate"))
 
     @torch.no_grad()
-    def _track(self, objective):
-        """Fold the step's tracked objective (0-d tensor) into the divergence flags: Python
-        numbers for a CPU objective (no sync to avoid, fewer small ops), tensors on its
-        device otherwise (no host sync)."""
+    def _track(self, objective, window=None, scale=None):
+        """Fold the step's tracked objective (0-d tensor, cheap) into the non-finite and
+        blow-up flags: Python numbers for a CPU objective (no sync to avoid, fewer small
+        ops), tensors on its device otherwise (no host sync).
+
+        ``window``: what the start rule needs of this step (the 0-d objective estimate, or
+        what :meth:`_window_value` turns into it, e.g. the batch's losses), kept until the
+        next check; the first step's is the start. ``scale`` (a callable returning a 0-d
+        tensor, e.g. the batch's mean absolute loss) is called at the first step only: the
+        start's scale is ``max(|start|, scale())``."""
         obj = objective.detach()
         g = self._g_on(obj.device)
+        if window is not None:
+            window = window.detach()
+            if self._g_steps == 0:
+                self._set_start(g, window, scale)
+            self._g_window.append(window)
         if obj.device.type == "cpu":
             v = float(obj)
+            fin = math.isfinite(v)
             if math.isnan(g["ref"]):
-                g["ref"] = max(abs(v), 1.0) if math.isfinite(v) else 1.0
-            bad = not math.isfinite(v) or abs(v) > self.blowup * g["ref"]
+                g["ref"] = max(abs(v), 1.0) if fin else 1.0
+            bad = not fin or abs(v) > self.blowup * g["ref"]
             if bad and g["first"] < 0:
                 g["first"] = self._g_steps + 1
             g["bad"] = g["bad"] or bad
             return
         self._track_tensor(obj, g)
+
+    def _set_start(self, g, window, scale):
+        """The start rule's start (the first step's estimate: the objective at the initial
+        parameters) and its scale ``max(|start|, scale())``, without a host sync on a
+        device."""
+        v = self._window_value([window]).to(torch.float64)
+        floor = None if scale is None else scale().to(torch.float64)
+        if isinstance(g["start"], torch.Tensor):
+            sc = v.abs() if floor is None else torch.maximum(v.abs(), floor.to(v.device))
+            g["start"], g["scale"] = v.to(g["ref"].device), sc.clamp(min=1e-300).to(
+                g["ref"].device)
+        else:
+            g["start"] = float(v)
+            g["scale"] = max(abs(g["start"]), 0.0 if floor is None else float(floor), 1e-300)
+
+    def _window_value(self, items):
+        """The objective estimate of a window of steps (0-d float64 tensor): the mean of the
+        steps' estimates. Optimizers that keep something else in the window (the batch's
+        losses) override it."""
+        return torch.stack([t.reshape(()).to(torch.float64) for t in items]).mean()
 
     def _track_tensor(self, obj, g):
         """The device path of :meth:`_track`: ``g`` holds 0-d tensors on ``obj``'s device,
@@ -201,13 +276,10 @@ class GuardMixin:
         g = self._g
         if device.type == "cpu":
             if isinstance(g["ref"], torch.Tensor):
-                self._g = g = {"bad": bool(g["bad"]), "first": int(g["first"]),
-                               "ref": float(g["ref"])}
+                self._g = g = {k: _G_TYPES[k][0](v) for k, v in g.items()}
         elif not isinstance(g["ref"], torch.Tensor) or g["ref"].device != device:
-            self._g = g = {
-                "bad": torch.as_tensor(g["bad"], dtype=torch.bool).to(device),
-                "first": torch.as_tensor(g["first"], dtype=torch.int64).to(device),
-                "ref": torch.as_tensor(g["ref"], dtype=torch.float64).to(device)}
+            self._g = g = {k: torch.as_tensor(v, dtype=_G_TYPES[k][1]).to(device)
+                           for k, v in g.items()}
         return g
 
     def _end_step(self):
@@ -230,36 +302,80 @@ class GuardMixin:
     @torch.no_grad()
     def check_divergence(self):
         """Check now (one host sync): returns True when the run diverged, after reporting it
-        (once) as ``on_divergence`` says."""
+        (once) as ``on_divergence`` says. The objective estimate of the steps since the
+        previous check above ``start + rise * scale`` counts when the previous check's was
+        above too."""
+        g = self._g
         flags = [torch.isfinite(t).all() for t in self._state_tensors() if t.numel()]
-        finite = True if not flags else bool(   # one host sync
-            torch.stack([f.to(flags[0].device) for f in flags]).all())
-        blew = bool(self._g["bad"])
-        if finite and not blew:
+        above = None
+        if self._g_window:          # the window since the previous check
+            est = self._window_value(list(self._g_window)).to(torch.float64)
+            self._g_window.clear()
+            device_flags = isinstance(g["ref"], torch.Tensor)
+            g["last"] = est.to(g["ref"].device) if device_flags else float(est)
+            above = g["last"] > g["start"] + self.rise * g["scale"]     # NaN start: False
+        if isinstance(g["ref"], torch.Tensor):    # device flags: read with the scan
+            dev = g["bad"].device
+            fin = (torch.stack([f.to(dev) for f in flags]).all() if flags
+                   else torch.ones((), dtype=torch.bool, device=dev))
+            up = torch.zeros((), dtype=torch.bool, device=dev) if above is None else above
+            finite, blew, up = torch.stack([fin, g["bad"], up]).tolist()
+        else:
+            finite = True if not flags else bool(   # one host sync
+                torch.stack([f.to(flags[0].device) for f in flags]).all())
+            blew, up = bool(g["bad"]), bool(above)
+        if above is not None:
+            self._g_rose = self._g_rose + 1 if up else 0
+        rose = self._g_rose >= 2
+        if finite and not blew and not rose:
             return False
         if self._g_reported or self.on_divergence == "ignore":
             return True
         self._g_reported = True
-        first = int(self._g["first"])
+        first = int(g["first"])
         where = f"at step {first}" if first > 0 else f"by step {self._g_steps}"
-        what = ("non-finite parameters or optimizer state" if not finite else
-                f"the tracked objective blew up (more than {self.blowup:g} x its first value)")
-        msg = (f"{type(self).__name__} diverged {where}: {what}; lower lr (now "
-               f"{self._lr_text()}) or the moving-average rate, or clip the gradients")
+        if not finite:
+            what = "non-finite parameters or optimizer state"
+        elif blew:
+            what = f"its objective blew up (more than {self.blowup:g} x its first value)"
+        else:
+            start, last, scale = float(g["start"]), float(g["last"]), float(g["scale"])
+            where = f"by step {self._g_steps}"
+            what = (f"its objective estimate stayed above its start: {last:.4g} over the "
+                    f"last steps against a start of {start:.4g} (limit start + {self.rise:g}"
+                    f" x {scale:.3g}) at two consecutive checks")
+        msg = (f"{type(self).__name__} diverged {where}: {what}; {self._advice()}")
         if self.on_divergence == "raise":
             raise DivergenceError(msg)
         warnings.warn(msg, DivergenceWarning, stacklevel=_user_stacklevel())
         return True
 
+    def _advice(self):
+        """What to change: lr/10 (the linear solvers' advice), the moving-average rate or
+        gradient clipping."""
+        lrs = [g["lr"] for g in self.param_groups
+               if "lr" in g and not g.get("previous_iterate")]
+        now = ", ".join(f"{lr:g}" for lr in lrs)
+        try_ = ", ".join(f"{lr / 10:.3g}" for lr in lrs)
+        return (f"lower lr (now {now}; try lr={try_}, lr/10), or the moving-average rate, "
+                "or clip the gradients")
+
     # ------------------------------------------------------------------ checkpoints
     def _guard_state(self):
-        return {"steps": self._g_steps, "reported": self._g_reported,
-                **{k: torch.as_tensor(v).clone() for k, v in self._g.items()}}
+        return {"steps": self._g_steps, "reported": self._g_reported, "rose": self._g_rose,
+                "window": [t.clone() for t in self._g_window],
+                **{k: torch.as_tensor(v, dtype=_G_TYPES[k][1]).clone()
+                   for k, v in self._g.items()}}
 
     def _load_guard_state(self, state):
         if state is None:      # a checkpoint from before the guard
             return
         dev = self.param_groups[0]["params"][0].device
         self._g_steps, self._g_reported = int(state["steps"]), bool(state["reported"])
-        self._g = {k: state[k].to(dev) for k in ("bad", "first", "ref")}
+        self._g_rose = int(state.get("rose", 0))
+        self._g_window.clear()
+        self._g_window.extend(t.to(dev) for t in state.get("window", ()))
+        # a checkpoint from before the start rule has no start: the rule stays off
+        self._g = {k: (state[k] if k in state else torch.as_tensor(_G_FRESH[k])).to(
+            dev, _G_TYPES[k][1]) for k in _G_FRESH}
         self._g_on(dev)

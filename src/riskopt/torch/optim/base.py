@@ -62,7 +62,7 @@ class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
     n_indices : int
         Number of rows of the indexed tables: the dataset size for per-sample state, the
         number of groups for per-group state; ``step`` accepts indices in ``[0, n_indices)``.
-    process_group, on_divergence, check_every, blowup
+    process_group, on_divergence, check_every, blowup, rise
         Data parallelism and the divergence check (:mod:`riskopt.torch.optim._guard`).
         A subclass that keeps tables under DDP gathers its batch with ``self._gather``
         and updates the tables from the gathered rows on every rank.
@@ -113,11 +113,11 @@ class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
     """
 
     def __init__(self, params, defaults, n_indices, *, process_group=None,
-                 on_divergence="warn", check_every=10, blowup=1e6):
+                 on_divergence="warn", check_every=10, blowup=1e6, rise=1.0):
         super().__init__(params, defaults)
         self.n_indices = check_int("n_indices", n_indices, minimum=1)
         self._indexed = {}
-        self._init_guard(process_group, on_divergence, check_every, blowup)
+        self._init_guard(process_group, on_divergence, check_every, blowup, rise)
 
     def _extra_tensors(self):
         return tuple(t for t in self._indexed.values() if t.is_floating_point())

@@ -381,7 +381,7 @@ class _FCCOBase(IndexedStateOptimizer):
             vals = [g_now, g_prev] if use_prev else [g_now]
             I, merged, loc = self._gather_by_index(
                 idx, counts, vals, table.device,
-                rank_count=direct_count if direct is not None else None)
+                rank_count=direct_count if direct is not None else None, rank_value=direct)
             for name, v in zip(("g_now", "g_prev"), merged):
                 self._check_input_finite(v, name)
             now = merged[0].to(table.dtype)
@@ -396,10 +396,16 @@ class _FCCOBase(IndexedStateOptimizer):
             if self._s is not None:
                 s_now = self._s.detach().to(table.dtype)
                 y = self.outer.grad(new, lam, s_now)
-                self._track(self.outer.value(new, s_now).mean())
+                est = self.outer.value(new, s_now).mean()
             else:
                 y = self.outer.grad(new, lam)
-                self._track(self.outer.value(new).mean())
+                est = self.outer.value(new).mean()
+            # the objective estimate, judged against the start: direct + mean outer value
+            d = None if direct is None else (
+                direct.detach().to(torch.float64).reshape(()) if loc is None else loc[3])
+            est = est if d is None else est + d
+            self._track(est, window=est, scale=lambda: (
+                now.abs().mean() if d is None else torch.maximum(now.abs().mean(), d.abs())))
         self._pending = True
         if loc is None:                            # one process: the plain surrogate
             y = y.to(g_now.dtype)

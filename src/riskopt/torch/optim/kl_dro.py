@@ -64,7 +64,15 @@ from .base import IndexedStateOptimizer
 __all__ = ["SCDRO", "ASCDRO", "PGSMD2"]
 
 
-class SCDRO(GuardMixin, torch.optim.Optimizer):
+class _KLWindow:
+    """The start rule's estimate for the KL-DRO optimizers: the window keeps the batches'
+    losses, valued at the check (:func:`_kl_dro_value`)."""
+
+    def _window_value(self, items):
+        return _kl_dro_value(items, self.radius, self.shift_cost).mean()
+
+
+class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
     r"""SCDRO (Algorithm 1) and, with ``stage_steps``, RSCDRO (Algorithm 3).
 
     Parameters
@@ -89,7 +97,7 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
         RSCDRO: halve ``lr`` and ``beta`` after stages of ``stage_steps * 2^k`` steps.
     mu : float >= 0, default 0
         The ``mu |x|^2 / 2`` of Algorithm 3 (parameters and ``lambda``).
-    process_group, on_divergence, check_every, blowup
+    process_group, on_divergence, check_every, blowup, rise
         Data parallelism and the divergence check (:mod:`riskopt.torch.optim._guard`):
         under DDP the batch's losses are all-gathered (one collective per step) and
         ``lambda``, ``log s`` and ``u`` are identical on every rank.
@@ -97,7 +105,8 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
 
     def __init__(self, params, radius=0.5, shift_cost=1e-3, lr=0.1, beta=0.1, lam_init=1.0,
                  loss_bound="auto", max_norm=None, stage_steps=None, mu=0.0, *,
-                 process_group=None, on_divergence="warn", check_every=10, blowup=1e6):
+                 process_group=None, on_divergence="warn", check_every=10, blowup=1e6,
+                 rise=1.0):
         check_positive("radius", radius)
         check_positive("shift_cost", shift_cost, allow_zero=True)
         check_positive("lr", lr)
@@ -128,7 +137,7 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
                          "g_lam": torch.tensor(0.0, dtype=torch.float64, device=dev),
                          "loss_max": torch.tensor(0.0, dtype=torch.float64, device=dev)}
         self._t, self._started, self._pending = 0, False, False
-        self._init_guard(process_group, on_divergence, check_every, blowup)
+        self._init_guard(process_group, on_divergence, check_every, blowup, rise)
 
     def _extra_tensors(self):
         return tuple(self._scalars.values())
@@ -180,7 +189,10 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
             sc["log_s"] = log_s
             w = torch.exp(a - log_s) / a.numel()
             sc["g_lam"] = -(w * l64).sum() / lam + log_s + self.radius
-            self._track(lam * log_s + (lam - self.shift_cost) * self.radius)
+            # the batch's dual at (w, lambda) (not log s: a moving average over earlier
+            # lambdas); the start rule gets the batch's losses
+            self._track(lam * log_g + (lam - self.shift_cost) * self.radius, window=l64,
+                        scale=lambda: l64.abs().mean())
             w_local = w[off:off + losses.numel()] * len(sizes)
             self._pending = True
         return (w_local.to(losses.dtype) * losses).sum()
@@ -249,7 +261,7 @@ class SCDRO(GuardMixin, torch.optim.Optimizer):
         self._load_guard_state(extra.get("guard"))
 
 
-class ASCDRO(GuardMixin, torch.optim.Optimizer):
+class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
     r"""ASCDRO (Algorithm 2) with STORM estimators; ``radius=None`` gives RECOVER (the
     KL-penalised objective, ``lambda`` fixed at ``shift_cost``); ``stage_steps`` gives RASCDRO
     (Algorithm 3: ``lr`` times ``2^-1/2`` and ``beta`` halved per stage of doubling length).
@@ -277,7 +289,8 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
 
     def __init__(self, params, radius=0.5, shift_cost=None, lr=0.1, beta=0.5, t0=100.0,
                  lam_init=1.0, loss_bound=None, stage_steps=None, mu=0.0, *,
-                 process_group=None, on_divergence="warn", check_every=10, blowup=1e6):
+                 process_group=None, on_divergence="warn", check_every=10, blowup=1e6,
+                 rise=1.0):
         if radius is None:
             check_positive("shift_cost", shift_cost if shift_cost is not None else -1.0)
         else:
@@ -313,7 +326,7 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
         # zero_grad clears its gradients and a GradScaler unscales them with the others
         self.add_param_group({"params": self._prev, "lr": 0.0, "previous_iterate": True})
         self._t, self._started, self._pending = 0, False, None
-        self._init_guard(process_group, on_divergence, check_every, blowup)
+        self._init_guard(process_group, on_divergence, check_every, blowup, rise)
 
     @property
     def lam(self):
@@ -393,7 +406,9 @@ class ASCDRO(GuardMixin, torch.optim.Optimizer):
                 sc["s"], sc["u"] = e.sum(), -(e * l64).sum() / lam ** 2
                 coef = e / lam
             rho = 0.0 if self.radius is None else self.radius
-            self._track(lam * (torch.log(sc["s"]) + sc["m"]) + (lam - self.shift_cost) * rho)
+            log_g = torch.logsumexp(a, 0) - math.log(b)       # this batch, at lambda_t
+            self._track(lam * log_g + (lam - self.shift_cost) * rho, window=l64,
+                        scale=lambda: l64.abs().mean())
             self._pending = (beta, restart, s_old)
         out = ((coef[loc] * scale_w).to(losses.dtype) * losses).sum()
         if self._started and not restart:
@@ -494,6 +509,46 @@ def _work_dtype(p):
     return torch.promote_types(p.dtype, torch.float32)
 
 
+#: the grid of lambda / spread of :func:`_kl_dro_value`: 2^-20 ... 2^12
+_GRID_EXP = tuple(range(-20, 13))
+
+
+def _kl_dro_value(batches, radius, shift_cost=0.0):
+    r"""Each batch's KL-DRO value :math:`\max\{\sum_i p_i\ell_i - \lambda_0 KL(p\|u) :
+    KL(p\|u) \le \rho\}` (``u`` uniform over the batch) through its dual
+    :math:`\min_{\lambda\ge\lambda_0} \lambda\log\frac1b\sum_i e^{\ell_i/\lambda}
+    + (\lambda-\lambda_0)\rho`, minimised over a geometric grid of ``lambda`` (factor 2
+    apart, ``2^-20`` to ``2^12`` times the spread of the batch's losses, and ``lambda_0``):
+    an upper bound within a few per cent of the value. ``radius=None``: the KL-penalised
+    value :math:`\lambda_0\log\frac1b\sum_i e^{\ell_i/\lambda_0}` (RECOVER). One tensor
+    program over all the batches (a list of 1-D tensors, padded), no host sync; float64.
+
+    >>> import torch
+    >>> l = torch.tensor([0.0, 1.0, 2.0, 3.0], dtype=torch.float64)
+    >>> v = _kl_dro_value([l, l[:2]], 0.1)
+    >>> bool(1.5 < v[0] < 3.0 and 0.5 < v[1] < 1.0)
+    True
+    """
+    rows = [t.reshape(-1).to(torch.float64) for t in batches]
+    dev = rows[0].device
+    L = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=-math.inf)
+    b = torch.tensor([t.numel() for t in rows], dtype=torch.float64, device=dev)
+    lam0 = max(float(shift_cost), 1e-300)
+    if radius is None:
+        lam = torch.full((len(rows), 1), lam0, dtype=torch.float64, device=dev)
+        radius = 0.0
+    else:
+        hi = L.amax(1)
+        lo = torch.where(torch.isinf(L), math.inf, L).amin(1)
+        spread = torch.maximum(hi - lo, 1e-12 * torch.maximum(hi.abs(), lo.abs()))
+        grid = torch.exp2(torch.tensor(_GRID_EXP, dtype=torch.float64, device=dev))
+        lam = torch.cat([spread.clamp(min=1e-300)[:, None] * grid,
+                         torch.full((len(rows), 1), lam0, dtype=torch.float64, device=dev)],
+                        1).clamp(min=lam0)
+    lse = torch.logsumexp(L[:, None, :] / lam[:, :, None], 2) - torch.log(b)[:, None]
+    return (lam * (lse + radius) - float(shift_cost) * radius).amin(1)
+
+
 def _kl_ball_log(logp, rho):
     """``log`` of the KL-Bregman projection of ``softmax(logp)`` on ``{KL(p||1/n) <= rho}``
     (``p ~ softmax(a logp)``, ``a`` in ``(0, 1]`` by safeguarded Newton; float64, on device)."""
@@ -525,12 +580,13 @@ def _kl_ball_log(logp, rho):
             lo = a
         if hi - lo <= 4e-16 * hi:
             break
-        step = a - err / (a * float(var)) if float(var) > 0 else float("nan")
+        curv = a * float(var)       # 0 once a underflows (losses of a diverging run)
+        step = a - err / curv if curv > 0 else float("nan")
         a = step if lo < step < hi else 0.5 * (lo + hi)
     return a * d - lse
 
 
-class PGSMD2(IndexedStateOptimizer):
+class PGSMD2(_KLWindow, IndexedStateOptimizer):
     r"""PG-SMD2 (Rafique et al. 2021) / SPD (Namkoong & Duchi 2016, ``gamma=None``): the
     primal-dual baseline of the SCDRO paper with the ``n``-dimensional dual ``p`` (a table on
     the parameters' device, in ``state_dict``): the primal step uses the importance-weighted
@@ -597,7 +653,8 @@ class PGSMD2(IndexedStateOptimizer):
                 p.add_(p.grad + prox, alpha=-group["lr"])
         logp = self.indexed_state("log_p")
         self._track(self.n_indices / b * (torch.exp(logp.index_select(0, indices))
-                                           * losses).sum())
+                                           * losses).sum(),
+                    window=losses, scale=lambda: losses.abs().mean())
         logp.index_add_(0, indices, self.dual_lr * self.n_indices * losses / b)
         if self.shift_cost > 0:
             logp.mul_(1.0 - self.dual_lr * self.shift_cost)
