@@ -223,6 +223,9 @@ def test_training_step_compiles_fullgraph_and_gives_eager_numbers(name, backend)
         return out.detach(), [p.grad.clone() for p in model.parameters()]
 
     eager_crit, comp_crit = CRITERIA[name](), CRITERIA[name]()
+    # every case compiles the same lambda's code object: without a reset the eighth one in
+    # a process (the default cases plus the slow ones) hits Dynamo's recompile limit
+    torch._dynamo.reset()
     v0, g0 = step(lambda: fwd(eager_crit))
     fn = torch.compile(lambda: fwd(comp_crit), fullgraph=True, backend=backend)
     for _ in range(2):  # a second call reuses the graph (online group weights move alike)

@@ -130,6 +130,7 @@ def test_tensor_table_step_compiles_fullgraph(risk):
         out.backward()
         return out.detach(), [p.grad.clone() for p in model.parameters()]
 
+    torch._dynamo.reset()  # (one code object for both cases: no recompile-limit carry-over)
     fn = torch.compile(lambda idx: fwd(comp, idx), fullgraph=True, backend="eager")
     g = torch.Generator().manual_seed(1)
     for _ in range(3):
