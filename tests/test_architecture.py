@@ -34,8 +34,9 @@ Rules
   5     ``estimators``, ``_estimator_solve`` (their solver runs), ``_degenerate`` (their
         useless-model check), ``torch``, ``bench`` (users of solvers), ``_fair`` and
         ``_estimator_params`` (the estimators' fairness glue and parameter constraints)
-  6     ``_cli_fit``, ``_cli_evaluate``, ``_cli_fair``, ``_warmup``, ``cli``, ``model_io``
-        (model files), ``riskopt/__init__`` (entry points and re-exports)
+  6     ``_cli_fit``, ``_cli_table`` (its input table), ``_cli_evaluate``, ``_cli_fair``,
+        ``_warmup``, ``cli``, ``model_io`` (model files), ``riskopt/__init__`` (entry points
+        and re-exports)
   ====  ==============================================================================
 
   The top-level package ``riskopt/__init__`` re-exports from every layer, so it sits on top;
@@ -62,8 +63,8 @@ LAYERS = [
     ("solvers",),
     ("estimators", "_estimator_solve", "_degenerate", "torch", "bench", "_fair",
      "_estimator_params"),
-    ("_cli_fit", "_cli_evaluate", "_cli_progress", "_warmup", "cli", "riskopt", "_cli_fair",
-     "model_io"),
+    ("_cli_fit", "_cli_table", "_cli_evaluate", "_cli_progress", "_warmup", "cli", "riskopt",
+     "_cli_fair", "model_io"),
 ]
 MAX_LINES = 800
 GENERIC_MODULES = ["bench/runner.py", "bench/spec.py", "bench/plotting.py", "bench/figures.py",

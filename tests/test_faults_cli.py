@@ -18,34 +18,19 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("joblib")
 
 import riskopt as ro  # noqa: E402
-from riskopt.bench import _io  # noqa: E402
 from riskopt.bench._lock import LOCK_NAME  # noqa: E402
 from riskopt.cli import main  # noqa: E402
+from _cli_helpers import error_line, fitted_files, frame, readonly_dir  # noqa: E402
 
 
 def _frame(n=60, seed=0):
-    rng = np.random.default_rng(seed)
-    df = pd.DataFrame(rng.normal(size=(n, 2)), columns=["a", "b"])
-    df["g"] = rng.integers(0, 3, n)
-    df["s"] = np.where(rng.random(n) < 0.5, "f", "m")
-    df["y"] = df["a"] + 2 * df["b"] + rng.normal(size=n)
-    df["lab"] = np.where(df["y"] > 0, "p", "n")
-    return df
+    return frame(n, seed)
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """A training CSV and the regression / classification models fitted on it."""
-    d = tmp_path_factory.mktemp("cli_faults")
-    df = _frame()
-    data = d / "train.csv"
-    df.to_csv(data, index=False)
-    reg, clf = d / "reg.joblib", d / "clf.joblib"
-    assert main(["fit", str(data), "--target", "y", "--features", "a", "b", "--quiet",
-                 "--out", str(reg)]) == 0
-    assert main(["fit", str(data), "--target", "lab", "--features", "a", "b", "--quiet",
-                 "--out", str(clf)]) == 0
-    return {"data": data, "reg": reg, "clf": clf, "df": df}
+    return fitted_files(tmp_path_factory.mktemp("cli_faults"), _frame(), ".joblib")
 
 
 def _listing(*folders):
@@ -59,36 +44,10 @@ def _listing(*folders):
     return out
 
 
-def _error(capsys, argv, *fragments):
-    """Run the CLI: exit status 2 and one error line containing every fragment."""
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert rc == 2, (rc, out, err)
-    assert len(lines) == 1 and lines[0].startswith("riskopt: error: "), err
-    for f in fragments:
-        if isinstance(f, re.Pattern):
-            assert f.search(lines[0]), (f.pattern, lines[0])
-        else:
-            assert f in lines[0], (f, lines[0])
-    return lines[0]
+_error = error_line  # run the CLI: exit status 2 and one error line
+_readonly_dir = readonly_dir
 
 
-def _readonly_dir(tmp_path):
-    """A folder where no file can be created (chmod 555, or /sys when root ignores modes)."""
-    if os.geteuid() != 0:
-        d = tmp_path / "ro"
-        d.mkdir()
-        d.chmod(0o555)
-        return d
-    try:
-        _io.check_output_file("/sys/riskopt-probe")
-    except _io.OutputError:
-        return Path("/sys")
-    pytest.skip("no read-only folder available to root here")
-
-
-# ---------------------------------------------------------------------------- --out
 def _dest(kind, tmp_path, name):
     if kind == "read-only":
         path = _readonly_dir(tmp_path) / name

@@ -25,38 +25,23 @@ import riskopt as ro  # noqa: E402
 from riskopt import model_io  # noqa: E402
 from riskopt.callbacks import DivergenceWarning  # noqa: E402
 from riskopt.cli import main  # noqa: E402
-from test_faults_cli import _error as _error_line  # noqa: E402
+from _cli_helpers import error_line, fitted_files, frame  # noqa: E402
 import _certify as certify  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- helpers
-def _error(capsys, argv, *fragments):
-    """Run the CLI: exit status 2 and one error line containing every fragment."""
-    return _error_line(capsys, [str(a) for a in argv], *fragments)
+_error = error_line  # run the CLI: exit status 2 and one error line
 
 
 def _frame(n=60, seed=0):
-    rng = np.random.default_rng(seed)
-    df = pd.DataFrame(rng.normal(size=(n, 2)), columns=["a", "b"])
-    df["s"] = np.where(rng.random(n) < 0.5, "f", "m")
-    df["y"] = df["a"] + 2 * df["b"] + rng.normal(size=n)
-    df["lab"] = np.where(df["y"] > 0, "p", "n")
-    return df
+    return frame(n, seed, groups=False)
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """A training CSV and the regression / classification models fitted on it."""
-    d = tmp_path_factory.mktemp("round3")
-    df = _frame()
-    data = d / "train.csv"
-    df.to_csv(data, index=False)
-    reg, clf = d / "reg.skops", d / "clf.skops"
-    assert main(["fit", str(data), "--target", "y", "--features", "a", "b", "s", "--quiet",
-                 "--out", str(reg)]) == 0
-    assert main(["fit", str(data), "--target", "lab", "--features", "a", "b", "--quiet",
-                 "--out", str(clf)]) == 0
-    return {"data": data, "reg": reg, "clf": clf, "df": df, "dir": d}
+    return fitted_files(tmp_path_factory.mktemp("round3"), _frame(), ".skops",
+                        reg_features=("a", "b", "s"))
 
 
 class _Evil:

@@ -29,6 +29,7 @@ import riskopt.bench as rb  # noqa: E402
 from riskopt.bench import _io, _lock, _procs, runner  # noqa: E402
 from riskopt.bench._io import OutputError, RecoveryWarning  # noqa: E402
 from riskopt.bench._lock import LOCK_NAME, RunLockError  # noqa: E402
+from _cli_helpers import readonly_dir  # noqa: E402
 
 
 def _solver_for_yacht():
@@ -448,18 +449,7 @@ def test_leftover_temporaries_of_a_killed_run_are_removed(copy, reference):
 
 
 # ---------------------------------------------------------------------------- output folder
-def _readonly_dir(tmp_path):
-    """A folder where no file can be created (chmod 555, or /sys when root ignores modes)."""
-    if os.geteuid() != 0:
-        d = tmp_path / "ro"
-        d.mkdir()
-        d.chmod(0o555)
-        return d
-    try:
-        _io.check_output_file("/sys/riskopt-probe")
-    except OutputError:
-        return Path("/sys")
-    pytest.skip("no read-only folder available to root here")
+_readonly_dir = readonly_dir
 
 
 @pytest.mark.parametrize("case", ["a file", "under a file", "read-only"])

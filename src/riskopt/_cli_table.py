@@ -1,0 +1,249 @@
+"""The input table of ``riskopt fit`` / ``predict`` / ``evaluate``: reading it (CSV, TSV,
+parquet), naming its columns, guessing the task (``--task auto``) and the id-like columns,
+checking the target / group / feature columns, what a saved model's ``predict`` takes from a
+table (:func:`model_input`), and writing an output file. Every problem is one
+:class:`FitError` line (exit status 2), never a traceback.
+
+The preprocessing saved inside a model and the commands themselves are in
+:mod:`riskopt._cli_fit`, which re-exports these names.
+"""
+import re
+from pathlib import Path
+
+
+class FitError(Exception):
+    """Bad input to ``riskopt fit`` / ``predict`` (reported in one line, exit status 2)."""
+
+
+def read_table(path):
+    """The table at ``path`` (CSV, TSV, parquet), or a one-line :class:`FitError`."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise FitError(f"data file not found: {path}")
+    if path.is_dir():
+        raise FitError(f"data file {path} is a folder; give a CSV or parquet file")
+    name = path.name.lower()
+    try:
+        if name.endswith((".parquet", ".pq")):
+            df = pd.read_parquet(path)
+        else:
+            sep = "\t" if name.endswith((".tsv", ".tsv.gz")) else ","
+            df = pd.read_csv(path, sep=sep, low_memory=False)  # one dtype per column
+    except pd.errors.EmptyDataError:
+        raise FitError(f"cannot read {path}: the file is empty; give a table with a header "
+                       "line") from None
+    except UnicodeDecodeError:
+        raise FitError(f"cannot read {path}: not a UTF-8 text table (a binary file?); give "
+                       "a CSV, TSV or parquet file") from None
+    except OSError as exc:
+        from .bench._io import describe_os_error
+
+        exc.filename = str(path)
+        raise FitError(describe_os_error(exc, "cannot read")) from None
+    except Exception as exc:  # pandas / pyarrow raise many types for unreadable files
+        msg = " ".join(str(exc).split())[:300]
+        raise FitError(f"cannot read {path}: {msg}; check that it is a valid "
+                       f"{'parquet' if name.endswith(('.parquet', '.pq')) else 'CSV'} file") \
+            from None
+    if len(df) == 0:
+        raise FitError(f"{path} has a header but no rows")
+    return df
+
+
+def unnamed(col):
+    """Whether a column has no name in the file (pandas reads it as ``Unnamed: k``)."""
+    return col is None or str(col).strip() == "" or str(col).startswith("Unnamed: ")
+
+
+def column_label(df, col):
+    """``'a'``, or ``column 4 (no header name; pandas reads it as 'Unnamed: 3')``."""
+    if unnamed(col):
+        pos = list(df.columns).index(col) + 1 if col in df.columns else "?"
+        return f"column {pos} (no header name; pandas reads it as {str(col)!r})"
+    return repr(col) if isinstance(col, str) else str(col)
+
+
+#: a numeric target with integer values only and at most this many distinct ones is taken as
+#: class labels by ``--task auto`` (said on the "task:" line, with the override)
+MAX_AUTO_CLASSES = 10
+_ID_NAME = re.compile(r"(^|[^a-z0-9])(id|ids|idx|index|row|rowid|row_id|key|uuid)$|^id[^a-z]",
+                      re.IGNORECASE)
+
+
+def guess_task(y_raw):
+    """``(task, note)`` of ``--task auto`` for the target column ``y_raw``: classification
+    for a non-numeric or boolean target and for a numeric one with integer values only and
+    2 .. ``MAX_AUTO_CLASSES`` distinct values; regression otherwise. ``note`` says what was
+    guessed and how to override it (empty for a non-numeric target: nothing to guess)."""
+    import numpy as np
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    if not is_numeric_dtype(y_raw) or is_bool_dtype(y_raw):
+        return "classification", ""
+    k = int(y_raw.nunique())
+    vals = y_raw.to_numpy(dtype=np.float64)
+    if 2 <= k <= MAX_AUTO_CLASSES and np.all(np.isfinite(vals)) \
+            and np.all(vals == np.round(vals)):
+        what = "two values" if k == 2 else f"{k} integer values"
+        return "classification", (f" ({'' if k == 2 else f'{k} classes, '}auto: the numeric "
+                                  f"target has {what}; --task regression to override)")
+    return "regression", ""
+
+
+def id_like(df, col):
+    """Why column ``col`` looks like a row identifier (``""`` if it does not): every value
+    distinct and either integers / text named like an id (``id``, ``row_id``, ``index``,
+    ``key``, ...) or integers forming a run (``max - min + 1 == rows``). Such a column
+    carries no signal a linear model can use and makes ``predict`` fail on a file without
+    it; ``riskopt fit`` leaves it out with one line (``--features`` keeps it)."""
+    import numpy as np
+    from pandas.api.types import is_bool_dtype, is_float_dtype, is_integer_dtype
+
+    v = df[col]
+    n = len(v)
+    if n < 3 or v.isna().any() or is_bool_dtype(v) or v.nunique() != n:
+        return ""
+    named = bool(_ID_NAME.search(str(col)))
+    if is_integer_dtype(v) or (is_float_dtype(v) and np.all(v == np.round(v))):
+        a = v.to_numpy(dtype=np.float64)
+        if named:
+            return "distinct integers in every row, named like an id"
+        if a.max() - a.min() + 1 == n:
+            return "distinct consecutive integers in every row"
+        return ""
+    if v.dtype == object and named:
+        return "a distinct value in every row, named like an id"
+    return ""
+
+
+def _rows(mask, k=5):
+    idx = [int(i) for i in mask.to_numpy().nonzero()[0][:k]]
+    more = ", ..." if int(mask.sum()) > k else ""
+    return ", ".join(map(str, idx)) + more
+
+
+def check_complete(df, col, what, where):
+    """The column ``col`` (its ``what``: target, group, ...) exists and has no missing value."""
+    if col not in df.columns:
+        raise FitError(f"{what} column {col!r} not in {where} "
+                       f"(columns: {', '.join(map(str, df.columns[:20]))})")
+    s = df[col]
+    miss = s.isna()
+    if miss.any():
+        raise FitError(f"{what} column {col!r} has {int(miss.sum())} missing value(s) in "
+                       f"{where} (0-based row(s) {_rows(miss)}); fill them or drop those rows "
+                       "first")
+    return s
+
+
+def check_label_types(s, col, what):
+    """Labels of one kind: a column mixing numbers and text (``1`` and ``'x'``) is refused."""
+    if s.dtype != object:
+        return s
+    kinds = {}
+    for v in s.to_numpy():
+        kinds.setdefault(type(v).__name__, v)
+    if len(kinds) > 1:
+        ex = ", ".join(f"{k} {v!r}" for k, v in list(kinds.items())[:3])
+        raise FitError(f"{what} column {col!r} mixes value types ({ex}); make the labels one "
+                       "type (e.g. all text) and save the table again")
+    return s
+
+
+def _feature_matrix(df, features, where):
+    import numpy as np
+
+    missing = [c for c in features if c not in df.columns]
+    if missing:
+        raise FitError(f"{where}: column(s) not found: {', '.join(map(str, missing))}")
+    sub = df[features]
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    text = [c for c in features if not (is_numeric_dtype(sub[c]) or is_bool_dtype(sub[c]))]
+    if text:
+        names = ", ".join(column_label(df, c) for c in text)
+        drop = " ".join(repr(str(c)) if unnamed(c) or " " in str(c) else str(c) for c in text)
+        raise FitError(f"{where}: non-numeric feature column(s) {names}; encode them (e.g. "
+                       f"one-hot) or leave them out with --drop {drop}")
+    nan = sub.isna().sum()
+    nan = nan[nan > 0]
+    if len(nan):
+        desc = ", ".join(f"{c} ({n} missing)" for c, n in nan.items())
+        raise FitError(f"{where}: missing values in {desc}; impute or drop those rows first")
+    X = sub.to_numpy(dtype=np.float64)
+    if not np.all(np.isfinite(X)):
+        bad = [str(c) for c in features if not np.all(np.isfinite(sub[c].to_numpy(float)))]
+        raise FitError(f"{where}: infinite values in {', '.join(bad)}; replace them first")
+    return X
+
+
+def model_input(model, df, where="features"):
+    """What the saved model's ``predict`` takes from ``df``: the feature columns as a
+    DataFrame (preprocessing inside the model) or the checked numeric matrix."""
+    if model.get("preprocess"):
+        missing = [c for c in model["features"] if c not in df.columns]
+        if missing:
+            raise FitError(f"{where}: column(s) not found: {', '.join(map(str, missing))}")
+        _check_numeric_input(model, df, where)
+        return df[model["features"]]
+    return _feature_matrix(df, model["features"], where)
+
+
+def _numeric_columns(model):
+    """The columns the saved model's preprocessing treats as numbers (its ColumnTransformer's
+    ``numeric`` part), or ``[]`` if it has none / cannot be read."""
+    est = model.get("estimator")
+    try:
+        prep = est.named_steps["preprocess"]
+        return [c for name, _, cols in prep.transformers_ if name == "numeric" for c in cols]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return []
+
+
+def _check_numeric_input(model, df, where):
+    """A numeric feature column of the model holding text in ``df`` (``"abc"``): one line
+    naming the column, the rows and the fix, instead of the imputer's traceback."""
+    import pandas as pd
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    for c in _numeric_columns(model):
+        if c not in df.columns or is_numeric_dtype(df[c]) or is_bool_dtype(df[c]):
+            continue
+        s = df[c]
+        wrong = pd.to_numeric(s, errors="coerce").isna() & s.notna()
+        if wrong.any():
+            first = s[wrong].iloc[0]
+            raise FitError(f"{where}: column {column_label(df, c)} is numeric in the model but "
+                           f"holds text ({first!r} in 0-based row(s) {_rows(wrong)}); fix or "
+                           "blank those cells (a blank is imputed) and run again")
+
+
+
+def final_estimator(model):
+    """The riskopt estimator of a saved model (the last step of its pipeline)."""
+    est = model["estimator"]
+    return est.steps[-1][1] if hasattr(est, "steps") else est
+
+
+def write_output(path, write, flag="--out"):
+    """Write ``path`` through ``write(binary file)`` atomically (temporary file in its folder,
+    fsync, rename); any OSError becomes one line naming ``path`` and the fix."""
+    from .bench import _io
+
+    try:
+        _io.atomic_write(path, write, make_parents=False)
+    except OSError as exc:
+        exc.filename = str(path)
+        raise FitError(f"{flag}: {_io.describe_os_error(exc)}") from None
+
+
+def check_output(path, flag="--out"):
+    """Refuse a bad output file before any work (one line naming it and the fix)."""
+    from .bench import _io
+
+    try:
+        _io.check_output_file(path, flag)
+    except _io.OutputError as exc:
+        raise FitError(str(exc)) from None
