@@ -17,6 +17,9 @@ checks, for every folder named (default: every folder under benchmarks/results w
 5. ``riskopt bench report FOLDER`` (Markdown and CSV) prints the same text with ``cells/``
    present and moved aside.
 
+A folder without a ``cells/`` cache (already untracked, a fresh clone) gets checks 3 and 4
+only (with ``--seal``, its f* records are sealed first).
+
 Nothing else is rewritten: ``results.parquet`` and the figures stay byte for byte as they are.
 The one exception is ``fstar.json`` (``--seal``): records written before f* records were sealed
 by a checksum (:func:`riskopt.bench._state.seal_fstar`) would be dropped and recomputed by the
@@ -128,9 +131,10 @@ def check(folder, say=print, seal=False):
         return ["results.parquet has no readable spec"]
     cells = runner.enumerate_cells(spec)
     ids = {c.id for c in cells}
+    has_cache = cells_dir.is_dir()  # a folder already untracked: checks 3 and 4 only
     files = {p.name[: -len(".parquet")] for p in cells_dir.glob("*.parquet")}
     fails = []
-    if files != ids:
+    if has_cache and files != ids:
         fails.append(f"cell files != spec cells: {len(files - ids)} extra, "
                      f"{len(ids - files)} missing")
     # 1 + 2: each rebuilt cell against its file
@@ -173,6 +177,13 @@ def check(folder, say=print, seal=False):
                                                   table[c].reset_index(drop=True))]
         if bad:
             fails.append(f"merge of the rebuilt cells differs from the table in {bad}")
+    if not has_cache:
+        n, done = runner.status(spec, folder)
+        if done != n:
+            fails.append(f"without cells/, {done} of {n} cells count as finished")
+        say(f"{folder.name}: {len(cells)} cells, no cells/ cache (checks 1, 2, 5 skipped): "
+            + ("table and f* records consistent" if not fails else f"{len(fails)} FAILED"))
+        return fails
     # 4 + 5: with cells/ moved aside, every cell counts as finished and the report is the same
     before = report_text(folder)
     aside = folder / ".cells-check-aside"
@@ -214,7 +225,7 @@ def main(argv=None):
             print(f"  {msg}")
         if fails:
             failed += 1
-        elif args.untrack:
+        elif args.untrack and (f / "cells").is_dir():
             subprocess.run(["git", "rm", "-r", "-q", "--cached", str(f / "cells")], check=True)
             print(f"  untracked {f / 'cells'} (files kept as the local cache)")
     print(f"{len(folders)} folder(s) checked, {failed} failed")

@@ -203,3 +203,5 @@ def test_consolidation_seals_only_f_star_records_the_table_confirms(finished, tm
             assert fails == []
             assert got == sealed  # the same record and checksum `bench run` writes
             assert set(_state.load_fstar(fpath, repair=False)) == set(sealed)
+            shutil.rmtree(new / "cells")  # a folder already untracked: checks 3 and 4 only
+            assert mod.check(new, say=lambda s: None, seal=True) == []
