@@ -321,12 +321,22 @@ def test_objective_and_risk_use_the_selection_oracle_for_nu_zero():
         np.testing.assert_array_equal(risk.weights(losses), q)
         assert risk.value(losses) == v
         check_against_full(losses, obj.sigma)
-        # a positive shift cost: the sorting oracle, unchanged
+        # a positive shift cost: the box oracle by selection for a box spectrum (CVaR,
+        # MaxLoss; tests/test_box_select.py), else the sorting oracle, unchanged
         shifted = obj.with_shift(0.2)
         v2, q2 = shifted.risk_weights(losses)
-        q_ref = np.empty(n)
-        assert v2 == ko.risk_weights(losses, obj.sigma, 0.2, obj.div, q_ref)
-        np.testing.assert_array_equal(q2, q_ref)
+        q_ref, q_box = np.empty(n), np.empty(n)
+        v_ref = ko.risk_weights(losses, obj.sigma, 0.2, obj.div, q_ref)
+        v_box = ko.box_select_weights(losses, obj.sigma, ko.selection_plan(obj.sigma), 0.2,
+                                      obj.div, q_box)
+        if v_box is None:
+            assert v2 == v_ref
+            np.testing.assert_array_equal(q2, q_ref)
+        else:
+            assert v2 == v_box
+            np.testing.assert_array_equal(q2, q_box)
+            np.testing.assert_allclose(q2, q_ref, rtol=0, atol=1e-12)
+            assert abs(v2 - v_ref) <= 8 * n * EPS * (abs(v_ref) + np.ptp(losses))
     # the plan follows the spectrum it was computed for
     obj = ro.Objective("squared", ro.CVaR(0.1), X, y)
     obj.risk_weights(obj.losses(np.zeros(3)))

@@ -129,8 +129,8 @@ class _RiskBase:
         n = losses.shape[0]
         sigma = _cached_spectrum(self, n)
         nu = float(self.shift_cost)
-        # nu = 0 and a CVaR / MaxLoss / Mean spectrum: selection, no sort (same weights)
-        plan = _cached_plan(self, n, sigma) if nu == 0 else None
+        # a CVaR / MaxLoss / Mean spectrum: selection, no sort (same weights; nu > 0: CVaR, MaxLoss)
+        plan = _cached_plan(self, n, sigma)
         q = np.empty_like(losses)
         val = _ko.spectral_risk_weights(losses, sigma, nu, self.div_code, q, plan)
         return val, q

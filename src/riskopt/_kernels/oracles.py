@@ -10,15 +10,20 @@ Divergence codes: 0 = chi-square ``D = n ||q - 1/n||^2``, 1 = KL ``D = sum q_i l
 ``nu == 0`` is the plain spectral risk: ``q`` is ``sigma`` by rank, averaged over ties.
 
 For ``nu == 0`` and a spectrum that is constant below one rank and above another (CVaR,
-``MaxLoss``, ``Mean``), :func:`select_risk_weights` gets the same weights without sorting
-(``np.partition`` and one pass); :func:`spectral_risk_weights` picks it.
+``MaxLoss``, ``Mean``), ``oracle_select.select_risk_weights`` gets the same weights without
+sorting (``np.partition`` and one pass), and for a box spectrum (CVaR, ``MaxLoss``) with a
+shift cost ``oracle_select.box_select_weights`` (a few passes, one scalar);
+:func:`spectral_risk_weights` picks them (they are re-exported here).
 """
 import math
 import threading
-from collections import namedtuple
 
 import numpy as np
 from numba import njit
+
+from .oracle_select import (SELECT_MAX_MIDDLE, SelectionPlan,  # noqa: F401 (re-exported)
+                            _tie_mean, box_select_weights, select_risk_weights,
+                            selection_plan)
 
 CHI2 = 0
 KL = 1
@@ -103,18 +108,6 @@ def _pav_kl(ls, sigma, nu, c):
         for _ in range(cnt[b]):
             c[pos] = vals[b]
             pos += 1
-
-
-@njit(cache=True)
-def _tie_mean(sigma, a, m):
-    """``mean(sigma[a:a + m])``, the weight of a tie of ``m`` losses at ranks ``a, ...`` for
-    ``nu = 0``; every ``nu = 0`` oracle sums a tie through it (the same bits)."""
-    if m == 1:
-        return sigma[a]
-    s = sigma[a]
-    for j in range(a + 1, a + m):
-        s += sigma[j]
-    return s / m
 
 
 @njit(cache=True)
@@ -435,215 +428,19 @@ def risk_weights(losses, sigma, nu, div, q):
     return _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
 
 
-# ----------------------------------------------------------------- selection oracle (nu = 0)
-#: A spectrum is left to the sorting oracle when its ranks ``[k_lo, k_hi]`` (where it is not
-#: constant, see :func:`selection_plan`) exceed this fraction of the losses.
-SELECT_MAX_MIDDLE = 0.5
-
-SelectionPlan = namedtuple("SelectionPlan", "n k_lo k_hi lo_w hi_w")
-SelectionPlan.__doc__ = """What the selection oracle needs of a spectrum (computed once per
-spectrum): ``sigma`` equals ``lo_w`` on the ranks ``[0, k_lo)`` and ``hi_w`` on
-``(k_hi, n)``."""
-
-
-def selection_plan(sigma):
-    """The :class:`SelectionPlan` of a spectrum, or None when it does not pay.
-
-    ``k_lo`` is the first rank where ``sigma`` changes, ``k_hi`` the rank before the last
-    change (at least ``k_lo``): a CVaR spectrum ``0, ..., 0, b, c, ..., c`` (``b`` the
-    fractional boundary entry, or ``b = c``; ``CVaR.spectrum`` makes the tail bins exactly
-    equal) has ``k_lo = k_hi = k0``, ``MaxLoss`` and a constant spectrum (``Mean``) ``n - 1``.
-    A spectrum with a few levels in a narrow band of ranks (a user ``SpectralRisk``) gets
-    ``k_lo < k_hi``: the oracle sorts only those ranks and stays exact. None when
-    ``[k_lo, k_hi]`` holds more than ``SELECT_MAX_MIDDLE`` of the ranks (ESRM, extremile:
-    sorting all losses is the sorting oracle).
-    """
-    sigma = np.asarray(sigma, dtype=np.float64)
-    n = sigma.shape[0]
-    if sigma.ndim != 1 or n == 0:
-        return None
-    change = np.flatnonzero(sigma[1:] != sigma[:-1]) + 1
-    if change.shape[0] == 0:
-        k_lo = k_hi = n - 1
-    else:
-        k_lo = int(change[0])
-        k_hi = max(k_lo, int(change[-1]) - 1)
-    if k_hi > k_lo and k_hi - k_lo + 1 > SELECT_MAX_MIDDLE * n:
-        return None
-    return SelectionPlan(n, k_lo, k_hi, float(sigma[0]), float(sigma[n - 1]))
-
-
-def _thresholds(losses, k_lo, k_hi):
-    """The order statistics ``sorted(losses)[k_lo]`` and ``[k_hi]`` by selection (NumPy's
-    introselect; ``max`` / ``min`` for the end ranks): no sort."""
-    n = losses.shape[0]
-    if k_lo == k_hi:
-        if k_lo == n - 1:
-            t = losses.max()
-        elif k_lo == 0:
-            t = losses.min()
-        else:
-            t = np.partition(losses, k_lo)[k_lo]
-        return t, t
-    buf = np.partition(losses, k_hi)
-    below = buf[:k_hi]           # a view: partitioned in place
-    below.partition(k_lo)
-    return below[k_lo], buf[k_hi]
-
-
-@njit(cache=True)
-def _select_pass(losses, u_lo, u_hi, lo_w, hi_w, mid_w, q):
-    """One branch-free pass: ``q_i = lo_w`` below ``u_lo``, ``hi_w`` above ``u_hi``,
-    ``mid_w`` in the middle ``[u_lo, u_hi]`` (and for NaN); the counts and the sums of
-    ``l_i - u_lo`` below and above, the count of ``l_i == u_lo`` and the first and last index
-    of the middle.
-    The sums run in index order (no ``fastmath`` reassociation: a SIMD reduction would make
-    the last bits depend on the array's alignment, so two calls on copies of the same losses
-    could differ)."""
-    n = losses.shape[0]
-    nlt = 0
-    ngt = 0
-    neq = 0
-    slt = 0.0
-    sgt = 0.0
-    first = n
-    last = -1
-    for i in range(n):
-        x = losses[i]
-        lt = x < u_lo
-        gt = x > u_hi
-        q[i] = hi_w if gt else (lo_w if lt else mid_w)
-        d = x - u_lo
-        slt += d if lt else 0.0
-        sgt += d if gt else 0.0
-        nlt += lt
-        ngt += gt
-        neq += x == u_lo
-        mid = not (lt or gt)
-        first = min(first, i if mid else n)
-        last = max(last, i if mid else -1)
-    return nlt, ngt, neq, slt, sgt, first, last
-
-
-@njit(cache=True)
-def _count_tie(buf, t):
-    """``#{x < t}`` and ``#{x == t}`` (one SIMD pass)."""
-    a = 0
-    m = 0
-    for i in range(buf.shape[0]):
-        x = buf[i]
-        a += x < t
-        m += x == t
-    return a, m
-
-
-@njit(cache=True)
-def _fill_tie(losses, t, w, first, last, q):
-    """``q_i = w`` where ``losses[i] == t``, within ``[first, last]``."""
-    for i in range(first, last + 1):
-        q[i] = w if losses[i] == t else q[i]
-
-
-@njit(cache=True)
-def _select_middle(losses, u_lo, u_hi, first, last, idx, vals):
-    """Indices and values of the losses in ``[u_lo, u_hi]`` (branch-free compaction of
-    ``losses[first:last + 1]``; ``idx`` and ``vals`` one longer than their count); returns
-    the count (short of the pass's when a loss is NaN)."""
-    k = 0
-    cap = idx.shape[0] - 1
-    for i in range(first, last + 1):
-        x = losses[i]
-        idx[k] = i
-        vals[k] = x
-        if k < cap:
-            k += (x >= u_lo) and (x <= u_hi)
-    return k
-
-
-@njit(cache=True)
-def _select_finish(sigma, a, idx, vals, order, u_lo, q):
-    """Weights of the middle, sorted by ``order``, at ranks ``a, a + 1, ...``: ``sigma`` by
-    rank averaged over ties, as ``_weights_sorted_ws`` (the same sums, so the same bits);
-    returns their ``sum q_i (l_i - u_lo)``."""
-    m = order.shape[0]
-    s_mid = 0.0
-    i = 0
-    while i < m:
-        x = vals[order[i]]
-        j = i + 1
-        while j < m and vals[order[j]] == x:
-            j += 1
-        w = _tie_mean(sigma, a + i, j - i)
-        for r in range(i, j):
-            q[idx[order[r]]] = w
-        s_mid += (j - i) * (w * (x - u_lo))
-        i = j
-    return s_mid
-
-
-def select_risk_weights(losses, sigma, plan, q):
-    """The ``nu = 0`` oracle by selection: writes ``q`` (original order) and returns the risk
-    value, or None (``q`` then garbage) when a loss is NaN or the value is not finite.
-
-    For a spectrum with a :class:`SelectionPlan`: ``u_lo, u_hi`` = the order statistics of
-    ranks ``k_lo, k_hi`` (``np.partition``, O(n)); losses below ``u_lo`` have ranks below
-    ``k_lo`` and get ``lo_w``, losses above ``u_hi`` ranks above ``k_hi`` and get ``hi_w``;
-    the losses in ``[u_lo, u_hi]`` (whole ties included: ranks ``[A, A + m)``,
-    ``A = #{l < u_lo}``) are sorted and get ``sigma`` by rank averaged over ties. For a CVaR
-    that middle is the tie at the quantile (one loss for distinct losses). Same weights as
-    :func:`risk_weights` (a tie below ``u_lo`` or above ``u_hi`` gets the exact common value,
-    where the sorting oracle's running-sum average can be off in the last bit); the value is
-    ``u_lo + sum_i q_i (l_i - u_lo)``, translation invariant like ``_risk_sorted`` and, each
-    side's weight multiplying its sum, a few ulps closer to the exact sum.
-    ``benchmarks/oracle_speed.py`` times it against ``np.sort``.
-    """
-    n = losses.shape[0]
-    k, lo_w, hi_w = plan.k_lo, plan.lo_w, plan.hi_w
-    if k == plan.k_hi and 0 < k < n - 1:
-        # one threshold t inside: the tie {l == t} counted on the partitioned copy, so the
-        # pass writes its weight (no second pass over a tie spread over the array)
-        buf = np.partition(losses, k)
-        t = buf[k]
-        a, m = _count_tie(buf, t)
-        if m == 0:
-            return None          # t is NaN
-        w = _tie_mean(sigma, a, m)
-        nlt, ngt, neq, slt, sgt, _, _ = _select_pass(losses, t, t, lo_w, hi_w, w, q)
-        if nlt + ngt + neq != n:
-            return None          # NaN losses
-        v = t + (lo_w * slt + hi_w * sgt)   # the tie adds exactly 0
-        return float(v) if np.isfinite(v) else None
-    u_lo, u_hi = _thresholds(losses, k, plan.k_hi)
-    if not (u_lo <= u_hi):       # NaN
-        return None
-    nlt, ngt, neq, slt, sgt, first, last = _select_pass(losses, u_lo, u_hi, lo_w, hi_w, lo_w, q)
-    m = n - nlt - ngt
-    if u_lo == u_hi:             # one tie (the max or min, or a tie over [k_lo, k_hi])
-        if neq != m:
-            return None          # NaN losses
-        _fill_tie(losses, u_lo, _tie_mean(sigma, nlt, m), first, last, q)
-        v = u_lo + (lo_w * slt + hi_w * sgt)
-        return float(v) if np.isfinite(v) else None
-    idx = np.empty(m + 1, dtype=np.int64)
-    vals = np.empty(m + 1)
-    if m == 0 or _select_middle(losses, u_lo, u_hi, first, last, idx, vals) != m:
-        return None              # NaN losses
-    order = np.argsort(vals[:m]) if m > 1 else np.zeros(1, dtype=np.int64)
-    s_mid = _select_finish(sigma, nlt, idx, vals, order, u_lo, q)
-    v = u_lo + ((lo_w * slt + hi_w * sgt) + s_mid)
-    return float(v) if np.isfinite(v) else None
-
-
 def spectral_risk_weights(losses, sigma, nu, div, q, plan=None):
-    """The oracle of ``Objective.risk_weights`` and ``risk.weights``: the selection oracle
-    (:func:`select_risk_weights`) for ``nu = 0`` when ``plan`` (the spectrum's
-    :func:`selection_plan`) is given, else, or when it declines, :func:`risk_weights`."""
-    if plan is not None and nu == 0.0 and losses.shape[0] == plan.n:
-        v = select_risk_weights(losses, sigma, plan, q)
+    """The oracle of ``Objective.risk_weights`` and ``risk.weights``. With ``plan`` (the
+    spectrum's ``selection_plan``) given: the selection oracle (``select_risk_weights``) for
+    ``nu = 0``, the box oracle (``box_select_weights``: CVaR, ``MaxLoss``) for ``nu > 0``;
+    else, or when they decline, :func:`risk_weights` (the sort)."""
+    if plan is not None and losses.shape[0] == plan.n:
+        if nu == 0.0:
+            v = select_risk_weights(losses, sigma, plan, q)
+        else:
+            v = box_select_weights(losses, sigma, plan, nu, div, q)
         if v is not None:
             return v
     return risk_weights(losses, sigma, nu, div, q)
-
 
 
 @njit(cache=True)

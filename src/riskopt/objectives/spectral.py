@@ -144,7 +144,7 @@ class Objective(LinearModelObjective):
             q = self.risk.weighted_weights(losses, self.sample_weight)
             return float(q @ losses), q
         q = np.empty(self.n)
-        plan = self._selection_plan() if self.nu == 0 else None
+        plan = self._selection_plan()
         val = _ko.spectral_risk_weights(losses, self.sigma, self.nu, self.div, q, plan)
         return val, q
 
