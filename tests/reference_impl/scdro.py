@@ -37,7 +37,8 @@ def step(W, lam, G, zl, obj, mu, eta, lo, hi, R):
     if R > 0 and np.linalg.norm(W) > R:
         W = W * (R / np.linalg.norm(W))
     if hi > lo:
-        lam = float(np.clip(lam - eta * (zl + mu * lam), lo, hi))
+        lam = float(np.clip(min(max(lam - eta * (zl + mu * lam), 0.9 * lam), lam / 0.9), lo,
+                            hi))
     return W, lam
 
 
