@@ -126,7 +126,7 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
     def _plan(self, b, sigma):
         plan = self._plans.get(b, False)
         if plan is False:
-            plan = _ko.selection_plan(sigma) if float(self.risk.shift_cost) == 0.0 else None
+            plan = _ko.selection_plan(sigma)
             if len(self._plans) > 16:
                 self._plans.clear()
             self._plans[b] = plan
