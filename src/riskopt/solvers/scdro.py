@@ -259,7 +259,7 @@ class RASCDRO(_KLBase):
     _eta_pow = 0.5
     _storm = True
 
-    def __init__(self, lr=0.1, beta=0.5, batch_size=64, stage_passes=4.0, mu=0.0,
+    def __init__(self, lr=0.1, beta=0.2, batch_size=64, stage_passes=2.0, mu=0.0,
                  radius_w=None, lam0=None, random_state=None):
         self._store(locals())
 
