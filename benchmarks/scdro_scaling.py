@@ -13,10 +13,10 @@ n = 1e4 (1.6 MB for d = 20) and come from memory at 1e6 (160 MB). Variants, same
 * ``random, no prefetch``: the kernel before this benchmark (uniform rows, each read waits);
 * ``random, prefetch`` (the default now): the next batch's rows are prefetched one step ahead
   (``scdro._prefetch_rows``, a cache hint: the same values);
-* ``sorted within batch``: the same rows in index order (no change in the result up to the
-  order of the batch sums; measures whether access order matters);
-* ``contiguous block``: each batch 64 consecutive rows from a random start (a different
-  sampling scheme, shown only as the memory-bound floor: rows stream from memory).
+* ``sorted within batch`` (with the prefetch): the same kind of rows in index order
+  (measures whether access order matters);
+* ``contiguous block`` (with the prefetch): each batch 64 consecutive rows from a random
+  start (a different sampling scheme, shown only as the floor: rows stream from memory).
 
 Ratio columns: time per step at each n over the same variant at the smallest n (the issue
 asks for <= 1.5x from 1e4 to 1e6). Writes ``results.md``, ``results.json``, ``metadata.json``.
