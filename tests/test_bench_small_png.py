@@ -63,3 +63,26 @@ def test_other_formats_and_small_false_are_matplotlib_s_own(tmp_path):
     big = _io.atomic_savefig(fig, tmp_path / "big.png", small=False, dpi=150)
     with Image.open(big) as im:
         assert im.mode in ("RGB", "RGBA")
+
+
+def test_compact_pngs_script_shrinks_a_committed_figure_in_place(tmp_path):
+    """scripts/compact_pngs.py: an old 150-dpi RGB figure becomes a palette PNG under the
+    limit (scaled down only if needed); a file already small is left byte for byte."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "compact_pngs.py"
+    spec_ = importlib.util.spec_from_file_location("compact_pngs", path)
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    fig = _busy_figure(1, 2, seed=2)
+    old = _io.atomic_savefig(fig, tmp_path / "old.png", small=False, dpi=150)
+    raw = old.read_bytes()
+    limit = len(raw) // 4
+    assert mod.main([str(old), "--limit", str(limit)]) == 0
+    new = old.read_bytes()
+    assert len(new) <= limit
+    with Image.open(old) as im:
+        assert im.mode == "P" and im.size[0] <= round(fig.get_figwidth() * 150)
+    assert mod.main([str(old), "--limit", str(limit)]) == 0
+    assert old.read_bytes() == new  # already small: untouched
