@@ -11,8 +11,9 @@ against ``np.sort(losses)`` (medians over ``--repeats`` calls, all in one proces
 ratios compare even on a loaded machine; CPU time of the process, ``time.process_time``):
 
 * sorting oracle: ``oracles.risk_weights`` (``oracles.sorted_order``: one ``np.sort`` of
-  64-bit keys = value bits with the index in the low bits, then PAV and scatter), the only
-  path for a shift cost before the box oracle by selection;
+  64-bit keys = value bits with the index in the low bits, then PAV and scatter; the KL PAV
+  in the linear domain, ``oracles._kl_weights_linear``, for a table no wider than 600
+  ``nu``), the only path for a shift cost before the box oracle by selection;
 * ``risk.weights(losses)`` and the objective path (``Objective.risk_weights``, what the solvers
   and L-BFGS call): both go through ``oracles.spectral_risk_weights``, i.e. the selection
   oracle (``np.partition``, one pass, no sort) for ``nu = 0`` and a spectrum constant below

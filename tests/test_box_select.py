@@ -154,3 +154,36 @@ def test_non_box_spectra_are_not_taken():
                  ro.Mean(shift_cost=0.5)):
         sigma = np.ascontiguousarray(risk.spectrum(n))
         assert osel.box_of(sigma, ko.selection_plan(sigma)) is None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 80),
+       kind=st.sampled_from(["continuous", "ties", "few", "offset"]),
+       spectrum=st.sampled_from(["esrm", "extremile", "cvar", "user"]),
+       log_nu=st.integers(-3, 3))
+def test_kl_linear_pav_equals_the_log_form(seed, n, kind, spectrum, log_nu):
+    """``oracles._kl_weights_linear`` (the sorting oracle's KL PAV in the linear domain) has
+    the weights of the log-domain PAV (``_weights_sorted_ws``) and of the NumPy twin, or
+    declines (a table wider than ``KL_LINEAR_RANGE nu``)."""
+    rng = np.random.default_rng(seed)
+    ls = np.sort(losses_of(rng, n, kind))
+    nu = 10.0 ** log_nu
+    sigma = {"esrm": lambda: ro.ESRM(float(rng.uniform(0.2, 5.0))).spectrum(n),
+             "extremile": lambda: ro.Extremile(float(rng.uniform(1.0, 4.0))).spectrum(n),
+             "cvar": lambda: ro.CVaR(float(rng.uniform(0.05, 1.0))).spectrum(n),
+             "user": lambda: rng.dirichlet(np.ones(n))[np.argsort(rng.random(n))]}[spectrum]()
+    sigma = np.ascontiguousarray(np.sort(sigma))
+    q, q_log = np.empty(n), np.empty(n)
+    work, iwork = np.empty(2 * n), np.empty(n, dtype=np.int64)
+    ok = ko._kl_weights_linear(ls, sigma, nu, q, work, iwork)
+    if np.ptp(ls) / nu > ko.KL_LINEAR_RANGE:
+        assert not ok
+        return
+    if not ok:              # a product near underflow: only with a tiny spectrum entry
+        assert sigma[sigma > 0].min() < 1e-200 or np.ptp(ls) / nu > 600
+        return
+    ko._weights_sorted_ws(ls, sigma, nu, ko.KL, q_log, np.empty(2 * n),
+                          np.empty(n, dtype=np.int64))
+    np.testing.assert_allclose(q, q_log, rtol=0, atol=1e-12)
+    if kind != "offset":
+        np.testing.assert_allclose(q, tw.weights(ls, sigma, nu, "kl"), rtol=0, atol=1e-12)

@@ -276,13 +276,65 @@ def _risk_weights_ordered(losses, order, sigma, nu, div, q):
     return _risk_sorted(ls, qs, nu, div)
 
 
+#: ``_kl_weights_linear`` declines when ``(max l - min l) / nu`` exceeds this.
+KL_LINEAR_RANGE = 600.0
+
+
+@njit(cache=True)
+def _kl_weights_linear(ls, sigma, nu, qs, work, iwork):
+    """The KL PAV of :func:`_weights_sorted_ws` in the linear domain, for a table no wider
+    than ``KL_LINEAR_RANGE nu``: ``e_r = exp((l_(r) - max l) / nu)`` (one exponential per
+    loss, in ``qs``; none underflows), a block keeps ``A = sum e`` and ``S = sum sigma``, two
+    blocks pool iff ``A_{k-1} / S_{k-1} >= A_k / S_k`` (cross-multiplied; a block without
+    spectrum mass always pools), and ``q_r = S_b e_r / A_b``: the same blocks as the log
+    form in exact arithmetic, no ``logaddexp`` per pool. Returns False (nothing written
+    that matters) when the table is too wide or a product leaves the normal range."""
+    n = ls.shape[0]
+    top = ls[n - 1]
+    if (top - ls[0]) / nu > KL_LINEAR_RANGE:
+        return False
+    if work.shape[0] < 2 * n or iwork.shape[0] < n:
+        return False
+    start = iwork
+    A = work[:n]
+    S = work[n:2 * n]
+    for r in range(n):
+        qs[r] = math.exp((ls[r] - top) / nu)
+    k = -1
+    for i in range(n):
+        k += 1
+        start[k] = i
+        A[k] = qs[i]
+        S[k] = sigma[i]
+        while k >= 1:
+            if S[k - 1] != 0.0:            # a block without spectrum mass is always pooled
+                if S[k] == 0.0:
+                    break
+                lhs = A[k - 1] * S[k]
+                rhs = A[k] * S[k - 1]
+                if not (lhs > 1e-290 and rhs > 1e-290):
+                    return False           # too close to underflow: the log form decides
+                if lhs < rhs:
+                    break
+            A[k - 1] += A[k]
+            S[k - 1] += S[k]
+            k -= 1
+    for b in range(k + 1):
+        end = start[b + 1] if b < k else n
+        f = S[b] / A[b]
+        for r in range(start[b], end):
+            qs[r] = f * qs[r]
+    return True
+
+
 @njit(cache=True)
 def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
     """:func:`_risk_weights_ordered` given the sorted losses ``ls = losses[order]`` too;
     ``qs`` (length n), ``work`` and ``iwork`` are scratch space (see :func:`_weights_sorted_ws`)."""
     n = ls.shape[0]
     if nu != 0.0:
-        _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
+        if not (div == KL and _kl_weights_linear(ls, sigma, nu, qs, work, iwork)):
+            _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
         for r in range(n):
             q[order[r]] = qs[r]
         return _risk_sorted(ls, qs, nu, div)
