@@ -7,32 +7,43 @@ at the previous iterate (ASCDRO and the MSVR methods). This is the part of the D
 that no communication design can remove.
 
 SGD and the optimizers are timed in interleaved blocks of ``--steps`` steps, and the best of
-``--repeats`` blocks counts. The machine is shared, so compare ratios within one run only.
-Output: ``benchmarks/results/torch_optim_step_cost/`` (JSON and Markdown).
+``--repeats`` blocks counts, in wall time and in the process' CPU time. The machine is shared,
+so compare ratios within one run only. Output: ``benchmarks/results/torch_optim_step_cost/``
+(JSON and Markdown).
+
+``--ab BEFORE_SRC AFTER_SRC`` compares two source trees (e.g. ``git archive REV src | tar -x
+-C /tmp/before``): ``--rounds`` rounds, each measuring BEFORE then AFTER in fresh processes
+(alternating, so both see the same load), and reports the median over rounds of each
+optimizer's ratio to SGD (measured in the same process) for each tree
+(``results_ab.json`` / ``results_ab.md``).
 
 Usage::
 
     python benchmarks/torch_optim_step_cost.py [--steps 30] [--repeats 6]
+    python benchmarks/torch_optim_step_cost.py --ab /tmp/before/src src --rounds 5
 """
 import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from riskopt.bench._io import atomic_write_json, atomic_write_text
-from riskopt.torch.optim import _drive as D
 
 OUT = Path(__file__).resolve().parent / "results" / "torch_optim_step_cost"
 ROWS = ["scdro", "ascdro", "pgsmd2", "sonex", "sonx", "sox", "alexr2", "ooa"]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--repeats", type=int, default=6)
-    ap.add_argument("--batch", type=int, default=256)
-    args = ap.parse_args()
+def measure(steps, repeats, batch):
+    """``{name: (best wall s / step, best CPU s / step)}`` for SGD and every row."""
+    from riskopt.torch.optim import _drive as D
+
     torch.set_num_threads(1)
     n = 4096
     X, y, groups, module = D.make_problem(n=n, d=64, hidden=256, dtype=torch.float32)
@@ -40,7 +51,7 @@ def main():
     sgd = torch.optim.SGD(module.parameters(), lr=1e-4)
 
     def sgd_step():
-        idx = torch.randint(0, n, (args.batch,), generator=gen)
+        idx = torch.randint(0, n, (batch,), generator=gen)
         sgd.zero_grad()
         (0.5 * (module(X[idx])[:, 0] - y[idx]) ** 2).mean().backward()
         sgd.step()
@@ -51,18 +62,83 @@ def main():
         kind = D.ROWS[name][2]
         steppers[name] = (lambda o, k: lambda: D.drive_step(
             k, o, module, module, X, y, groups,
-            torch.randint(0, n, (args.batch,), generator=gen)))(opt, kind)
-    best = {k: float("inf") for k in steppers}
+            torch.randint(0, n, (batch,), generator=gen)))(opt, kind)
+    best = {k: [float("inf"), float("inf")] for k in steppers}
     for f in steppers.values():
         for _ in range(3):
             f()
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for k, f in steppers.items():
-            t0 = time.perf_counter()
-            for _ in range(args.steps):
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(steps):
                 f()
-            best[k] = min(best[k], (time.perf_counter() - t0) / args.steps)
-    rows = [{"optimizer": k, "ms_per_step": 1e3 * v, "ratio_to_sgd": v / best["sgd"]}
+            best[k][0] = min(best[k][0], (time.perf_counter() - t0) / steps)
+            best[k][1] = min(best[k][1], (time.process_time() - c0) / steps)
+    return best
+
+
+def ab(args):
+    """Alternate BEFORE / AFTER trees in fresh processes; medians over rounds."""
+    trees = {"before": str(Path(args.ab[0]).resolve()), "after": str(Path(args.ab[1]).resolve())}
+    runs = {k: [] for k in trees}
+    for r in range(args.rounds):
+        for label, src in trees.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) / "m.json"
+                env = dict(os.environ, PYTHONPATH=src)
+                subprocess.run([sys.executable, __file__, "--measure-to", str(out), "--steps",
+                                str(args.steps), "--repeats", str(args.repeats), "--batch",
+                                str(args.batch)], env=env, check=True)
+                runs[label].append(json.loads(out.read_text()))
+            print(f"round {r + 1}/{args.rounds} {label} done", flush=True)
+    rows = []
+    for name in ["sgd", *ROWS]:
+        row = {"optimizer": name}
+        for label in trees:
+            for j, kind in enumerate(("wall", "cpu")):
+                ratios = [m[name][j] / m["sgd"][j] for m in runs[label]]
+                row[f"{label}_{kind}_ratio"] = statistics.median(ratios)
+                row[f"{label}_{kind}_ms"] = 1e3 * statistics.median(m[name][j]
+                                                                    for m in runs[label])
+        rows.append(row)
+    meta = {"model": "MLP 64-256-1 float32", "batch": args.batch, "threads": 1,
+            "steps": args.steps, "repeats": args.repeats, "rounds": args.rounds,
+            "trees": trees, "torch": torch.__version__, "load": os.getloadavg(),
+            "note": "2 shared CPU cores, loaded machine; medians over rounds of the ratio "
+                    "to SGD measured in the same process"}
+    atomic_write_json(OUT / "results_ab.json", {"meta": meta, "rows": rows, "runs": runs})
+    md = [f"# Optimizer step cost, before / after (`python benchmarks/torch_optim_step_cost.py "
+          f"--ab BEFORE AFTER --rounds {args.rounds} --steps {args.steps} --repeats "
+          f"{args.repeats}`)", "",
+          f"{meta['model']}, batch {args.batch}, 1 thread; each round measures both trees in "
+          f"fresh processes (best of {args.repeats} interleaved blocks of {args.steps} steps); "
+          f"medians over {args.rounds} rounds. Load average at the end: "
+          f"{meta['load'][0]:.1f}: ratios only.", "",
+          "| optimizer | x SGD wall, before | after | x SGD CPU, before | after |",
+          "|---|---|---|---|---|"]
+    md += [f"| {r['optimizer']} | {r['before_wall_ratio']:.2f} | {r['after_wall_ratio']:.2f} | "
+           f"{r['before_cpu_ratio']:.2f} | {r['after_cpu_ratio']:.2f} |" for r in rows]
+    atomic_write_text(OUT / "results_ab.md", "\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--ab", nargs=2, metavar=("BEFORE_SRC", "AFTER_SRC"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--measure-to", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.ab:
+        return ab(args)
+    best = measure(args.steps, args.repeats, args.batch)
+    if args.measure_to:
+        Path(args.measure_to).write_text(json.dumps(best))
+        return None
+    rows = [{"optimizer": k, "ms_per_step": 1e3 * v[0], "ratio_to_sgd": v[0] / best["sgd"][0],
+             "cpu_ms_per_step": 1e3 * v[1], "cpu_ratio_to_sgd": v[1] / best["sgd"][1]}
             for k, v in best.items()]
     meta = {"model": "MLP 64-256-1 float32", "batch": args.batch, "threads": 1,
             "steps": args.steps, "repeats": args.repeats, "torch": torch.__version__,
@@ -72,11 +148,13 @@ def main():
           f"--steps {args.steps} --repeats {args.repeats}`)", "",
           f"{meta['model']}, batch {args.batch}, 1 thread, best of {args.repeats} interleaved "
           "blocks. Machine loaded: ratios only.", "",
-          "| optimizer | ms / step | x SGD |", "|---|---|---|"]
-    md += [f"| {r['optimizer']} | {r['ms_per_step']:.2f} | {r['ratio_to_sgd']:.2f} |"
-           for r in rows]
+          "| optimizer | ms / step | x SGD | CPU ms / step | x SGD (CPU) |",
+          "|---|---|---|---|---|"]
+    md += [f"| {r['optimizer']} | {r['ms_per_step']:.2f} | {r['ratio_to_sgd']:.2f} | "
+           f"{r['cpu_ms_per_step']:.2f} | {r['cpu_ratio_to_sgd']:.2f} |" for r in rows]
     atomic_write_text(OUT / "results.md", "\n".join(md) + "\n")
     print("\n".join(md))
+    return None
 
 
 if __name__ == "__main__":

@@ -127,6 +127,11 @@ class GuardMixin:
         if group is None:
             cols = [c.detach().reshape(-1).to(device, torch.float64) for c in columns]
             b = int(cols[0].numel()) if cols else 0
+            if len(cols) == 1:       # no stack; a copy only where ``to`` aliased the input
+                c = cols[0]
+                if b and c.data_ptr() == columns[0].data_ptr():
+                    c = c.clone()
+                return c.unsqueeze(1), [b], 0
             table = torch.stack(cols, 1) if cols else torch.zeros((b, 0), dtype=torch.float64,
                                                                   device=device)
             return table, [b], 0
@@ -281,6 +286,14 @@ class GuardMixin:
             self._g = g = {k: torch.as_tensor(v, dtype=_G_TYPES[k][1]).to(device)
                            for k, v in g.items()}
         return g
+
+    @staticmethod
+    def _closure(closure):
+        """The loss of ``step``'s optional closure (evaluated with gradients), or None."""
+        if closure is None:
+            return None
+        with torch.enable_grad():
+            return closure()
 
     def _end_step(self):
         self._g_steps += 1

@@ -193,20 +193,29 @@ class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
         if t.ndim != 1:
             raise ValueError(f"indices must be 1-D, got shape {tuple(t.shape)}")
         t = t.to(device=self.device, dtype=torch.int64)
-        if t.numel() and bool(((t < 0) | (t >= self.n_indices)).any()):
+        if t.numel() and not self._in_range(t):
             bad = t[(t < 0) | (t >= self.n_indices)][:5].tolist()
             raise ValueError(f"indices out of range [0, {self.n_indices}): {bad}")
         return t
+
+    def _in_range(self, t):
+        """Whether every index of ``t`` (non-empty) is in ``[0, n_indices)``: one reduction."""
+        lo, hi = torch.aminmax(t)
+        return int(lo) >= 0 and int(hi) < self.n_indices
 
     def gather(self, name, indices):
         """Rows ``indices`` of the table ``name`` (a copy)."""
         return self.indexed_state(name).index_select(0, indices)
 
-    def scatter(self, name, indices, values):
-        """Write ``values`` into rows ``indices`` of the table ``name`` (last occurrence wins)."""
+    def scatter(self, name, indices, values, distinct=False):
+        """Write ``values`` into rows ``indices`` of the table ``name`` (last occurrence wins;
+        ``distinct=True``: the caller knows the indices are distinct, one copy)."""
         table = self.indexed_state(name)
         values = torch.as_tensor(values, device=table.device).to(table.dtype)
         values = values.expand(indices.shape[0], *table.shape[1:])
+        if distinct:
+            table.index_copy_(0, indices, values)
+            return
         pos = _last_occurrence(indices)
         table.index_copy_(0, indices[pos], values[pos])
 
@@ -229,10 +238,7 @@ class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
         -------
         The closure's loss, or None.
         """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self._closure(closure)
         self._sync_device()
         self._update(self.check_indices(indices), **batch)
         self._end_step()

@@ -390,8 +390,8 @@ class _FCCOBase(IndexedStateOptimizer):
             if use_prev:
                 new = new + self._gp() * (now - merged[1].to(table.dtype))
             new = torch.where(seen, new, now)
-            self.scatter("u", I, new)
-            self.scatter("seen", I, True)
+            self.scatter("u", I, new, distinct=True)      # I: distinct (checked / unique)
+            self.scatter("seen", I, True, distinct=True)
             lam = self.smoothing
             if self._s is not None:
                 s_now = self._s.detach().to(table.dtype)
@@ -437,11 +437,22 @@ class _FCCOBase(IndexedStateOptimizer):
         else:
             p.sub_(v, alpha=lr)
 
+    def _moment_steps(self, params, G, lr, beta, t):
+        """:meth:`_moment_step` for a list of parameters: one fused (foreach) call per op
+        for the momentum update, the same numbers."""
+        if not params:
+            return
+        if self.update == "adam":
+            for p, g in zip(params, G):
+                self._moment_step(p, g, lr, beta, t)
+            return
+        vs = [self.state[p]["v"] for p in params]
+        torch._foreach_mul_(vs, 1.0 - beta)
+        torch._foreach_add_(vs, G, alpha=beta)
+        torch._foreach_add_(params, vs, alpha=-lr)
+
     def _begin_step(self, closure):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self._closure(closure)
         if self._pending is None or self._pending is False:
             raise RuntimeError("call opt.surrogate(indices, g_now, ...).backward() before "
                                "opt.step()")
@@ -531,12 +542,12 @@ class SONEX(_FCCOBase):
         loss = self._begin_step(closure)
         self._t += 1
         for group in self.param_groups:
-            for p in group["params"]:
-                self.state[p]["prev"].copy_(p)
-                if p.grad is None:
-                    continue
-                G = p.grad + group["weight_decay"] * p if group["weight_decay"] else p.grad
-                self._moment_step(p, G, group["lr"], group["beta"], self._t)
+            params = group["params"]
+            torch._foreach_copy_([self.state[p]["prev"] for p in params], params)
+            live = [p for p in params if p.grad is not None]
+            wd = group["weight_decay"]
+            G = [p.grad + wd * p for p in live] if wd else [p.grad for p in live]
+            self._moment_steps(live, G, group["lr"], group["beta"], self._t)
         self._pending = None
         self._end_step()
         return loss

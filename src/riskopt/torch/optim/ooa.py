@@ -149,20 +149,17 @@ class OOA(IndexedStateOptimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """SGD step on the parameters, then the projected ascent step on ``p``."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self._closure(closure)
         if self._pending is None:
             raise RuntimeError("call opt.surrogate(indices, group_losses).backward() first")
         self._sync_device()
         idx, L = self._pending
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                G = p.grad + group["weight_decay"] * p if group["weight_decay"] else p.grad
-                p.sub_(G, alpha=group["lr"])
+            live = [p for p in group["params"] if p.grad is not None]
+            wd = group["weight_decay"]
+            if live:           # one fused (foreach) call: p <- p - lr (grad + wd p)
+                G = [p.grad + wd * p for p in live] if wd else [p.grad for p in live]
+                torch._foreach_add_(live, G, alpha=-group["lr"])
         table = self.indexed_state("p")
         x = table.clone().index_add_(0, idx, self.dual_lr * (self.n_indices / idx.numel()) * L)
         table.copy_(project_capped_simplex(x, self.cap))
