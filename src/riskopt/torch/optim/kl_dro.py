@@ -431,27 +431,35 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
                 if q.grad is None:
                     q.grad = torch.zeros_like(q)
             all_reduce_mean_([q.grad for q in self._prev], group)
+        scalars = {}        # s_old, s and lambda in each work dtype (converted once)
+
+        def in_dtype(wdt):
+            if wdt not in scalars:
+                scalars[wdt] = (s_old.to(wdt), sc["s"].to(wdt), lam.to(wdt))
+            return scalars[wdt]
+
         for p, q in zip(self._params, self._prev):
             if p.grad is None:
                 continue
             st = self.state[p]
             wdt = _work_dtype(p)
+            s_o, s_now, _ = in_dtype(wdt)
             g = p.grad.detach().to(wdt)
             if not self._started or "v_over_s" not in st or restart:
                 v = g
             else:
                 gp = q.grad.to(wdt) if q.grad is not None else torch.zeros_like(g)
-                v = g + (1 - beta) * (st["v_over_s"] * s_old.to(wdt) - gp)
-            st["v_over_s"] = v / sc["s"].to(wdt)
+                v = g + (1 - beta) * (st["v_over_s"] * s_o - gp)
+            st["v_over_s"] = v / s_now
         rho = 0.0 if self.radius is None else self.radius
         zl = lam * sc["u"] / sc["s"] + torch.log(sc["s"]) + sc["m"] + rho
+        torch._foreach_copy_(self._prev, self._params)      # the previous iterate
         for p, q in zip(self._params, self._prev):
-            q.detach_().copy_(p)
-            q.requires_grad_(True)
             q.grad = None
             if p.grad is not None:
-                step = lam.to(_work_dtype(p)) * self.state[p]["v_over_s"]
-                p.add_(step.to(p.dtype) + self.mu * p, alpha=-lr)
+                step = in_dtype(_work_dtype(p))[2] * self.state[p]["v_over_s"]
+                step = step.to(p.dtype)
+                p.add_(step + self.mu * p if self.mu else step, alpha=-lr)
         sc["lam_prev"] = lam.clone()
         if self.lam_max > self.shift_cost:
             sc["lam"] = (lam - lr * (zl + self.mu * lam)).clamp(self.shift_cost, self.lam_max)
