@@ -13,7 +13,8 @@ block of each counts) and report
 * the wall time spent in those collectives per step (mean over all steps, waiting for the
   slower rank included: an upper bound of what the communication costs);
 * the best block's step time, and its ratio to plain DDP + SGD's (the goal of issue 27: at most
-  1.5 at batch 256 per rank);
+  1.5 at batch 256 per rank), with the ratio of the median blocks and of rank 0's CPU time per
+  step (median; the waits for the other rank excluded), which the machine's load moves less;
 * the same optimizer with ``process_group=False`` (no gather: the local, inexact state),
   so that ``time / time_local`` isolates what the gathers cost. The optimizers' own extra
   work (ASCDRO's and the MSVR methods' second forward pass at the previous iterate) is in
@@ -25,9 +26,12 @@ one run only. Output: ``benchmarks/results/torch_ddp_comm/`` (JSON and Markdown)
 Usage::
 
     python benchmarks/torch_ddp_comm.py [--batch 256] [--steps 10] [--repeats 4] [--hidden 256]
+        [--out DIR]
 """
 import argparse
 import multiprocessing
+import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -44,16 +48,18 @@ WORLD = 2
 
 
 def _timed(step, steps, warmup=3):
-    """Seconds per step of a block of ``steps`` steps between two barriers (both ranks start
-    together; the block ends with the slower), after ``warmup`` steps."""
+    """``(wall, cpu)`` seconds per step of a block of ``steps`` steps between two barriers
+    (both ranks start together; the block ends with the slower), after ``warmup`` steps;
+    ``cpu``: this process' CPU time (the waits for the other rank excluded)."""
     for _ in range(warmup):
         step()
     dist.barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
+    c1 = time.process_time()
     dist.barrier()
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, (c1 - c0) / steps
 
 
 def _worker(rank, path, args):
@@ -78,26 +84,31 @@ def _worker(rank, path, args):
         (0.5 * (ddp(X[idx])[:, 0] - y[idx]) ** 2).mean().backward()
         sgd.step()
 
-    out["sgd"] = {"time": float("inf"), "calls": 0.0, "bytes": 0.0}
+    blocks = {"sgd": []}      # (wall, cpu) per block
     for name in ROWS:
         kind = D.ROWS[name][2]
         opts = {mode: D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
                                        process_group=pg, on_divergence="ignore")
                 for mode, pg in (("local", False), ("exact", None))}
-        best = {"local": float("inf"), "exact": float("inf")}
+        for mode in opts:
+            blocks[f"{name}/{mode}"] = []
         for _ in range(args.repeats):    # interleaved: the machine's load drifts
-            out["sgd"]["time"] = min(out["sgd"]["time"], _timed(sgd_step, args.steps))
+            blocks["sgd"].append(_timed(sgd_step, args.steps))
             for mode, opt in opts.items():
-                best[mode] = min(best[mode], _timed(
+                blocks[f"{name}/{mode}"].append(_timed(
                     lambda: D.drive_step(kind, opt, ddp, module, X, y, groups, local_batch()),
                     args.steps))
         for mode, opt in opts.items():
             g = opt._gatherer
             total = args.repeats * (args.steps + 3)
             out[f"{name}/{mode}"] = {
-                "time": best[mode], "calls": 0.0 if g is None else g.calls / total,
+                "calls": 0.0 if g is None else g.calls / total,
                 "bytes": 0.0 if g is None else g.bytes / total,
                 "gather_s": 0.0 if g is None else g.seconds / total}
+    for key, got in blocks.items():
+        wall, cpu = zip(*got)
+        out.setdefault(key, {"calls": 0.0, "bytes": 0.0, "gather_s": 0.0}).update(
+            time=min(wall), median=statistics.median(wall), cpu=statistics.median(cpu))
     if rank == 0:
         torch.save(out, f"{path}/out.pt")
     dist.destroy_process_group()
@@ -110,6 +121,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--out", default=str(OUT), help="results folder (default: %(default)s)")
     args = ap.parse_args()
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     with tempfile.TemporaryDirectory() as path:
@@ -117,35 +129,44 @@ def main():
                                               start_method=method)
         out = torch.load(f"{path}/out.pt", weights_only=True)
     n_params = args.d * args.hidden + 2 * args.hidden + 1
-    base = out["sgd"]["time"]
-    rows = [{"optimizer": "SGD (plain DDP)", "ms_per_step": 1e3 * base, "ratio_to_sgd": 1.0,
-             "ratio_exact_to_local": None, "collectives_per_step": 0.0,
-             "bytes_per_step": 0.0, "gather_ms_per_step": 0.0}]
-    for name in ROWS:
-        ex, lo = out[f"{name}/exact"], out[f"{name}/local"]
-        rows.append({"optimizer": name, "ms_per_step": 1e3 * ex["time"],
-                     "ratio_to_sgd": ex["time"] / base,
-                     "ratio_exact_to_local": ex["time"] / lo["time"],
-                     "collectives_per_step": ex["calls"], "bytes_per_step": ex["bytes"],
-                     "gather_ms_per_step": 1e3 * ex["gather_s"]})
+    sgd = out["sgd"]
+
+    def row(label, ex, lo=None):
+        return {"optimizer": label, "ms_per_step": 1e3 * ex["time"],
+                "ratio_to_sgd": ex["time"] / sgd["time"],
+                "median_ratio_to_sgd": ex["median"] / sgd["median"],
+                "cpu_ms_per_step": 1e3 * ex["cpu"], "cpu_ratio_to_sgd": ex["cpu"] / sgd["cpu"],
+                "ratio_exact_to_local": None if lo is None else ex["time"] / lo["time"],
+                "collectives_per_step": ex["calls"], "bytes_per_step": ex["bytes"],
+                "gather_ms_per_step": 1e3 * ex["gather_s"]}
+
+    rows = [row("SGD (plain DDP)", sgd)]
+    rows += [row(name, out[f"{name}/exact"], out[f"{name}/local"]) for name in ROWS]
     meta = {"batch_per_rank": args.batch, "world": WORLD, "backend": "gloo",
             "model": f"MLP {args.d}-{args.hidden}-1 float32 ({n_params} parameters)",
             "ddp_allreduce_bytes_per_step": 4 * n_params, "steps": args.steps,
-            "torch": torch.__version__, "note": "2 shared CPU cores, loaded machine"}
-    atomic_write_json(OUT / "results.json", {"meta": meta, "rows": rows})
+            "torch": torch.__version__, "load": os.getloadavg(),
+            "note": "2 shared CPU cores, loaded machine"}
+    out_dir = Path(args.out)
+    atomic_write_json(out_dir / "results.json", {"meta": meta, "rows": rows})
     md = [f"# DDP communication per step (`python benchmarks/torch_ddp_comm.py --batch "
           f"{args.batch} --steps {args.steps} --repeats {args.repeats}`)", "",
           f"{meta['model']}, {WORLD} gloo ranks x {args.batch} rows; DDP's own all-reduce: "
-          f"{4 * n_params} bytes per step. Machine loaded (2 shared cores): ratios only.", "",
-          "| optimizer | ms / step | x plain DDP+SGD | x same optimizer without gather | "
-          "optimizer collectives / step | gathered bytes / step | ms / step in the gathers "
-          "(mean, waits included) |", "|---|---|---|---|---|---|---|"]
+          f"{4 * n_params} bytes per step. Machine loaded (2 shared cores, load average "
+          f"{meta['load'][0]:.1f} at the end): ratios only. Best and median wall time of "
+          f"{args.repeats} interleaved blocks; CPU: rank 0's process time (median), the "
+          "waits for the other rank excluded.", "",
+          "| optimizer | ms / step (best) | x plain DDP+SGD (best) | x (median) | x (CPU) | "
+          "x same optimizer without gather | optimizer collectives / step | gathered bytes / "
+          "step | ms / step in the gathers (mean, waits included) |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         loc = "-" if r["ratio_exact_to_local"] is None else f"{r['ratio_exact_to_local']:.2f}"
         md.append(f"| {r['optimizer']} | {r['ms_per_step']:.2f} | {r['ratio_to_sgd']:.2f} | "
+                  f"{r['median_ratio_to_sgd']:.2f} | {r['cpu_ratio_to_sgd']:.2f} | "
                   f"{loc} | {r['collectives_per_step']:.2f} | {r['bytes_per_step']:.0f} | "
                   f"{r['gather_ms_per_step']:.3f} |")
-    atomic_write_text(OUT / "results.md", "\n".join(md) + "\n")
+    atomic_write_text(out_dir / "results.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

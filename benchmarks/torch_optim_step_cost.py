@@ -106,19 +106,27 @@ def ab(args):
             "trees": trees, "torch": torch.__version__, "load": os.getloadavg(),
             "note": "2 shared CPU cores, loaded machine; medians over rounds of the ratio "
                     "to SGD measured in the same process"}
-    atomic_write_json(OUT / "results_ab.json", {"meta": meta, "rows": rows, "runs": runs})
-    md = [f"# Optimizer step cost, before / after (`python benchmarks/torch_optim_step_cost.py "
-          f"--ab BEFORE AFTER --rounds {args.rounds} --steps {args.steps} --repeats "
-          f"{args.repeats}`)", "",
-          f"{meta['model']}, batch {args.batch}, 1 thread; each round measures both trees in "
-          f"fresh processes (best of {args.repeats} interleaved blocks of {args.steps} steps); "
-          f"medians over {args.rounds} rounds. Load average at the end: "
-          f"{meta['load'][0]:.1f}: ratios only.", "",
-          "| optimizer | x SGD wall, before | after | x SGD CPU, before | after |",
-          "|---|---|---|---|---|"]
-    md += [f"| {r['optimizer']} | {r['before_wall_ratio']:.2f} | {r['after_wall_ratio']:.2f} | "
-           f"{r['before_cpu_ratio']:.2f} | {r['after_cpu_ratio']:.2f} |" for r in rows]
-    atomic_write_text(OUT / "results_ab.md", "\n".join(md) + "\n")
+    _write("results_ab", {"meta": meta, "rows": rows, "runs": runs}, [
+        f"# Optimizer step cost, before / after (`python benchmarks/torch_optim_step_cost.py "
+        f"--ab BEFORE AFTER --rounds {args.rounds} --steps {args.steps} --repeats "
+        f"{args.repeats}`)", "",
+        f"{meta['model']}, batch {args.batch}, 1 thread; each round measures both trees in "
+        f"fresh processes (best of {args.repeats} interleaved blocks of {args.steps} steps); "
+        f"medians over {args.rounds} rounds. Load average at the end: "
+        f"{meta['load'][0]:.1f}: ratios only."],
+        [("x SGD wall, before", "before_wall_ratio"), ("after", "after_wall_ratio"),
+         ("x SGD CPU, before", "before_cpu_ratio"), ("after", "after_cpu_ratio")])
+
+
+def _write(stem, payload, head, columns):
+    """``stem``.json (the payload) and ``stem``.md: the ``head`` lines, then a table of the
+    payload's rows (``columns``: (header, key) pairs)."""
+    atomic_write_json(OUT / f"{stem}.json", payload)
+    md = [*head, "", "| optimizer | " + " | ".join(c for c, _ in columns) + " |",
+          "|---|" + "---|" * len(columns)]
+    md += ["| " + " | ".join([r["optimizer"], *(f"{r[k]:.2f}" for _, k in columns)])
+           + " |" for r in payload["rows"]]
+    atomic_write_text(OUT / f"{stem}.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 
@@ -143,17 +151,13 @@ def main():
     meta = {"model": "MLP 64-256-1 float32", "batch": args.batch, "threads": 1,
             "steps": args.steps, "repeats": args.repeats, "torch": torch.__version__,
             "note": "2 shared CPU cores, loaded machine"}
-    atomic_write_json(OUT / "results.json", {"meta": meta, "rows": rows})
-    md = [f"# Optimizer step cost, one process (`python benchmarks/torch_optim_step_cost.py "
-          f"--steps {args.steps} --repeats {args.repeats}`)", "",
-          f"{meta['model']}, batch {args.batch}, 1 thread, best of {args.repeats} interleaved "
-          "blocks. Machine loaded: ratios only.", "",
-          "| optimizer | ms / step | x SGD | CPU ms / step | x SGD (CPU) |",
-          "|---|---|---|---|---|"]
-    md += [f"| {r['optimizer']} | {r['ms_per_step']:.2f} | {r['ratio_to_sgd']:.2f} | "
-           f"{r['cpu_ms_per_step']:.2f} | {r['cpu_ratio_to_sgd']:.2f} |" for r in rows]
-    atomic_write_text(OUT / "results.md", "\n".join(md) + "\n")
-    print("\n".join(md))
+    _write("results", {"meta": meta, "rows": rows}, [
+        f"# Optimizer step cost, one process (`python benchmarks/torch_optim_step_cost.py "
+        f"--steps {args.steps} --repeats {args.repeats}`)", "",
+        f"{meta['model']}, batch {args.batch}, 1 thread, best of {args.repeats} interleaved "
+        "blocks. Machine loaded: ratios only."],
+        [("ms / step", "ms_per_step"), ("x SGD", "ratio_to_sgd"),
+         ("CPU ms / step", "cpu_ms_per_step"), ("x SGD (CPU)", "cpu_ratio_to_sgd")])
     return None
 
 

@@ -193,6 +193,23 @@ def kind_divergence(tmp):
             _run_flag(ro.solvers.get(name, lr=lr, random_state=0), o, 20))
 
 
+def kind_torch_divergence(tmp):
+    # the torch optimizers judged against their start (the cases of the common table's
+    # test_the_issues_rising_runs_are_flagged, through its driver)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import test_torch_optim_common as table
+
+    for case in [("sonx", 1.0, "group", 120, 1.7), ("alexr2", 10.0, "group", 40, 1.0),
+                 ("sonex", 10.0, "constrained", 40, 1.0), ("sonx", 0.1, "group", 120, 1.7),
+                 ("alexr2", 0.1, "group", 40, 1.0), ("sonex", 1.0, "constrained", 40, 1.0)]:
+        ratio, caught = table._fcco_run(*case)
+        what = "group DRO" if case[2] == "group" else "a constrained problem"
+        row("torch divergence", f"torch {case[0].upper()} lr={case[1]:g} on {what}",
+            f"F_end / F(0) = {ratio:.3g}; " + ("flagged (DivergenceWarning: "
+                                               f"{str(caught[0].message)[:60]}...)"
+                                               if caught else "NOT flagged"))
+
+
 def kind_degenerate(tmp):
     import riskopt as ro
 
@@ -275,6 +292,7 @@ def kind_errors(tmp):
 
 
 KINDS = {"model": kind_model, "spec": kind_spec, "fstar": kind_fstar, "divergence": kind_divergence,
+         "torch_divergence": kind_torch_divergence,
          "degenerate": kind_degenerate, "errors": kind_errors}
 
 

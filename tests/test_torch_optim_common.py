@@ -429,7 +429,7 @@ def _fcco_run(name, lr, problem, steps, c=1.0):
 
 
 @pytest.mark.parametrize("name,lr,problem,steps,c", [
-    ("sonx", 1.0, "group", 120, 1.7),        # ends ~15x above F(0)
+    ("sonx", 1.0, "group", 120, 1.7),        # ends ~7x above F(0)
     ("alexr2", 10.0, "group", 40, 1.0),
     ("sonex", 10.0, "constrained", 40, 1.0)])
 def test_the_issues_rising_runs_are_flagged(name, lr, problem, steps, c):
