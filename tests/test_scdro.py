@@ -1,5 +1,8 @@
 """SCDRO-family solvers on KL-DRO: convergence to the exact optimum and their guards (the
 step-by-step comparisons with the NumPy twins are rows of tests/test_solvers_common.py)."""
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -80,16 +83,13 @@ def test_storm_estimators_survive_lambda_jumps():
         assert res.diverged or np.all(np.isfinite(res.coef))
 
 
-FRESH = [(2000, 5, 0.2, 0.01), (5000, 10, 0.5, 0.001), (3000, 20, 0.1, 0.01)]
-
-
-def fresh_problem(seed, n, d, radius, l2):
-    """A strongly convex logistic KL-DRO problem with scaled features (not the fixture's)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d)) * rng.uniform(0.5, 2.0, size=d)
-    y = (X @ rng.normal(size=d) + rng.normal(size=n) > 0).astype(float)
-    return ro.Objective("logistic", ro.KLDRO(radius=radius), X, y, l2_reg=l2,
-                        fit_intercept=True)
+def _kl_defaults():
+    """``benchmarks/kl_defaults.py``: its fresh problems, ``problem(seed, *shape)``."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "kl_defaults.py"
+    spec = importlib.util.spec_from_file_location("kl_defaults", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.mark.slow
@@ -99,10 +99,11 @@ def test_defaults_on_fresh_problems(name, updates):
     ``lambda*``, among them): no run diverges (before ``scdro.LAM_FACTOR`` RSCDRO ended at
     ``lambda``'s lower bound on that shape, relative gap up to 1.0), and the typical run is
     within 1e-3 of the exact optimum (the issue asks it of every run: not met yet)."""
+    bench = _kl_defaults()
     gaps = []
     for seed in (11, 12):
-        for shape in FRESH:
-            obj = fresh_problem(seed, *shape)
+        for shape in bench.SHAPES:
+            obj = bench.problem(seed, *shape)
             ref = obj.reference_solution()
             res = ro.solvers.get(name, random_state=seed).run(obj, updates)
             gaps.append((res.value - ref.value) / ref.value)
