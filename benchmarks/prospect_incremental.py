@@ -252,24 +252,26 @@ def _warm_jit(name, cost):
 
 def estimate_pass(s, obj, state, idx, budget, clock=CLOCK):
     """CPU seconds of the pass over ``idx`` from ``state``: the whole pass when a probe
-    predicts it within ``budget`` seconds, else estimated from two partial passes of m and 2m
-    steps from the same state (their difference is the per-step cost, the rest the O(n)
-    set-up of a pass): ``(seconds, exact?, (state after, counters) or None)``."""
+    predicts it within ``budget`` seconds, else estimated from a pass of one step (the O(n)
+    set-up of a pass, ``t1``) and one of ``m`` steps from the same state: ``t1 + (n - 1)
+    (t_m - t1) / (m - 1)`` (``t_m / m`` per step if the difference is not positive), with
+    ``m`` sized for ~``budget / 4`` seconds: ``(seconds, exact?, (state after, counters) or
+    None)``. An estimate assumes the first ``m`` steps cost what the rest do."""
     n = idx.shape[0]
-    m = min(n, 200)
-    t1 = timed_update(s, obj, state, idx[:m], clock)[1]
-    t2 = timed_update(s, obj, state, idx[:2 * m], clock)[1] if 2 * m <= n else t1
-    per = max((t2 - t1) / m, 1e-9) if 2 * m <= n else t1 / m
-    pred = max(t1 - m * per, 0.0) + n * per
+
+    def predict(m):
+        t1 = timed_update(s, obj, state, idx[:1], clock)[1]
+        tm = timed_update(s, obj, state, idx[:m], clock)[1]
+        per = (tm - t1) / (m - 1) if tm > t1 else tm / m
+        return t1 + (n - 1) * per, t1, per
+
+    m = min(n, max(400, n // 50))  # long enough that the steps outweigh the set-up's noise
+    pred, t1, per = predict(m)
     if pred <= budget:
         out, sec, st = timed_update(s, obj, state, idx, clock)
         return sec, True, (out, st)
-    m = max(m, int(m * budget / (4 * pred) * n / m))
-    m = min(m, n // 2)
-    t1 = timed_update(s, obj, state, idx[:m], clock)[1]
-    t2 = timed_update(s, obj, state, idx[:2 * m], clock)[1]
-    per = max((t2 - t1) / m, 1e-9)
-    return max(t1 - m * per, 0.0) + n * per, False, None
+    m = min(max(m, int(0.25 * budget / max(per, 1e-12))), n // 2)
+    return predict(m)[0], False, None
 
 
 def spectra_rows(n, passes, names, costs, budget, log_json):

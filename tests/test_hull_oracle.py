@@ -201,3 +201,37 @@ def test_default_switches_to_the_hull_far_from_the_optimum(div):
         np.testing.assert_allclose(a.q, b.q, rtol=0, atol=1e-12)
         np.testing.assert_array_equal(a.order, b.order)
     assert inc._stats[8] > 0 and inc._stats[0] < tree._stats[0] / 10
+
+
+def test_hull_chunk_caps_the_rank_chunk():
+    from riskopt._kernels.rank_oracle import chunk_size
+    for n in (1, 3000, 2e4, 2e5, 1e6):
+        b = ho.hull_chunk(n)
+        assert b == min(chunk_size(n), ho.HULL_B) and b & (b - 1) == 0  # a power of two
+    assert ho.hull_chunk(1e6) < chunk_size(1e6)
+
+
+@pytest.mark.slow
+def test_oracle_steps_benchmark_replays_a_pass(tmp_path, monkeypatch):
+    # benchmarks/prospect_oracle_steps.py on a tiny table: it writes one row per start and
+    # chunk size, with positive per-step costs, and the hull's queries take at least one
+    # Newton iteration and one chunk scan each (no timing is compared: the machine is shared)
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("oracle_steps", bench /
+                                                  "prospect_oracle_steps.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(sys, "argv", ["x", "--sizes", "600", "--chunks", "8", "--cases",
+                                      "esrm:none", "esrm:chi2", "--out", str(tmp_path)])
+    mod.main()
+    rows = json.loads((tmp_path / "oracle_steps_600.json").read_text())["rows"]
+    assert len(rows) == 4
+    for r in rows:
+        assert 0 < r["update_ns"] and r["ratio"] > 0
+        if r["cost"] == "chi2":
+            assert r["newton"] >= 1.0 and r["chunks"] >= 1.0

@@ -35,9 +35,11 @@ prefix sums) and the double-double prefix sums of ``sigma``.
 Cost per query: O(iterations x (nodes visited x log n + chunks scanned x B)). The iterations
 and the chunks scanned depend on the table (how flat ``G_s`` is near its minimisers), not on
 the ranks the last update crossed; no bound is proved here beyond O(n) per query (every
-chunk scanned), which the benchmark measures (``benchmarks/prospect_incremental.py``). The
-iteration is capped (``MAX_NEWTON``); a query that does not settle returns ``nan`` and the
-caller uses the O(n) PAV (``_hull_weight_full``).
+chunk scanned), which the benchmarks measure: ``benchmarks/prospect_incremental.py`` (whole
+passes) and ``benchmarks/prospect_oracle_steps.py`` (the update and the query of a step apart,
+by chunk size: the query, 1.5-3.5 Newton iterations of two tree searches each, is 60-80% of
+the oracle's time, the update the rest). The iteration is capped (``MAX_NEWTON``); a query
+that does not settle returns ``nan`` and the caller uses the O(n) PAV (``_hull_weight_full``).
 
 KL terms: ``L0`` is the mid-range of the table at the build; a loss more than ``KL_WINDOW nu``
 from it triggers a rebuild about the new mid-range (O(n)); a table spanning more than ``2

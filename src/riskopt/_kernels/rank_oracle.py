@@ -21,7 +21,8 @@ tree), which happen at most once per ``B / 2`` updates of a chunk: ``O(log n + B
 amortised, **whatever the number of ranks the changed loss crosses** (the sorted table of the
 bubbling oracle pays one move per rank crossed, O(n) per step from a cold start). Worst case
 of one step: ``O(B + n / B)``. ``B ~ n^0.4`` rounded down to a power of two
-(:func:`chunk_size`): 32 at 2e4, 128 at 2e5 and 1e6.
+(:func:`chunk_size`): 32 at 2e4, 128 at 2e5 and 1e6 (``hull_oracle`` caps it at 32:
+``hull_chunk``).
 
 A tie longer than ``TIE_SUM`` is not summed entry by entry: its spectrum mass comes from
 double-double prefix sums of ``sigma`` (``S = (hi, lo)``, each prefix exact to ~1e-32
