@@ -14,7 +14,8 @@ objective in the same process, both in CPU seconds (``time.process_time``, one B
 a loaded machine a pass of seconds is always preempted while the median of short full
 gradients is not, which inflated the wall-clock ratios of stop 35); the 'before' column runs
 pass 1 of the checkout at ``--base-src`` in a child process (its own full-gradient time).
-Writes ``spectra_<sizes>.md`` and ``spectra_<sizes>.json``.
+Writes ``spectra_<sizes>.md`` and ``spectra_<sizes>.json``; ``spectra_<sizes>_wall_<commit>.*``
+are stop 35's runs of the commit named, in wall-clock seconds (not comparable with these).
 
 Three oracles, one per column group: FULL (``Prospect._oracle = ORACLE_FULL``: the O(n) PAV
 resumed at the lowest moved rank), TREE (``ORACLE_TREE``: the hull tree of

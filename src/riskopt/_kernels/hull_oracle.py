@@ -58,8 +58,9 @@ KL_WINDOW = 650.0  #: |l - L0| / nu beyond which the KL terms are rebuilt about 
 _EPS4 = 4.0 * 2.220446049250313e-16
 STACK = 256
 #: the hull's chunk size is ``rank_oracle.chunk_size`` capped here: a query scans whole chunks
-#: (~5-11 per query), so large chunks cost more in scans than they save in tree levels
-#: (``benchmarks/prospect_oracle_steps.py``)
+#: (3-11 per query). At n = 2e5 (``benchmarks/results/prospect_incremental/oracle_steps_*``)
+#: B = 128 cost 10-20% more per step than B = 32 or 64 from the perturbed optimum and the same
+#: within the noise from the default start; B = 16 pays for the O(n / B) re-layouts.
 HULL_B = 32
 
 
