@@ -24,6 +24,13 @@ def check_int(name, value, minimum=1):
     return int(value)
 
 
+def check_finite(name, a, verb="contains"):
+    """Raise ``ValueError`` naming how many entries of the array ``a`` are NaN or infinite."""
+    if not np.all(np.isfinite(a)):
+        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+        raise ValueError(f"{name} {verb} {bad} NaN or infinite value(s)")
+
+
 def check_array(name, a, ndim=None, dtype=np.float64):
     try:
         arr = np.asarray(a, dtype=dtype)
@@ -33,9 +40,7 @@ def check_array(name, a, ndim=None, dtype=np.float64):
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{name} is empty (shape {arr.shape})")
-    if not np.all(np.isfinite(arr)):
-        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
+    check_finite(name, arr)
     return arr
 
 
@@ -90,9 +95,7 @@ def _sparse_design(X, intercept):
     A = sparse.csr_matrix(A, dtype=np.float64, copy=True)
     A.sum_duplicates()
     A.sort_indices()
-    if not np.all(np.isfinite(A.data)):
-        bad = int(A.data.size - np.count_nonzero(np.isfinite(A.data)))
-        raise ValueError(f"X contains {bad} NaN or infinite value(s)")
+    check_finite("X", A.data)
     if intercept:
         n = A.shape[0]
         ones = sparse.csr_matrix((np.ones(n), np.zeros(n, dtype=A.indices.dtype),
@@ -129,9 +132,8 @@ def design_matrix(X, intercept, keep_sparse=False, who="this objective", keep_op
         raise ValueError(f"X must have 2 dimension(s), got shape {A.shape}")
     if A.size == 0:
         raise ValueError(f"X is empty (shape {A.shape})")
-    if A.dtype.kind == "f" and not np.all(np.isfinite(A)):
-        bad = int(A.size - np.count_nonzero(np.isfinite(A)))
-        raise ValueError(f"X contains {bad} NaN or infinite value(s)")
+    if A.dtype.kind == "f":
+        check_finite("X", A)
     if not intercept:
         return np.ascontiguousarray(A, dtype=np.float64)
     n, d = A.shape
