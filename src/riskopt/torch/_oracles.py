@@ -50,12 +50,16 @@ def _compiling():
 
 
 # ------------------------------------------------------------------------------ spectra
+def _cvar_cdf(p, a):
+    """The spectrum CDF of ``CVaR(a)`` at the levels ``p`` (as the NumPy ``CVaR.cdf``)."""
+    return torch.clamp(p - (1.0 - a), min=0.0) / a
+
+
 def _cdf_torch(risk, p):
     """The spectrum CDF of a built-in risk by torch operations (the same float operations as
     the NumPy ``risk.cdf``), or ``None`` for a risk without one."""
     if isinstance(risk, _risks.CVaR):
-        a = float(risk.tail_fraction)
-        return torch.clamp(p - (1.0 - a), min=0.0) / a
+        return _cvar_cdf(p, float(risk.tail_fraction))
     if isinstance(risk, _risks.ESRM):
         rho = float(risk.rho)
         return torch.expm1(rho * (p - 1.0)) / -math.expm1(-rho) + 1.0
@@ -432,13 +436,10 @@ def cvar_present(means, present, alpha):
     xs, order = torch.sort(x, dim=-1, stable=True)
     k = present.sum(-1, keepdim=True).to(dt)
     r = torch.arange(m, dtype=dt, device=means.device) - (m - k)  # rank among the present
-    lim = 1.0 - float(alpha)
-
-    def cdf(p):
-        return torch.clamp(p - lim, min=0.0) / float(alpha)
-
+    a = float(alpha)
     kk = k.clamp(min=1.0)
-    sig = torch.where(r >= 0, torch.clamp(cdf((r + 1) / kk) - cdf(r / kk), min=0.0), 0.0)
+    sig = torch.where(r >= 0, torch.clamp(_cvar_cdf((r + 1) / kk, a) - _cvar_cdf(r / kk, a),
+                                          min=0.0), 0.0)
     sig = torch.cummax(sig, dim=-1).values
     sig = sig / sig.sum(-1, keepdim=True)
     top = sig[..., -1:]

@@ -53,7 +53,8 @@ by the numba reference on the host (``oracle="numba"``); ``oracle="auto"`` (defa
 tensor program on every device but the CPU and under ``torch.compile``, and the numba
 oracles on CPU tensors in eager mode, attached to autograd as one node whose backward is
 ``g * q`` (see :class:`SpectralRiskLoss`; :class:`KLDROLoss` by the kernels of
-:mod:`riskopt._kernels.kl_dro`, :class:`GroupDROLoss` by ``np.bincount``).
+:mod:`riskopt._kernels.kl_dro`, :class:`GroupDROLoss` by those of
+:mod:`riskopt._kernels.group_dro`).
 
 Devices and cost
 ----------------

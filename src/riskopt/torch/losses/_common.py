@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from ... import risks as _risks
+from ..._validation import check_finite
 from .. import distributed as _dist
 
 def _check_risk(risk):
@@ -80,9 +81,7 @@ def _reduce(v, reduction):
 
 
 def _check_finite_np(name, a):
-    if not np.all(np.isfinite(a)):
-        bad = int(a.size - np.count_nonzero(np.isfinite(a)))
-        raise ValueError(f"{name} contain {bad} NaN or infinite value(s)")
+    check_finite(name, a, "contain")
 
 
 def _as_index_tensor(name, idx, b):
@@ -101,6 +100,19 @@ def _as_index_tensor(name, idx, b):
     return t
 
 
+def _index_on(name, idx, b, device):
+    """A 1-D int64 tensor of length ``b`` on ``device``; an index tensor goes there directly
+    (no host round trip: the range is the caller's to check)."""
+    if not isinstance(idx, torch.Tensor):
+        return _as_index_tensor(name, idx, b).to(device)
+    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+        raise ValueError(f"{name} must be integers, got dtype {idx.dtype}")
+    t = idx.detach().to(device, torch.int64)
+    if t.shape != (b,):
+        raise ValueError(f"{name} must have shape ({b},) like the losses, got {tuple(t.shape)}")
+    return t
+
+
 def _check_range(name, idx_np, n):
     if idx_np.size and (idx_np.min() < 0 or idx_np.max() >= n):
         bad = idx_np[(idx_np < 0) | (idx_np >= n)]
@@ -114,38 +126,28 @@ def _work_dtype(losses):
     return torch.promote_types(losses.dtype, torch.float32)
 
 
-def _attach(losses, q_local, value, scale):
-    """``scale * (q.l - stop_grad(q.l)) + value``: value ``value``, gradient ``scale * q``
-    (computed in float32 or better, :func:`_work_dtype`)."""
-    dt = _work_dtype(losses)
-    x = losses.to(dt)
-    q = q_local.to(device=losses.device, dtype=dt)
-    s = torch.dot(q, x)
-    val = torch.as_tensor(value, dtype=dt, device=losses.device)
-    return scale * (s - s.detach()) + val
-
-
 def _attach_dot(losses, q, value=None, scale=1.0):
     """A tensor whose gradient with respect to ``losses`` (``(..., b)``) is ``scale * q``
     (``q`` constant: the Danskin gradient of a risk whose weights an oracle computed) and
-    whose value is ``value`` (the ``(...)`` risks), or ``q . l`` itself when ``value`` is
-    None (``nu = 0``: the risk *is* ``q . l``). In float32 or better (:func:`_work_dtype`).
+    whose value is exactly ``value`` (the ``(...)`` risks), or ``scale * q . l`` itself when
+    ``value`` is None (``nu = 0``: the risk *is* ``q . l``). In float32 or better
+    (:func:`_work_dtype`).
 
-    ``torch.dot`` (1-D) or ``(q * l).sum(-1)`` plus, for a given value, the constant
-    ``value - stop_grad(q . l)``: two or three ops and their backward, cheaper in eager mode
+    ``torch.dot`` (1-D) or ``(q * l).sum(-1)`` plus, for a given value, ``scale * (s -
+    stop_grad(s)) + value`` (zero plus the value: the value is not rounded through ``s``):
+    two or three ops and their backward, cheaper in eager mode
     than an ``autograd.Function`` (whose Python ``apply`` cost more than the rest of a CVaR
     step at b = 1024), and traced by ``torch.compile``."""
     dt = _work_dtype(losses)
     x = losses if losses.dtype == dt else losses.to(dt)
     qd = q.to(device=x.device, dtype=dt)
     s = torch.dot(qd, x) if x.ndim == 1 else (qd * x).sum(-1)
-    if scale != 1.0:
-        s = scale * s
     if value is None:
-        return s
+        return s if scale == 1.0 else scale * s
     v = value.to(device=x.device, dtype=dt) if isinstance(value, torch.Tensor) \
         else torch.tensor(value, dtype=dt, device=x.device)
-    return s + (v - s.detach())
+    d = s - s.detach()
+    return (d if scale == 1.0 else scale * d) + v
 
 
 class _HostDanskin(torch.autograd.Function):
@@ -206,8 +208,6 @@ class _GatherMixin:
         if self.gather:
             return _dist.all_gather_1d(tensors, self.group)
         return [t.detach() for t in tensors], [int(tensors[0].shape[0])], 0
-
-
 
     def _gather_losses(self, losses, *others):
         """Gather the losses (and ``others``, 1-D tensors of the same length) over the ranks.

@@ -85,8 +85,9 @@ class KLDROLoss(_GatherMixin, nn.Module):
 
     def _weights(self, l64):
         """``(value, q, lam)`` of each row (float64, no autograd): the tensor program on a
-        device / under compile, NumPy (:func:`kl_dro_weights`) on CPU tensors in eager mode
-        (``oracle="auto"``)."""
+        device / under compile (or with ``oracle="torch"``), else the numba kernels on the
+        host (:meth:`_host`; the gathered batch on CPU tensors in eager mode, and
+        ``oracle="numba"`` on a device)."""
         if self.oracle == "numba" and torch.compiler.is_compiling():
             raise ValueError("oracle='numba' cannot run under torch.compile; use 'auto'")
         if self.oracle == "torch" or (self.oracle == "auto" and not _host_eager(l64)):

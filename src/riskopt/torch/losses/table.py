@@ -11,9 +11,9 @@ from ..._kernels.box_oracle import _box_spectrum
 from ..._kernels.box_table import BoxTable
 from ..._validation import check_int
 from .. import _oracles as _to
-from ._common import (_ORACLES, _GatherMixin, _as_index_tensor, _attach, _attach_dot,
+from ._common import (_ORACLES, _GatherMixin, _as_index_tensor, _attach_dot,
                       _check_choice, _check_finite_np, _check_finite_t, _check_losses,
-                      _check_range, _check_risk, _host_eager, _to_numpy64)
+                      _check_range, _check_risk, _host_eager, _index_on, _to_numpy64)
 
 __all__ = ["TableSpectralRiskLoss"]
 
@@ -141,6 +141,14 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
         c, k, r = _box_spectrum(self._sigma_n)
         self._box_spec = (c, k, r) if k >= 0 and nu > 0 else None
         self._box = None  # BoxTable of the complete table (built lazily)
+        # a custom spectrum (for n only): its tensor for the device oracle, moved with the
+        # table (no host-to-device copy of n doubles per step)
+        if isinstance(self.risk, _risks.SpectralRisk):
+            self.register_buffer("_sigma_fixed", torch.from_numpy(self._sigma_n.copy()),
+                                 persistent=False)
+            self._z_fixed = int(np.count_nonzero(np.cumsum(self._sigma_n) == 0.0))
+        else:
+            self._sigma_fixed = None
 
     _use_box = True  # private switch: False forces the sorted-table path (tests' twin)
 
@@ -192,6 +200,8 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
             self._order = None
         else:
             self._tdev = self._tdev.to(device)
+        if self._sigma_fixed is not None:
+            self._sigma_fixed = self._sigma_fixed.to(device)
 
     @property
     def n_seen(self):
@@ -278,16 +288,18 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
             raise ValueError("the loss table is empty; call init_table or forward first")
         sub = np.flatnonzero(self._seen)
         if isinstance(self.risk, _risks.SpectralRisk):
-            raise ValueError(
-                f"a custom SpectralRisk has a spectrum for n={self.n} samples only: fill the "
-                f"table with init_table before training ({self._n_seen}/{self.n} seen)"
-            )
+            raise self._custom_spectrum_error()
         sigma = np.ascontiguousarray(self.risk.spectrum(sub.shape[0]), dtype=np.float64)
         qsub = np.empty(sub.shape[0])
         val = _ko.risk_weights(np.ascontiguousarray(self._table[sub]), sigma, nu, div, qsub)
         q = np.zeros(self.n)
         q[sub] = qsub
         return val, q
+
+    def _custom_spectrum_error(self):
+        return ValueError(
+            f"a custom SpectralRisk has a spectrum for n={self.n} samples only: fill the "
+            f"table with init_table before training ({self._n_seen}/{self.n} seen)")
 
     def weights(self):
         """The current global weights ``q`` over the table (float64 CPU tensor of shape (n,))."""
@@ -310,9 +322,8 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
 
     def _device_spectrum(self, device):
         nu = float(self.risk.shift_cost)
-        if isinstance(self.risk, _risks.SpectralRisk):
-            sigma = torch.tensor(self._sigma_n, device=device)
-            return sigma, int(np.count_nonzero(np.cumsum(self._sigma_n) == 0.0)), None
+        if self._sigma_fixed is not None:
+            return self._sigma_fixed.to(device), self._z_fixed, None
         z = _to.zero_prefix(self.risk, self.n)
         if nu > 0 and self.risk.div_code == _ko.KL and z is None:
             raise ValueError("the KL shift of a user risk subclass needs oracle='numba'")
@@ -324,16 +335,7 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
         dev = losses.device
         b = losses.shape[0]
         n = self.n
-        if isinstance(indices, torch.Tensor):
-            if indices.is_floating_point() or indices.is_complex() or \
-                    indices.dtype == torch.bool:
-                raise ValueError(f"indices must be integers, got dtype {indices.dtype}")
-            idx = indices.to(dev, torch.int64)
-        else:
-            idx = _as_index_tensor("indices", indices, b).to(dev)
-        if idx.shape != (b,):
-            raise ValueError(f"indices must have shape ({b},) like the losses, "
-                             f"got {tuple(idx.shape)}")
+        idx = _index_on("indices", indices, b, dev)
         bad = ((idx < 0) | (idx >= n)).any()
         l64 = losses.detach().to(torch.float64)
         if _host_eager(losses):
@@ -372,12 +374,9 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
         big_b = l_np.shape[0]
         _check_range("indices", i_np, self.n)
         if (isinstance(self.risk, _risks.SpectralRisk) and not self.complete
-                and np.count_nonzero(self._seen) + np.setdiff1d(
+                and self._n_seen + np.setdiff1d(
                     i_np, np.flatnonzero(self._seen)).shape[0] < self.n):
-            raise ValueError(
-                f"a custom SpectralRisk has a spectrum for n={self.n} samples only: fill the "
-                f"table with init_table before training ({self._n_seen}/{self.n} seen)"
-            )
+            raise self._custom_spectrum_error()
         box = None
         if self._box_active() and np.max(np.abs(l_np), initial=0.0) <= _BOX_LIMIT:
             box = self._box_state()
@@ -391,7 +390,7 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
             val, q = self._weights_sorted()
             q_local = torch.from_numpy(q[i_np[local]])
         scale = self._n_seen / big_b * self._scale()
-        return _attach(losses, q_local, val, scale)
+        return _attach_dot(losses, q_local, val, scale)
 
     # ------------------------------------------------------------------ state_dict
     def get_extra_state(self):

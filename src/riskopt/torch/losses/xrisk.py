@@ -49,6 +49,7 @@ import math
 import torch
 from torch import nn
 
+from ... import risks as _risks
 from ..._validation import check_positive
 from .. import _oracles as _to
 from ._common import _attach_dot, _check_choice, _host_eager
@@ -113,8 +114,7 @@ _CVAR_CACHE = {}
 def _cvar(beta):
     r = _CVAR_CACHE.get(beta)
     if r is None:
-        from ... import risks
-        r = _CVAR_CACHE[beta] = risks.CVaR(beta)
+        r = _CVAR_CACHE[beta] = _risks.CVaR(beta)
     return r
 
 
