@@ -3,10 +3,11 @@
 The kernels are compiled at their first call and cached (``NUMBA_CACHE_DIR``, else next to
 the package); a cold cache costs seconds on the first fit. :func:`warmup` fits the estimators'
 default paths on small synthetic data -- ``RiskRegressor()`` (CVaR 0.1: Newton and its
-crossover), ``RiskRegressor(risk="mean")``, ``RiskClassifier()`` (ESRM 1), a 3-class
-``RiskClassifier`` (multinomial: L-BFGS) and ``RiskClassifier(risk="cvar:0.5",
-shift_cost=1)``-style L-BFGS fits -- and, for each bench spec named, its solvers once (the
-runner's own warm-up). ``make warmup`` runs it; ``make demo`` calls it first.
+crossover), ``RiskRegressor(risk="mean")``, ``RiskRegressor(risk=CVaR(0.1, shift_cost=1))``
+(a shifted spectrum), ``RiskClassifier()`` (ESRM 1), ``RiskClassifier(risk="mean")`` and a
+3-class ``RiskClassifier`` (multinomial: L-BFGS), the list of :func:`_default_fits` -- and,
+for each bench spec named, its solvers once (the runner's own warm-up). ``make warmup`` runs
+it; ``make demo`` calls it first.
 """
 import time
 import warnings

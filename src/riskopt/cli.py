@@ -222,21 +222,16 @@ def _warmup(args):
 def _datasets_list(args):
     from . import datasets
 
-    names = list(datasets.names())
-    info = getattr(datasets, "info", None)
-    for name in names:
+    for name in datasets.names():
         line = name
-        if info is not None:
-            try:
-                meta = info(name)
-                extra = []
-                for k in ("task", "n_samples", "n_features", "present", "source"):
-                    if isinstance(meta, dict) and meta.get(k) is not None:
-                        extra.append(f"{k}={meta[k]}")
-                if extra:
-                    line = f"{name:<12} " + " ".join(extra)
-            except Exception:
-                pass
+        try:
+            meta = datasets.info(name)
+            extra = [f"{k}={meta[k]}" for k in ("task", "n_samples", "n_features", "present",
+                                                "source") if meta.get(k) is not None]
+            if extra:
+                line = f"{name:<12} " + " ".join(extra)
+        except Exception:  # a broken entry must not hide the others
+            pass
         _print(line)
     return 0
 
@@ -247,41 +242,19 @@ def _datasets_info(args):
     names = list(datasets.names())
     if args.name not in names:
         raise _CLIError(f"unknown dataset {args.name!r}; available: {', '.join(names)}")
-    info = getattr(datasets, "info", None)
-    if info is not None:
-        meta = info(args.name)
-        if not isinstance(meta, dict):
-            _print(meta)
-            return 0
-        for k, v in meta.items():
-            if isinstance(v, (list, tuple)) and v and all(isinstance(x, dict) for x in v):
-                _print(f"{k}:")
-                for item in v:
-                    head = item.get("path") or item.get("name") or ""
-                    rest = ", ".join(f"{a}={b}" for a, b in item.items()
-                                     if a in ("present", "bytes", "downloadable")
-                                     or (a == "missing_upstream" and b))
-                    _print(f"  - {head}" + (f" ({rest})" if rest else ""))
-            elif isinstance(v, (list, tuple)):
-                _print(f"{k}: {', '.join(map(str, v)) if v else '-'}")
-            else:
-                _print(f"{k}: {v}")
-        return 0
-    # riskopt.datasets.info does not exist (yet): describe the loaded data instead.
-    try:
-        data = datasets.load(args.name)
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        raise _CLIError(f"cannot load {args.name!r}: {exc}") from None
-    _print(f"name: {data.name}")
-    _print(f"task: {data.task}")
-    _print(f"train: {data.X_train.shape[0]} rows x {data.X_train.shape[1]} features")
-    _print(f"test: {data.X_test.shape[0]} rows")
-    if data.feature_names:
-        _print(f"features: {', '.join(map(str, data.feature_names))}")
-    if data.groups_train:
-        _print(f"groups: {', '.join(map(str, data.groups_train))}")
-    for k, v in (data.info or {}).items():
-        _print(f"{k}: {v}")
+    for k, v in datasets.info(args.name).items():
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, dict) for x in v):
+            _print(f"{k}:")
+            for item in v:
+                head = item.get("path") or item.get("name") or ""
+                rest = ", ".join(f"{a}={b}" for a, b in item.items()
+                                 if a in ("present", "bytes", "downloadable")
+                                 or (a == "missing_upstream" and b))
+                _print(f"  - {head}" + (f" ({rest})" if rest else ""))
+        elif isinstance(v, (list, tuple)):
+            _print(f"{k}: {', '.join(map(str, v)) if v else '-'}")
+        else:
+            _print(f"{k}: {v}")
     return 0
 
 
@@ -461,8 +434,6 @@ def _interrupt_handler(hard):
 def main(argv=None):
     import signal
     import threading
-
-    from . import _runtime
 
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if main_thread else None
