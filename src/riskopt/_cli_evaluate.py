@@ -33,10 +33,6 @@ from ._cli_fit import (MODEL_FILES, FitError, _per_sample_losses, add_trust, che
 FORMATS = ("markdown", "csv", "json")
 
 
-def _column(df, col, what, where):
-    return check_complete(df, col, what, where)
-
-
 def _as_classes(values, classes, what):
     """``values`` in the dtype of the model's ``classes`` (labels read back from a table may
     come as text or floats); labels the model never saw are an error."""
@@ -69,7 +65,7 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
 
     est, task = model["estimator"], model["task"]
     X = model_input(model, df, where)
-    y_raw = _column(df, model["target"], "target", where)
+    y_raw = check_complete(df, model["target"], "target", where)
     y = y_raw.to_numpy(dtype=np.float64) if task == "regression" else y_raw.to_numpy()
     if task != "regression":
         check_label_types(y_raw, model["target"], "target")
@@ -81,7 +77,7 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
         over = losses
         gcol = model.get("group") if model.get("group_dro") else None
         if gcol is not None:  # a group-DRO model: the risk of the group-mean losses
-            g = _column(df, gcol, "group", where).astype(str).to_numpy()
+            g = check_complete(df, gcol, "group", where).astype(str).to_numpy()
             _, inv = np.unique(g, return_inverse=True)
             over = np.bincount(inv, losses) / np.bincount(inv)
         risk_value = float(risk.value(over))
@@ -98,17 +94,18 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
         overall.update(accuracy=float(np.mean(pred == y)))
     out = {"overall": overall, "groups": [], "fairness": []}
     for col in list(dict.fromkeys([*groups, *sensitive])):
-        g = _column(df, col, "group" if col in groups else "sensitive", where).astype(str).to_numpy()
-        err = (metrics.group_errors(None, losses, g, loss="precomputed") if task == "regression"
-               else metrics.group_errors(y, pred, g))
-        mean_loss = metrics.group_errors(None, losses, g, loss="precomputed").errors
+        what = "group" if col in groups else "sensitive"
+        g = check_complete(df, col, what, where).astype(str).to_numpy()
+        by_loss = metrics.group_errors(None, losses, g, loss="precomputed")
+        err = by_loss if task == "regression" else metrics.group_errors(y, pred, g)
+        mean_loss = by_loss.errors
         for rec in err.records:
             out["groups"].append({"column": col, "group": str(rec["group"]),
                                   "size": rec["size"], "error": rec["error"],
                                   "mean_loss": mean_loss[rec["group"]],
                                   "worst": rec["group"] == err.worst[0]})
     for col in sensitive:
-        a = _column(df, col, "sensitive", where).astype(str).to_numpy()
+        a = check_complete(df, col, "sensitive", where).astype(str).to_numpy()
         if len(np.unique(a)) < 2:
             raise FitError(f"sensitive column {col!r} has a single value: no fairness gap")
         if task == "regression":
@@ -139,7 +136,8 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
     try:  # the model's own constraint, on the groups of its sensitive columns
         out["fairness"] += [{**r, "note": r.get("note", "")} for r in _cli_fair.evaluate_rows(
             model, est, y, pred, losses,
-            lambda cols: df[[_column(df, c, "sensitive", where).name for c in cols]].astype(str))]
+            lambda cols: df[[check_complete(df, c, "sensitive", where).name
+                             for c in cols]].astype(str))]
     except ValueError as exc:
         raise FitError(f"the model's constraint: {exc}") from None
     return out

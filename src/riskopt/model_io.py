@@ -186,6 +186,11 @@ def _read(path):
         raise ModelFileError(describe_os_error(exc, "cannot read")) from None
 
 
+def _one_line(exc):
+    """An exception's message on one line, at most 160 characters (or its type's name)."""
+    return " ".join(str(exc).split())[:160] or type(exc).__name__
+
+
 def loads(data, trust=False, where="model file"):
     """The model dict in the bytes ``data`` (see :func:`load_model`)."""
     import skops.io as sio
@@ -205,9 +210,8 @@ def loads(data, trust=False, where="model file"):
     try:
         bad = untrusted_types(data)
     except Exception as exc:  # a broken zip, no schema.json, a schema of another version
-        msg = " ".join(str(exc).split())[:160] or type(exc).__name__
-        raise ModelFileError(f"{where} is not a readable riskopt model file ({msg}); give a "
-                             "file written by `riskopt fit`") from None
+        raise ModelFileError(f"{where} is not a readable riskopt model file ({_one_line(exc)}); "
+                             "give a file written by `riskopt fit`") from None
     if bad and not trust:
         raise UntrustedModelError(
             f"{where} would build types riskopt does not trust: {', '.join(bad)}; loading "
@@ -216,9 +220,8 @@ def loads(data, trust=False, where="model file"):
     try:
         model = sio.loads(data, trusted=list(TRUSTED_TYPES) + bad)
     except Exception as exc:
-        msg = " ".join(str(exc).split())[:160] or type(exc).__name__
-        raise ModelFileError(f"{where} cannot be loaded ({msg}); give a file written by "
-                             "`riskopt fit`") from None
+        raise ModelFileError(f"{where} cannot be loaded ({_one_line(exc)}); give a file "
+                             "written by `riskopt fit`") from None
     if not isinstance(model, dict) or model.get("format") != FORMAT:
         what = type(model).__name__ if not isinstance(model, dict) else "a dict without " \
             "riskopt's format tag"
