@@ -174,6 +174,59 @@ def _bound_for(obj, W, q, pen):
     return Gq - slack - 0.5 * float(np.sum(G[pen_rows] ** 2 / obj.reg[pen_rows, None]))
 
 
+def _per_row(obj, qg):
+    """Group weights as per-row weights: ``sum_g q_g L_g = sum_i (q_g(i) / n_g(i)) l_i``."""
+    return qg[obj.group_ids] / obj.group_sizes[obj.group_ids]
+
+
+def _group_box_dual(obj, W, qg):
+    """For a box spectrum of the groups (CVaR, max, mean; ``K = 1``): group weights in
+    ``[lo, hi]`` summing to 1 (the feasible set) that make the gradient of ``G_q`` at ``W``
+    small in the metric of the bound (bounded least squares over all groups). ``None`` if
+    not applicable."""
+    from scipy.optimize import lsq_linear
+
+    sigma = obj.sigma
+    lo, hi = float(sigma[0]), float(sigma[-1])
+    if obj.K != 1 or not hi > lo or np.count_nonzero((sigma > lo) & (sigma < hi)) > 1 \
+            or obj.m > 2000:
+        return None
+    X = obj.X.toarray() if hasattr(obj.X, "toarray") else np.asarray(obj.X)
+    d = _at(obj, W)[1][:, 0]
+    weight = np.where(obj.reg > 0, 1.0 / np.sqrt(np.where(obj.reg > 0, obj.reg, 1.0)), 1e3)
+    A = np.zeros((obj.p, obj.m))
+    np.add.at(A.T, obj.group_ids, X * (d / obj.group_sizes[obj.group_ids])[:, None])
+    A *= weight[:, None]
+    c = obj.reg * W[:, 0] * weight
+    big = 1e3 * max(1.0, float(np.abs(A).max()))
+    A = np.vstack([A, np.full((1, obj.m), big)])
+    sol = lsq_linear(A, np.append(-c, big), bounds=(lo, hi), method="bvls", tol=1e-14)
+    q = np.clip(sol.x, lo, hi)
+    q += (1.0 - q.sum()) / obj.m  # the exact total (a rounding-size shift)
+    if np.any(q < lo - 1e-15) or np.any(q > hi + 1e-15):
+        return None
+    return np.clip(q, lo, hi)
+
+
+def _group_lower_bound(obj, W, enough):
+    """:func:`lower_bound` for group DRO (``GroupRiskObjective``: a spectral risk of the
+    group-mean losses): any feasible group weights ``q`` are per-row weights ``q_g / n_g``."""
+    gl = obj.group_losses(W)
+    val, qg = obj.risk_weights(gl)
+    best = _bound_for(obj, W, _per_row(obj, qg), float(qg @ gl) - float(val))
+    if obj.nu != 0 or best >= enough:
+        return best
+    qb = _group_box_dual(obj, W, qg)
+    if qb is not None:
+        best = max(best, _bound_for(obj, W, _per_row(obj, qb), 0.0))
+    for nu in SMOOTHING:
+        if best >= enough:
+            break
+        q_nu = obj.with_shift(nu).risk_weights(gl)[1]
+        best = max(best, _bound_for(obj, W, _per_row(obj, q_nu), 0.0))
+    return best
+
+
 def lower_bound(obj, W, enough=-np.inf):
     """A certified lower bound on ``min F``: the best over the dual points ``q`` = the risk's
     weights at ``W`` (and, without a shift cost, the weights of its smoothed versions
@@ -185,6 +238,8 @@ def lower_bound(obj, W, enough=-np.inf):
     same weak duality, ``pen = q.l - R(l)``); at a smooth optimum ``q`` is the optimal dual
     point, so the bound is tight there."""
     W = obj.as_matrix(W)
+    if hasattr(obj, "group_sizes"):
+        return _group_lower_bound(obj, W, enough)
     losses, _ = _at(obj, W)
     val, q = obj.risk_weights(losses)
     best = _bound_for(obj, W, q, float(q @ losses) - float(val))  # pen(q): 0 at nu = 0

@@ -8,6 +8,7 @@ from scipy.optimize import approx_fprime, minimize_scalar
 import riskopt as ro
 from riskopt._kernels import fcco as kf
 from reference_impl import fcco as twin
+import _certify as certify
 
 cp = pytest.importorskip("cvxpy")
 
@@ -62,11 +63,15 @@ def test_group_risk_reference_matches_cvxpy(risk, loss):
     obj = ro.Objective(loss, risk, X, y, groups=g, l2_reg=0.05, fit_intercept=True)
     ref = obj.reference_solution()
     exact = obj.reference_solution("cvxpy")
-    assert ref.value == pytest.approx(exact.value, rel=1e-7, abs=1e-9)
-    assert ref.value <= exact.value + 1e-7 * abs(exact.value)
-    # lbfgs solver = reference
+    # the reference and the lbfgs solver certified optimal through their own duality gap
+    # (tests/_certify.py: group weights are per-row weights q_g / n_g), not compared with
+    # cvxpy's approximate point; cvxpy's value is that optimum to its own accuracy (its
+    # exponential cone is the less accurate side: measured up to 2e-6 above on logistic CVaR)
+    certify.assert_certified(obj, ref.coef, 1e-7, what="the reference")
     res = ro.solvers.get("lbfgs").run(obj)
-    assert res.value == pytest.approx(exact.value, rel=1e-7)
+    certify.assert_certified(obj, res.coef, 1e-7, what="the lbfgs solver")
+    assert exact.value == pytest.approx(ref.value, rel=1e-5)
+    assert ref.value <= exact.value + 1e-7 * abs(exact.value)
 
 
 def test_group_risk_validation():
