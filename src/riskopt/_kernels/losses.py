@@ -122,23 +122,31 @@ def _add_outer(X, i, coef, d, G):
 
 
 @njit(cache=True)
+def _losses_derivs_1(code, y, z, losses, derivs):
+    """:func:`_losses_derivs_z` for one output (``code`` not multinomial): predictions ``z``,
+    derivatives ``derivs`` of shape (n,). The Newton solver's kernel: a first fit compiles
+    this loop alone, not the K-output path (``_loss_deriv``) too."""
+    for i in range(z.shape[0]):
+        zi = z[i]
+        if code == SQUARED:
+            r = zi - y[i]
+            derivs[i] = r
+            losses[i] = 0.5 * r * r
+        elif code == ABSOLUTE:
+            r = zi - y[i]
+            derivs[i] = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
+            losses[i] = abs(r)
+        else:
+            derivs[i] = _sigmoid(zi) - y[i]
+            losses[i] = _log1pexp(zi) - y[i] * zi
+
+
+@njit(cache=True)
 def _losses_derivs_z(code, y, Z, losses, derivs):
     """Per-sample losses and derivatives from predictions ``Z`` (n, K)."""
     n, K = Z.shape
     if K == 1 and code != MULTINOMIAL:  # scalar fast path (no row views): same formulas
-        for i in range(n):
-            z = Z[i, 0]
-            if code == SQUARED:
-                r = z - y[i]
-                derivs[i, 0] = r
-                losses[i] = 0.5 * r * r
-            elif code == ABSOLUTE:
-                r = z - y[i]
-                derivs[i, 0] = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
-                losses[i] = abs(r)
-            else:
-                derivs[i, 0] = _sigmoid(z) - y[i]
-                losses[i] = _log1pexp(z) - y[i] * z
+        _losses_derivs_1(code, y, Z[:, 0], losses, derivs[:, 0])
         return
     dz = np.empty(K)
     for i in range(n):

@@ -136,9 +136,10 @@ def _intercept_index(objective):
 
 def _losses_derivs_z(objective, z):
     ell = np.empty(objective.n)
-    der = np.empty((objective.n, 1))
-    objective._kl._losses_derivs_z(objective.loss.code, objective.y, z.reshape(-1, 1), ell, der)
-    return ell, der[:, 0]
+    der = np.empty(objective.n)
+    objective._kl._losses_derivs_1(objective.loss.code, objective.y,
+                                   np.ascontiguousarray(z, dtype=np.float64).reshape(-1), ell, der)
+    return ell, der
 
 def dual_bound(objective, W, q, penalty=0.0, z=None):
     """Lower bound on ``min F`` from the dual point ``q`` (module docstring), evaluated at
