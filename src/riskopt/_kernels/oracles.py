@@ -127,7 +127,7 @@ def _weights_sorted_ws(ls, sigma, nu, div, q, work, iwork):
     n = ls.shape[0]
     if nu == 0.0:
         # q = sigma by rank; tied losses share the average of their spectrum entries
-        i = 0
+        i = np.int64(0)  # (not a literal: one signature of _tie_mean to compile)
         while i < n:
             x = ls[i]
             j = i + 1
@@ -345,7 +345,7 @@ def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
     # benchmarks/oracle_speed.py)
     top = ls[n - 1]
     acc = 0.0
-    i = 0
+    i = np.int64(0)  # (not a literal: one signature of _tie_mean to compile)
     while i < n:
         x = ls[i]
         j = i + 1
