@@ -77,8 +77,8 @@ def main(argv=None):
     # rows of the data sets not run now
     finished, rows, runs = {}, [], {}
     if (out / "results.csv").exists():
-        old = pd.read_csv(out / "results.csv", keep_default_na=False,
-                          na_values={"lr": [""], "F": [""]})
+        old = pd.read_csv(out / "results.csv", keep_default_na=False,  # config "" stays ""
+                          na_values={c: [""] for c in ("lr", "F", *METRICS)})
         rows = old[~old["dataset"].isin(keep)].to_dict("records")
         for (d, name), g in old[old["solver"] != "erm_start"].groupby(["dataset", "solver"]):
             finished[d, name] = g.to_dict("records")
@@ -87,6 +87,12 @@ def main(argv=None):
         runs = meta.get("runs") or {d: {"seeds": meta.get("seeds"), "tune_seeds": meta.get(
             "tune_seeds", meta.get("seeds")), "git_commit": meta.get("git_commit")}
             for d in str(meta.get("datasets", "")).split(",") if d}
+    for d, g in pd.DataFrame(rows, columns=["dataset", "solver", "config", "lr", "seed"]
+                             ).groupby("dataset"):
+        if d not in runs:  # rows of an older invocation without a per-data-set record
+            g = g[g["solver"] != "erm_start"]
+            n = g.groupby(["solver", "config", "lr"], dropna=False).size()
+            runs[d] = {"seeds": int(n.max()), "tune_seeds": int(n.min()), "git_commit": None}
     for d in keep:
         runs[d] = {"seeds": a.seeds, "tune_seeds": a.tune_seeds or a.seeds,
                    "git_commit": _git_commit()}
@@ -129,6 +135,7 @@ def main(argv=None):
             rows += mine
             print(f"{d} {name}: {time.perf_counter() - t0:.0f} s", flush=True)
             write(out, rows, runs, t0)   # after every solver: a partial table (resumable)
+    write(out, rows, runs, t0)
     print(f"wrote {out}/results.csv ({len(rows)} rows, {time.perf_counter() - t0:.0f} s)")
 
 
