@@ -33,8 +33,11 @@ folder keeps the problems already there (resumable; ``--datasets`` picks data se
 reference solves of the KL objectives take minutes each on adult_st / a9a_st.
 """
 import argparse
+import json
 import platform
+import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -134,14 +137,23 @@ def markdown(df):
     return "\n".join(lines)
 
 
-def write(out, df, groups, t0):
+def write(out, df, groups, t0, argv=None, started=None):
+    """The tables, and ``metadata.json`` with one entry per invocation (``runs``: the command
+    line, commit, seconds) after those of the earlier invocations into the same folder."""
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.csv", df.to_csv(index=False))
     atomic_write_text(out / "results.md", markdown(df) + "\n")
-    atomic_write_json(out / "metadata.json", {
-        "script": "benchmarks/exact_optima.py", "groups": groups.split(","),
-        "git_commit": _git_commit(), "python": platform.python_version(),
-        "seconds": time.perf_counter() - t0})
+    path = out / "metadata.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    runs = old.get("runs") or ([{k: old[k] for k in ("groups", "git_commit", "seconds")
+                                 if k in old}] if old else [])
+    if not runs or runs[-1].get("started") != started:
+        runs.append({"started": started})
+    runs[-1].update({"argv": argv, "groups": groups.split(","), "git_commit": _git_commit(),
+                     "seconds": time.perf_counter() - t0})
+    atomic_write_json(path, {
+        "script": "benchmarks/exact_optima.py", "groups": sorted(set(df["group"])),
+        "python": platform.python_version(), "runs": runs})
 
 
 def main(argv=None):
@@ -154,6 +166,8 @@ def main(argv=None):
                     help="comma-separated label prefixes of the objectives to solve (default: "
                          "all), e.g. 'mean,kl_dro:lam0' for ERM and the KL-constrained ones")
     ap.add_argument("--out", default="benchmarks/results/exact_optima")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     a = ap.parse_args(argv)
     out = Path(a.out)
     t0 = time.perf_counter()
@@ -164,7 +178,7 @@ def main(argv=None):
 
     def save(row):
         rows.append(row)
-        write(out, pd.DataFrame(rows), a.only, t0)   # after every problem: resumable
+        write(out, pd.DataFrame(rows), a.only, t0, argv, started)   # after every problem
 
     for group in a.only.split(","):
         run_group(group.strip(), [d for d in a.datasets.split(",") if d], done, save,
