@@ -212,3 +212,30 @@ def test_a_row_that_does_not_agree_says_why(tmp_path):
     part = rep.build(["scdro"], results_root=tmp_path / "ok").split(
         "### Fig. 2 / 4 (non-convex)")[1].split("###")[0]
     assert "verdict: **agrees**" in part and "- why:" not in part
+
+
+@pytest.mark.slow  # 18 s on the loaded 2-core machine (JIT of the KL and Newton kernels)
+def test_exact_optima_solves_a_binary_kl_objective_by_its_reference():
+    """benchmarks/exact_optima.py: the certified Newton only where it solves the family (a
+    binary KL-constrained objective passes Newton's data checks but not its family: it goes
+    to its own reference solver); a spectral one is certified."""
+    import importlib.util
+
+    import numpy as np
+
+    from riskopt.objectives import KLDROObjective, Objective
+
+    spec_ = importlib.util.spec_from_file_location("exact_optima",
+                                                   REPO / "benchmarks" / "exact_optima.py")
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = (X[:, 0] + 0.5 * rng.normal(size=60) > 0).astype(float)
+    kl = KLDROObjective("logistic", X, y, radius=0.5, l2_reg=1e-2, fit_intercept=True)
+    coef, value, how, gap = mod.solve(kl)
+    assert how == "reference" and np.isfinite(value)
+    assert value <= kl.value(np.zeros_like(coef)) and np.isnan(gap)
+    erm = Objective("logistic", "mean", X, y, l2_reg=1e-2, fit_intercept=True)
+    coef, value, how, gap = mod.solve(erm)
+    assert how == "newton" and gap <= 1e-9
