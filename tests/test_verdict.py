@@ -240,5 +240,5 @@ def test_warmstart_check_chooses_among_the_settings_run_with_every_seed(tmp_path
                          "test_accuracy": acc - 0.001 * seed})
     pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
     ours, verdict = cl.check_warmstart(("rscdro",), ("spd", "fastdro"))(tmp_path)
-    assert "rscdro 95.10" in ours and "spd 93.10" in ours and "over seeds 0,1,2" in ours
+    assert "rscdro 95.10" in ours and "spd 93.10" in ours and "adult_st (seeds 0,1,2)" in ours
     assert verdict == "agrees"

@@ -481,14 +481,14 @@ def check_warmstart(ours=("rscdro", "rascdro"), rivals=("spd", "fastdro", "dual_
                 res = outcome(st, ours, **ACC)
                 w = outcome(st, worst, higher_better=False, floor=1e-3)
                 outs += [res, w]
-                parts.append(f"{split} {d}: " + ", ".join(
+                parts.append(f"{split} {d} ({_seeds(g)}): " + ", ".join(
                     f"{k} {100 * s.mean:.2f}+-{100 * s.std:.2f}" for k, s in
                     sorted(st.items(), key=lambda kv: -kv[1].mean))
                     + f" ({res}; {worst} lowest: {w})")
         if not outs:
             return None
         text = (f"ERM warm start, 2 passes + 1 at lr/10, final accuracy in % (mean+-std over "
-                f"{_seeds(t)}, each solver's setting tuned on the training objective; noise: "
+                f"the seeds, each solver's setting tuned on the training objective; noise: "
                 f"2 Welch standard errors, floor 0.1 pp): " + "; ".join(parts)
                 + f"; {tally(outs)}")
         return text, aggregate(outs, 1.0)
