@@ -40,11 +40,6 @@ def lbfgs(obj):
     return ro.solvers.LBFGS().run(obj)
 
 
-def split(coef, fit_intercept):
-    coef = np.asarray(coef)
-    return (coef[:-1], coef[-1]) if fit_intercept else (coef, 0.0)
-
-
 # --------------------------------------------------------------------------- scikit-learn
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_mean_squared_l2_is_ridge(fit_intercept):
@@ -54,11 +49,11 @@ def test_mean_squared_l2_is_ridge(fit_intercept):
     res = lbfgs(obj)
     ridge = sklearn_linear.Ridge(alpha=len(y) * mu, fit_intercept=fit_intercept,
                                  solver="cholesky").fit(X, y)
-    w, b = split(res.coef, fit_intercept)
-    np.testing.assert_allclose(w, ridge.coef_, rtol=1e-8, atol=1e-9)
-    assert b == pytest.approx(ridge.intercept_, abs=1e-9)
     ref_coef = np.append(ridge.coef_, ridge.intercept_) if fit_intercept else ridge.coef_
-    assert res.value == pytest.approx(obj.value(ref_coef), rel=1e-12)
+    # both are the optimum of obj (Ridge's alpha = n mu is the mapping), each certified
+    # through its own duality gap: no comparison of two approximate solutions
+    certify.assert_certified(obj, res.coef, 1e-12, what="L-BFGS")
+    certify.assert_certified(obj, ref_coef, 1e-12, what="scikit-learn's Ridge")
 
 
 @pytest.mark.parametrize("fit_intercept", [False, True])
@@ -70,9 +65,11 @@ def test_mean_logistic_l2_is_logistic_regression(fit_intercept):
     clf = sklearn_linear.LogisticRegression(C=1 / (len(y) * mu), fit_intercept=fit_intercept,
                                             solver="newton-cholesky", tol=1e-12,
                                             max_iter=1000).fit(X, y)
-    w, b = split(res.coef, fit_intercept)
-    np.testing.assert_allclose(w, clf.coef_.ravel(), rtol=1e-7, atol=1e-8)
-    assert b == pytest.approx(float(clf.intercept_[0]) if fit_intercept else 0.0, abs=1e-8)
+    ref_coef = np.append(clf.coef_.ravel(), clf.intercept_) if fit_intercept \
+        else clf.coef_.ravel()
+    # both certified optimal for obj (C = 1 / (n mu) is the mapping), not compared
+    certify.assert_certified(obj, res.coef, 1e-10, what="L-BFGS")
+    certify.assert_certified(obj, ref_coef, 1e-10, what="scikit-learn's LogisticRegression")
 
 
 @pytest.mark.parametrize("fit_intercept", [False, True])
