@@ -234,3 +234,24 @@ def test_training_step_compiles_fullgraph_and_gives_eager_numbers(name, backend)
         for a, b in zip(g0, g1):
             np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-6)
         v0, g0 = step(lambda: fwd(eager_crit))
+
+
+@pytest.mark.parametrize("lam", [0.3, 3.0, 1e4, 1e9, 1e13])
+def test_masked_kl_penalised_equals_high_precision(lam):
+    """The masked KL value (the X-risks' device path) against mpmath at 50 digits on the
+    flagged entries, for lambda from below the range to far above it (where lse - log k
+    cancels), and q is the softmax over the flagged entries only."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    rng = np.random.default_rng(7)
+    L = rng.normal(size=(4, 9)) * 2.0 + 5.0
+    mask = rng.random((4, 9)) < 0.6
+    mask[:, 0] = True
+    v, q = to.kl_penalised(torch.from_numpy(L), lam, torch.from_numpy(mask))
+    for r in range(L.shape[0]):
+        x = [mpmath.mpf(float(t)) for t in L[r][mask[r]]]
+        ref = lam * mpmath.log(mpmath.fsum(mpmath.exp(t / lam) for t in x) / len(x))
+        span = float(max(x) - min(x))
+        assert abs(float(v[r]) - float(ref)) <= 1e-13 * (abs(float(ref)) + span)
+        assert float(q[r][~torch.from_numpy(mask[r])].abs().sum()) == 0.0
+        assert abs(float(q[r].sum()) - 1.0) <= 1e-13

@@ -332,21 +332,38 @@ def spectral_risk(l, risk, sigma=None):
 
 
 # ------------------------------------------------------------------------------ KL
-def kl_penalised(l, lam):
-    """``(lam log mean exp(l / lam), softmax(l / lam))`` per row (float64)."""
-    n = l.shape[-1]
-    c = l.amax(-1, keepdim=True)
-    d = l - c
-    z = d / lam
-    lse = torch.logsumexp(z, -1, keepdim=True)
-    q = torch.exp(z - lse)
-    lme = lse - math.log(n)
-    near = torch.log1p(torch.expm1(z).mean(-1, keepdim=True))  # lam >> range: no cancellation
-    zmin = z.amin(-1, keepdim=True)
+def kl_penalised(l, lam, mask=None):
+    """``(lam log mean exp(l / lam), softmax(l / lam))`` per row (float64); with ``mask``
+    (boolean, ``l``'s shape) over the flagged entries of each row only (the others get
+    ``q = 0``; no data-dependent shape: the masked X-risks on a device)."""
+    if mask is None:
+        c = l.amax(-1, keepdim=True)
+        d = l - c
+        z = zs = d / lam
+        logn = math.log(l.shape[-1])
+        zmin = z.amin(-1, keepdim=True)
+
+        def mean(x):
+            return x.mean(-1, keepdim=True)
+    else:
+        k = mask.sum(-1, keepdim=True).to(l.dtype)
+        c = torch.where(mask, l, -math.inf).amax(-1, keepdim=True)
+        d = torch.where(mask, l - c, 0.0)
+        z = d / lam
+        zs = torch.where(mask, z, -math.inf)
+        logn = torch.log(k)
+        zmin = torch.where(mask, z, math.inf).amin(-1, keepdim=True)
+
+        def mean(x):
+            return torch.where(mask, x, 0.0).sum(-1, keepdim=True) / k
+    lse = torch.logsumexp(zs, -1, keepdim=True)
+    q = torch.exp(zs - lse)
+    lme = lse - logn
+    near = torch.log1p(mean(torch.expm1(z)))  # lam >> range: no cancellation
     val = c + lam * torch.where(zmin > -0.5, near, lme)
     # lam > 1e8 x the range (d / lam may underflow): mean(d) + Var(d) / (2 lam)
-    dm = d.mean(-1, keepdim=True)
-    quad = c + dm + ((d - dm) * ((d - dm) / lam)).mean(-1, keepdim=True) / 2
+    dm = mean(d)
+    quad = c + dm + mean((d - dm) * ((d - dm) / lam)) / 2
     return torch.where(zmin > -1e-8, quad, val).squeeze(-1), q
 
 

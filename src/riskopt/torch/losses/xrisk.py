@@ -41,10 +41,10 @@ Devices: on CPU tensors in eager mode the pairs are the ``(n+, n-)`` matrix of t
 positives and negatives (boolean indexing: reading the counts costs no device sync). On any
 other device and under ``torch.compile`` the pairs are the ``(b, b)`` matrix with masks (no
 data-dependent shape, no host synchronisation): CVaR over the negatives of each row by
-:func:`riskopt.torch._oracles.cvar_present`, KL by a masked ``logsumexp``. The numbers are
-the same.
+:func:`riskopt.torch._oracles.cvar_present`, KL by :func:`riskopt.torch._oracles.kl_penalised`
+with the mask (the same branches for a ``lambda`` far above the range as the host path). The
+numbers are the same.
 """
-import math
 
 import torch
 from torch import nn
@@ -97,17 +97,6 @@ def _row_cvar(L, beta, mask=None):
     return (q * torch.where(mask, L, 0.0)).sum(-1), q
 
 
-def _row_kl(L, lam, mask=None):
-    if mask is None:
-        return _to.kl_penalised(L, lam)
-    k = mask.sum(-1, keepdim=True).to(L.dtype)
-    c = torch.where(mask, L, -math.inf).amax(-1, keepdim=True)
-    z = torch.where(mask, (L - c) / lam, -math.inf)
-    lse = torch.logsumexp(z, -1, keepdim=True)
-    q = torch.exp(z - lse)
-    return (c + lam * (lse - torch.log(k))).squeeze(-1), q
-
-
 _CVAR_CACHE = {}
 
 
@@ -151,7 +140,7 @@ class _PairwiseBase(nn.Module):
     def _inner(self, L64, mask):
         if self.risk == "cvar":
             return _row_cvar(L64, self.tail_fraction, mask)
-        return _row_kl(L64, self.shift_cost, mask)
+        return _to.kl_penalised(L64, self.shift_cost, mask)
 
 
 class PAUCLoss(_PairwiseBase):
@@ -239,8 +228,8 @@ class TwoWayPAUCLoss(_PairwiseBase):
                 p = _to.cvar_present(v, rows, self.pos_fraction)
                 val = (p * torch.where(rows, v, 0.0)).sum()
         else:
-            val, p = _row_kl(v.unsqueeze(0), self.pos_shift_cost,
-                             None if rows is None else rows.unsqueeze(0))
+            val, p = _to.kl_penalised(v.unsqueeze(0), self.pos_shift_cost,
+                                      None if rows is None else rows.unsqueeze(0))
             val, p = val[0], p[0]
         if rows is not None:
             p = torch.where(rows, p, 0.0)
