@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import check_estimator
 
 import riskopt as ro
-from riskopt.fairness import SMOOTHING
+from riskopt.fairness import CALIBRATION_MIN_CELL
 
 
 def _problem(seed, n=400, m=3):
@@ -24,8 +24,17 @@ def _problem(seed, n=400, m=3):
 
 
 def _smoothed_rates(est, X, rows_by_group):
-    r = expit(est.decision_function(X) / SMOOTHING)
+    r = expit(est.decision_function(X) / est.smoothing_)
     return np.array([r[rows].mean() for rows in rows_by_group])
+
+
+def _bounded_rates(est, X, rows_by_group, tol=0.02):
+    """The rates the bound holds for (riskopt.fairness, "Calibration"): hard ``1[z > 0]`` for
+    cells of at least ``CALIBRATION_MIN_CELL / tol`` rows, smoothed for smaller ones."""
+    z = est.decision_function(X)
+    hard, soft = (z > 0).astype(float), expit(z / est.smoothing_)
+    return np.array([(hard if rows.sum() >= CALIBRATION_MIN_CELL / tol else soft)[rows].mean()
+                     for rows in rows_by_group])
 
 
 def _blocks(constraint, y, s):
@@ -42,19 +51,25 @@ def _blocks(constraint, y, s):
 def test_rate_constraints_hold_on_the_training_data(constraint, risk):
     tol = 0.02
     for seed in (0, 1):
-        X, y, s = _problem(seed)
+        X, y, s = _problem(seed, n=900)   # cells of ~90-300 rows: hard and smoothed ones
         free = ro.RiskClassifier(risk=risk).fit(X, y)
         est = ro.RiskClassifier(risk=risk, constraint=constraint,
                                 constraint_tol=tol).fit(X, y, sensitive_features=s)
-        gaps, gaps_free = [], []
+        gaps, gaps_free, hard = [], [], []
         for blk in _blocks(constraint, y, s):
-            r = _smoothed_rates(est, X, blk)
+            r = _bounded_rates(est, X, blk)
             gaps.append(r.max() - r.min())
-            r0 = _smoothed_rates(free, X, blk)
+            r0 = _bounded_rates(free, X, blk)
             gaps_free.append(r0.max() - r0.min())
-        assert max(gaps) <= tol + 1e-6           # recomputed from decision_function
+            z = est.decision_function(X) > 0
+            h = np.array([z[rows].mean() for rows in blk])
+            hard.append(h.max() - h.min())
+        assert max(gaps) <= tol + 1e-9           # recomputed from decision_function
         assert max(gaps_free) > 2 * tol           # the constraint is active here
+        # calibrated to the bound, not far inside it (hard rates move by 1 / n_k per row)
+        assert max(gaps) >= tol - max(0.1 * tol, 1.0 / min(b.sum() for b in blk))
         np.testing.assert_allclose(est.constraint_values_, gaps, atol=1e-10)
+        np.testing.assert_allclose(est.hard_constraint_values_, hard, atol=1e-12)
         np.testing.assert_allclose(est.multipliers_.sum(axis=1), 0.0, atol=1e-8)
         assert np.abs(est.multipliers_).max() > 0
         # the constrained optimum costs more training objective than the free one
@@ -67,8 +82,8 @@ def test_several_sensitive_columns_are_intersected():
     est = ro.RiskClassifier(risk="mean", constraint="demographic_parity").fit(
         X, y, sensitive_features=np.column_stack([s, t]))
     assert est.sensitive_groups_ == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    r = _smoothed_rates(est, X, [(s == a) & (t == b) for a in (0, 1) for b in (0, 1)])
-    assert r.max() - r.min() <= 0.02 + 1e-6
+    r = _bounded_rates(est, X, [(s == a) & (t == b) for a in (0, 1) for b in (0, 1)])
+    assert r.max() - r.min() <= 0.02 + 1e-9
 
 
 def test_without_sensitive_features_a_rate_constraint_is_the_plain_fit():
@@ -193,18 +208,21 @@ def test_bad_input_gives_clear_errors():
 
 
 def test_fairlearn_form_to_overall_holds_on_the_training_data():
-    X, y, s = _problem(5)
+    X, y, s = _problem(5, n=900)
     for constraint in ("demographic_parity", "equalized_odds"):
-        est = ro.RiskClassifier(risk="mean", constraint=f"{constraint}:to_overall").fit(
-            X, y, sensitive_features=s)
-        worst = []
-        for blk in _blocks(constraint, y, s):
-            r = _smoothed_rates(est, X, blk)
-            sizes = np.array([b.sum() for b in blk])
-            worst.append(np.max(np.abs(r - r @ sizes / sizes.sum())))
-        assert max(worst) <= 0.02 + 1e-6
-        np.testing.assert_allclose(est.constraint_values_, worst, atol=1e-10)
-        assert max(worst) >= 0.02 - 1e-6      # active: the bound is reached
+        for randomized in (False, True):  # hard (calibrated) rates; smoothed (expected) ones
+            est = ro.RiskClassifier(risk="mean", constraint=f"{constraint}:to_overall",
+                                    randomized=randomized).fit(X, y, sensitive_features=s)
+            worst = []
+            for blk in _blocks(constraint, y, s):
+                r = (_smoothed_rates if randomized else _bounded_rates)(est, X, blk)
+                sizes = np.array([b.sum() for b in blk])
+                worst.append(np.max(np.abs(r - r @ sizes / sizes.sum())))
+            assert max(worst) <= 0.02 + 1e-6
+            np.testing.assert_allclose(est.constraint_values_, worst, atol=1e-10)
+            # active: the bound is reached (to the hard rates' step of 1 / n_k)
+            slack = 1e-6 if randomized else max(0.002, 1.0 / min(b.sum() for b in blk))
+            assert max(worst) >= 0.02 - slack
 
 
 def test_an_infeasible_bound_says_so():

@@ -6,10 +6,14 @@ Fitted attributes (set when ``constraint`` is not None):
 
 * ``sensitive_groups_``: the group labels (tuples for several sensitive columns);
 * ``constraint_values_``: per block (one; two for equalized odds: ``y = 0`` then ``y = 1``) the
-  constrained quantity on the training data with the smoothed rates, ``max_g r_g - min_g r_g``;
-  for bounded group loss the training loss of every group;
-* ``hard_constraint_values_``: the same with the hard rates ``1[z > 0]`` (rate constraints);
-* ``constraint_rates_``: the ``(n_blocks, n_groups)`` smoothed rates (group losses);
+  constrained quantity on the training data, ``max_g r_g - min_g r_g``, with the rates the bound
+  holds for: the hard rates ``1[z > 0]`` of the deterministic model (the smoothed rate for
+  cells of fewer than ``2 / constraint_tol`` rows; :mod:`riskopt.fairness`, "Calibration"),
+  the smoothed (expected) rates with ``randomized=True``; for bounded group loss the training
+  loss of every group;
+* ``hard_constraint_values_``: the same with the hard rates ``1[z > 0]`` of every cell;
+* ``constraint_rates_``: the ``(n_blocks, n_groups)`` rates of ``constraint_values_`` (group
+  losses);
 * ``multipliers_``: the ``(n_blocks, n_groups)`` net Lagrange multiplier of every group's rate
   (``E' lambda``: they sum to zero per block for the rate constraints; non-negative for
   bounded group loss), in the units of the objective.
@@ -88,7 +92,8 @@ def fit(est, obj, coef0):
             prob.b = prob.b / c
     W0 = obj.zeros() if coef0 is None else coef0
     f0 = float(obj.value(W0))
-    res = solve(obj, prob, W0, tol=est.tol, max_iter=est._max_iter())
+    res = solve(obj, prob, W0, tol=est.tol, max_iter=est._max_iter(),
+                calibrate=not getattr(est, "randomized", False))
     est.solver_ = res.method
     est.solver_reason_ = f"constraint={est.constraint!r}: {res.message}"
     est.solver_params_, est.lr_, est.lr_search_ = {}, None, None
@@ -116,9 +121,13 @@ def _attributes(est, obj, prob, res):
         hard = vals
     else:
         z = Z[:, 0]
-        vals, rates = prob.report(prob.cell_means(prob.terms(obj, z, second=False)[0]))
-        hard = prob.report(prob.cell_means((z > 0).astype(np.float64)))[0]
+        smooth, rh = (prob.cell_means(prob.terms(obj, z, second=False)[0]),
+                      prob.cell_means((z > 0).astype(np.float64)))
+        cal = getattr(prob, "calibrated", None)
+        vals, rates = prob.report(smooth if cal is None else np.where(cal, rh, smooth))
+        hard = prob.report(rh)[0]
     est.sensitive_groups_ = list(prob.labels)
+    est.smoothing_ = getattr(prob, "tau", None)
     est.constraint_values_ = np.asarray(vals)
     est.hard_constraint_values_ = np.asarray(hard)
     est.constraint_rates_ = np.asarray(rates)

@@ -87,7 +87,16 @@ CONSTRAINTS = ("demographic_parity", "equalized_odds", "equal_opportunity",
 #: reductions' form (``":to_overall"``: every group's rate within ``tol`` of the overall rate)
 CONSTRAINT_SPECS = CONSTRAINTS + tuple(f"{c}:to_overall" for c in CONSTRAINTS[:3])
 #: the logit scale ``tau`` of the smoothed rate ``mean sigmoid(z / tau)``
-SMOOTHING = 0.1
+SMOOTHING = 1.0
+#: rounds of the calibration of the smoothed bounds to the hard training rates at most
+CALIBRATION_ROUNDS = 6
+#: the finer smoothings the calibration moves to when it has not settled at ``SMOOTHING``
+CALIBRATION_SMOOTHING = (0.3, 0.1, 0.03)
+#: the share of the change of the offsets ``r_hard - r_smooth`` taken per calibration round
+CALIBRATION_DAMPING = 0.5
+#: cells with fewer than ``CALIBRATION_MIN_CELL / tol`` rows keep the smoothed rate (their hard
+#: rate moves in steps of ``1 / n_k >= tol / 2``: a hard bound at ``tol`` is not resolvable)
+CALIBRATION_MIN_CELL = 2.0
 #: SQP steps at most per intermediate stage of the shift-cost continuation (non-smooth risks)
 STAGE_MAX_ITER = 50
 #: largest multiplier before the constraints are declared infeasible
@@ -174,6 +183,7 @@ class FairnessProblem:
         self.constraint, self.tol, self.labels = constraint, float(tol), list(labels)
         m = len(labels)
         self.kind = "loss" if constraint == "bounded_group_loss" else "rate"
+        self.tau = float(SMOOTHING)  # the smoothing of the rates (calibration may refine it)
         n = codes.shape[0]
         if self.kind == "loss" or constraint == "demographic_parity":
             self.block_labels = [None]
@@ -232,9 +242,10 @@ class FairnessProblem:
         """``(phi, dphi, ddphi)`` per row: the smoothed indicator and its derivatives in ``z``
         (rates), or the loss and its derivatives (group loss; ``derivs`` of shape (n, K))."""
         if self.kind == "rate":
-            s = expit(z / SMOOTHING)
+            t = self.tau
+            s = expit(z / t)
             ds = s * (1.0 - s)
-            return s, ds / SMOOTHING, (ds * (1.0 - 2.0 * s) / SMOOTHING ** 2 if second else None)
+            return s, ds / t, (ds * (1.0 - 2.0 * s) / t ** 2 if second else None)
         dd = None
         if second:
             from .objectives._dual import curvature
@@ -497,7 +508,7 @@ def _slsqp(obj, prob, w, feas, rtol, max_iter):
     return _Result(x.reshape(shape), lam, int(res.nit), ok, str(res.message), "slsqp")
 
 
-def solve(obj, prob, coef0=None, tol=1e-4, max_iter=1000):
+def solve(obj, prob, coef0=None, tol=1e-4, max_iter=1000, calibrate=True):
     """Minimise ``obj`` under the constraints of ``prob``; a result with ``coef``, ``lam``
     (one multiplier per constraint), ``n_iter``, ``converged``, ``message``.
 
@@ -530,5 +541,70 @@ def solve(obj, prob, coef0=None, tol=1e-4, max_iter=1000):
                    rtol if last else 100 * rtol, cap)
         total += res.n_iter
         w, lam = res.coef, res.lam
+    prob.calibrated = None
+    if calibrate and prob.kind == "rate" and prob.E.shape[0]:
+        res, total = _calibrate(stages[-1], prob, res, feas, rtol, max_iter, total)
     res.n_iter = total
     return res
+
+
+def _rates(prob, X, w):
+    """``(smoothed, hard)`` cell means of ``w``."""
+    z = np.asarray(X @ np.reshape(w, (-1,)), dtype=np.float64).reshape(-1)
+    return (prob.cell_means(prob.terms(None, z, second=False)[0]),
+            prob.cell_means((z > 0).astype(np.float64)))
+
+
+def _calibrate(obj, prob, res, feas, rtol, max_iter, total):
+    """Correct every cell's smoothed rate by its offset to the hard rate, ``delta = r_hard -
+    r_smooth`` at the last solution, i.e. bound ``E (r_smooth + delta) <= tol - slack / 2``,
+    and re-solve warm-started (offsets damped by :data:`CALIBRATION_DAMPING`), until the hard
+    training rates meet ``tol`` and the active ones are within ``slack = max(0.1 tol, 1 /
+    smallest cell)`` of it; at most :data:`CALIBRATION_ROUNDS` rounds per smoothing, then the
+    next, finer one of :data:`CALIBRATION_SMOOTHING` (smaller offsets: a steadier iteration).
+    Keeps the round with the lowest objective among those whose hard rates hold (else the
+    least violating one). Module docstring, "Calibration"."""
+    big = prob.sizes >= CALIBRATION_MIN_CELL / max(prob.tol, 1e-12)
+    if not np.any(big):
+        return res, total
+    prob.calibrated = big
+    slack = max(0.1 * prob.tol, 1.0 / float(prob.sizes[big].min()))
+    b0 = prob.b.copy()
+
+    def score(r):
+        rs, rh = _rates(prob, obj.X, r.coef)
+        rh = np.where(big, rh, rs)  # small cells: the smoothed (expected) rate
+        ch = prob.E @ rh - b0
+        viol = float(np.max(ch))
+        return ch, viol, (viol > 0, viol if viol > 0 else float(obj.value(r.coef))), rh - rs
+
+    ch, viol, key, delta = score(res)
+    best = (key, res, prob.b.copy(), prob.tau)
+    for tau in (prob.tau,) + tuple(t for t in CALIBRATION_SMOOTHING if t < prob.tau):
+        if tau != prob.tau:  # a finer smoothing: the offsets at the current point
+            prob.tau = tau
+            ch, viol, key, delta = score(res)
+        for k in range(CALIBRATION_ROUNDS):
+            act = res.lam > 0
+            if viol <= 0 and (not np.any(act) or float(np.max(ch[act])) >= -slack):
+                break
+            if total >= max_iter:
+                break
+            prob.b = b0 - 0.5 * slack - prob.E @ delta  # aim inside: the hard rates jump
+            res = _sqp(obj, prob, res.coef, res.lam, feas, rtol, max(max_iter - total, 1))
+            total += res.n_iter
+            ch, viol, key, new = score(res)
+            delta = delta + (CALIBRATION_DAMPING if k else 1.0) * (new - delta)
+            if key < best[0]:
+                best = (key, res, prob.b.copy(), prob.tau)
+        else:
+            continue
+        break
+    prob.tau = best[3]
+    prob.b = best[2]
+    res = best[1]
+    if best[0][0]:
+        res.converged = False
+        res.message = (f"the calibration to the hard rates missed the bound by "
+                       f"{best[0][1]:.3g} after {CALIBRATION_ROUNDS} rounds")
+    return res, total
