@@ -28,11 +28,12 @@ def _smoothed_rates(est, X, rows_by_group):
     return np.array([r[rows].mean() for rows in rows_by_group])
 
 
-def _bounded_rates(est, X, rows_by_group, tol=0.02):
+def _bounded_rates(est, X, rows_by_group, tol=0.02, tau=None):
     """The rates the bound holds for (riskopt.fairness, "Calibration"): hard ``1[z > 0]`` for
-    cells of at least ``CALIBRATION_MIN_CELL / tol`` rows, smoothed for smaller ones."""
+    cells of at least ``CALIBRATION_MIN_CELL / tol`` rows, smoothed (``tau``: the fit's
+    ``smoothing_``) for smaller ones."""
     z = est.decision_function(X)
-    hard, soft = (z > 0).astype(float), expit(z / est.smoothing_)
+    hard, soft = (z > 0).astype(float), expit(z / (tau or est.smoothing_))
     return np.array([(hard if rows.sum() >= CALIBRATION_MIN_CELL / tol else soft)[rows].mean()
                      for rows in rows_by_group])
 
@@ -59,7 +60,7 @@ def test_rate_constraints_hold_on_the_training_data(constraint, risk):
         for blk in _blocks(constraint, y, s):
             r = _bounded_rates(est, X, blk)
             gaps.append(r.max() - r.min())
-            r0 = _bounded_rates(free, X, blk)
+            r0 = _bounded_rates(free, X, blk, tau=est.smoothing_)
             gaps_free.append(r0.max() - r0.min())
             z = est.decision_function(X) > 0
             h = np.array([z[rows].mean() for rows in blk])

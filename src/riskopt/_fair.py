@@ -134,14 +134,15 @@ def _attributes(est, obj, prob, res):
     est.multipliers_ = prob.multipliers(res.lam)
     gap = float(np.max(est.hard_constraint_values_ - est.constraint_values_, initial=0.0))
     # (plus two samples of the smallest cell: the hard rates move by 1 / n_k per sample)
-    if prob.kind == "rate" and gap > max(prob.tol, HARD_GAP) + 2.0 / prob.sizes.min():
+    if prob.kind == "rate" and getattr(prob, "calibrated", None) is not None and \
+            gap > max(prob.tol, HARD_GAP) + 2.0 / prob.sizes.min():
         warnings.warn(
-            f"{type(est).__name__}: the constraint holds for the smoothed rates "
-            f"({np.max(est.constraint_values_):.3g}) but the hard rates differ by up to "
-            f"{np.max(est.hard_constraint_values_):.3g} on the training data: many samples lie "
-            f"within a few SMOOTHING = {fairness.SMOOTHING:g} logits of the decision boundary "
-            "(a risk that shrinks the model, e.g. a small-tail CVaR); lower "
-            "riskopt.fairness.SMOOTHING for a tighter smoothing", UserWarning, stacklevel=5)
+            f"{type(est).__name__}: the constraint holds ({np.max(est.constraint_values_):.3g})"
+            f" but the hard rates differ by up to {np.max(est.hard_constraint_values_):.3g} on "
+            f"the training data: cells of fewer than {fairness.CALIBRATION_MIN_CELL:g} / "
+            "constraint_tol rows are bounded through their smoothed rate (smoothing_ = "
+            f"{est.smoothing_:g} logits), whose hard rate is not resolvable to the bound; merge "
+            "the small groups or lower riskopt.fairness.SMOOTHING", UserWarning, stacklevel=5)
 
 
 def draw(est, scores):
