@@ -306,8 +306,7 @@ def demographic_parity_difference(y_pred, sensitive, *, pos_label=1, sample_weig
     >>> demographic_parity_difference([1, 1, 0, 1, 0, 0], ["m", "m", "m", "f", "f", "f"])
     0.3333333333333333
     """
-    return _compare(*_selection_rates(y_pred, sensitive, pos_label, sample_weight), method,
-                    "difference")
+    return _parity(y_pred, sensitive, pos_label, sample_weight, method, "difference")
 
 
 def absolute_mean_difference(y_pred, sensitive, *, sample_weight=None):
@@ -408,11 +407,19 @@ def demographic_parity_ratio(y_pred, sensitive, *, pos_label=1, sample_weight=No
     Examples
     --------
     >>> from riskopt.metrics import demographic_parity_ratio
-    >>> demographic_parity_ratio([1, 1, 0, 1, 0, 0], ["m", "m", "m", "f", "f", "f"])
+    >>> pred, sex = [1, 1, 0, 1, 0, 0], ["m", "m", "m", "f", "f", "f"]
+    >>> demographic_parity_ratio(pred, sex)          # rates 2/3 (m) and 1/3 (f)
     0.5
+    >>> demographic_parity_ratio(pred, sex, method="to_overall")    # overall rate 1/2
+    0.6666666666666666
     """
+    return _parity(y_pred, sensitive, pos_label, sample_weight, method, "ratio")
+
+
+def _parity(y_pred, sensitive, pos_label, sample_weight, method, kind):
+    """fairlearn's demographic parity ``kind`` (difference / ratio) of the selection rates."""
     return _compare(*_selection_rates(y_pred, sensitive, pos_label, sample_weight), method,
-                    "ratio")
+                    kind)
 
 
 def _odds(y_true, y_pred, sensitive, pos_label, sample_weight, method, agg, kind):
@@ -458,10 +465,11 @@ def equalized_odds_ratio(y_true, y_pred, sensitive, *, pos_label=1, sample_weigh
     Examples
     --------
     >>> from riskopt.metrics import equalized_odds_ratio
-    >>> y_true = [1, 1, 0, 0, 1, 1, 0, 0]
-    >>> y_pred = [1, 1, 1, 1, 1, 0, 1, 0]
-    >>> a = [0, 0, 0, 0, 1, 1, 1, 1]     # TPR 1 vs 0.5, FPR 1 vs 0.5
+    >>> y_true, a = [1, 1, 0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1]
+    >>> y_pred = [1, 1, 1, 1, 1, 0, 1, 1]     # TPR 1 vs 0.5 (ratio 0.5), FPR 1 vs 1 (1)
     >>> equalized_odds_ratio(y_true, y_pred, a)
     0.5
+    >>> equalized_odds_ratio(y_true, y_pred, a, agg="mean")
+    0.75
     """
     return _odds(y_true, y_pred, sensitive, pos_label, sample_weight, method, agg, "ratio")
