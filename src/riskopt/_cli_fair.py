@@ -61,7 +61,7 @@ def fit_report(reg, args):
         lines.append("training group losses: " + fmt(
             f"{g}: {v:.4g}" for g, v in zip(reg.sensitive_groups_, reg.constraint_values_)))
     else:
-        lines.append("training values (smoothed rates): " + fmt(
+        lines.append("training values (bounded rates): " + fmt(
             f"{v:.4g}" for v in reg.constraint_values_) + "; hard rates: " + fmt(
             f"{v:.4g}" for v in reg.hard_constraint_values_))
     return lines

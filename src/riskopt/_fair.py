@@ -14,6 +14,8 @@ Fitted attributes (set when ``constraint`` is not None):
 * ``hard_constraint_values_``: the same with the hard rates ``1[z > 0]`` of every cell;
 * ``constraint_rates_``: the ``(n_blocks, n_groups)`` rates of ``constraint_values_`` (group
   losses);
+* ``smoothing_``: the logit scale ``tau`` of the smoothed rates ``sigmoid(z / tau)`` of the
+  returned solution (``riskopt.fairness.SMOOTHING``, or a finer one of the calibration);
 * ``multipliers_``: the ``(n_blocks, n_groups)`` net Lagrange multiplier of every group's rate
   (``E' lambda``: they sum to zero per block for the rate constraints; non-negative for
   bounded group loss), in the units of the objective.
