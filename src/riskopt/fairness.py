@@ -43,11 +43,8 @@ are what the bound is for: the solver corrects every cell's smoothed rate by its
 hard one, ``delta_k = r_hard_k - r_smooth_k`` at the last solution, bounds ``E (r_smooth +
 delta) <= tol - slack / 2`` and re-solves from there (offsets damped by half after the first
 round, :data:`CALIBRATION_ROUNDS` rounds per smoothing, then the finer smoothings of
-:data:`CALIBRATION_SMOOTHING` whose offsets are smaller; it starts at the widest smoothing
-within :data:`CALIBRATION_SPREAD` = 0.35 standard deviations of the logits: on adult, std 3.6,
-``SMOOTHING``; on compas, std 1.0, 0.3), until the hard rates meet ``tol``
-and every block with an active constraint reaches ``tol - slack``, ``slack = max(0.1 tol, 1 /
-n_k)`` (smallest calibrated cell); it keeps the
+:data:`CALIBRATION_SMOOTHING` whose offsets are smaller), until the hard rates meet ``tol``
+and the active ones are within ``slack = max(0.1 tol, 1 / n_k)`` of it; it keeps the
 round with the lowest objective among those that meet the bound. A cell of fewer than
 ``CALIBRATION_MIN_CELL / tol`` rows (100 at ``tol = 0.02``) keeps its smoothed rate: its hard
 rate moves in steps of ``1 / n_k >= tol / 2``, so a hard bound there is decided by a sample
@@ -109,8 +106,6 @@ SMOOTHING = 1.0
 CALIBRATION_ROUNDS = 6
 #: the finer smoothings the calibration moves to when it has not settled at ``SMOOTHING``
 CALIBRATION_SMOOTHING = (0.3, 0.1, 0.03)
-#: the calibration's smoothings are at most this many standard deviations of the logits
-CALIBRATION_SPREAD = 0.35
 #: the share of the change of the offsets ``r_hard - r_smooth`` taken per calibration round
 CALIBRATION_DAMPING = 0.5
 #: cells with fewer than ``CALIBRATION_MIN_CELL / tol`` rows keep the smoothed rate (their hard
@@ -578,8 +573,8 @@ def _calibrate(obj, prob, res, feas, rtol, max_iter, total):
     """Correct every cell's smoothed rate by its offset to the hard rate, ``delta = r_hard -
     r_smooth`` at the last solution, i.e. bound ``E (r_smooth + delta) <= tol - slack / 2``,
     and re-solve warm-started (offsets damped by :data:`CALIBRATION_DAMPING`), until the hard
-    training rates meet ``tol`` and every block (label) with an active constraint has its
-    largest value within ``slack = max(0.1 tol, 1 / smallest cell)`` of it; at most :data:`CALIBRATION_ROUNDS` rounds per smoothing, then the
+    training rates meet ``tol`` and the active ones are within ``slack = max(0.1 tol, 1 /
+    smallest cell)`` of it; at most :data:`CALIBRATION_ROUNDS` rounds per smoothing, then the
     next, finer one of :data:`CALIBRATION_SMOOTHING` (smaller offsets: a steadier iteration).
     Keeps the round with the lowest objective among those whose hard rates hold (else the
     least violating one). Module docstring, "Calibration"."""
@@ -597,28 +592,15 @@ def _calibrate(obj, prob, res, feas, rtol, max_iter, total):
         viol = float(np.max(ch))
         return ch, viol, (viol > 0, viol if viol > 0 else float(obj.value(r.coef))), rh - rs
 
-    # the block (label) of every constraint; a block with an active constraint is tight when
-    # its largest hard value is within the slack of the bound
-    m = len(prob.labels)
-    block = np.argmax(prob.E != 0, axis=1) // m
-
-    def tight(act, ch):
-        return all(float(np.max(ch[block == b])) >= -slack for b in np.unique(block[act]))
-
     ch, viol, key, delta = score(res)
     best = (key, res, prob.b.copy(), prob.tau)
-    # a smoothing wide against the logits' spread has offsets that swing with the model: start
-    # at the widest one within CALIBRATION_SPREAD standard deviations of z
-    spread = CALIBRATION_SPREAD * float(np.std(np.asarray(obj.X @ res.coef).reshape(-1)))
-    taus = [prob.tau] + [t for t in CALIBRATION_SMOOTHING if t < prob.tau]
-    taus = [t for t in taus if t <= spread] or taus[-1:]
-    for tau in taus:
+    for tau in (prob.tau,) + tuple(t for t in CALIBRATION_SMOOTHING if t < prob.tau):
         if tau != prob.tau:  # a finer smoothing: the offsets at the current point
             prob.tau = tau
             ch, viol, key, delta = score(res)
         for k in range(CALIBRATION_ROUNDS):
-            # (after the first smoothing: the first round that meets the bound will do)
-            if viol <= 0 and (tau != taus[0] or tight(res.lam > 0, ch)):
+            act = res.lam > 0
+            if viol <= 0 and (not np.any(act) or float(np.max(ch[act])) >= -slack):
                 break
             if total >= max_iter:
                 break
