@@ -108,8 +108,8 @@ CALIBRATION_ROUNDS = 6
 CALIBRATION_SMOOTHING = (0.3, 0.1, 0.03)
 #: the share of the change of the offsets ``r_hard - r_smooth`` taken per calibration round
 CALIBRATION_DAMPING = 0.5
-#: the calibration's SQP steps at most, in multiples of the first solve's (at least 10)
-CALIBRATION_BUDGET = 5
+#: the calibration's SQP steps at most, in multiples of the first solve's (at least 20)
+CALIBRATION_BUDGET = 15
 #: cells with fewer than ``CALIBRATION_MIN_CELL / tol`` rows keep the smoothed rate (their hard
 #: rate moves in steps of ``1 / n_k >= tol / 2``: a hard bound at ``tol`` is not resolvable)
 CALIBRATION_MIN_CELL = 2.0
@@ -596,7 +596,7 @@ def _calibrate(obj, prob, res, feas, rtol, max_iter, total):
 
     ch, viol, key, delta = score(res)
     best = (key, res, prob.b.copy(), prob.tau)
-    cap = min(max_iter, total + CALIBRATION_BUDGET * max(res.n_iter, 10))  # SQP steps
+    cap = min(max_iter, total + CALIBRATION_BUDGET * max(res.n_iter, 20))  # SQP steps
     for tau in (prob.tau,) + tuple(t for t in CALIBRATION_SMOOTHING if t < prob.tau):
         if tau != prob.tau:  # a finer smoothing: the offsets at the current point
             prob.tau = tau
@@ -612,7 +612,7 @@ def _calibrate(obj, prob, res, feas, rtol, max_iter, total):
             total += res.n_iter
             ch, viol, key, new = score(res)
             delta = delta + (CALIBRATION_DAMPING if k else 1.0) * (new - delta)
-            if key < best[0]:
+            if res.converged and key < best[0]:  # (not a solve cut off by the budget)
                 best = (key, res, prob.b.copy(), prob.tau)
         else:
             continue
