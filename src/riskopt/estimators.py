@@ -562,8 +562,8 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
     constraint : {"demographic_parity", "equalized_odds", "equal_opportunity", \
             "bounded_group_loss"} or None, default=None
         Fairness constraint on the groups of ``fit``'s ``sensitive_features`` (two classes for
-        the rates; ``"...:to_overall"``: fairlearn's form), held on the training data for
-        smoothed rates to ``constraint_tol`` (:mod:`riskopt.fairness`, :mod:`riskopt._fair`).
+        the rates; ``"...:to_overall"``: fairlearn's form), held on the training data for the
+        hard rates to ``constraint_tol`` (:mod:`riskopt.fairness`, "Calibration"; _fair).
     constraint_tol : float > 0, default=0.02
     randomized : bool, default=False
         Binary ``predict``: class 1 w.p. ``sigmoid(z / SMOOTHING)`` (:func:`riskopt._fair.draw`).
