@@ -595,6 +595,7 @@ def _calibrate(obj, prob, res, feas, rtol, max_iter, total):
         return ch, viol, (viol > 0, viol if viol > 0 else float(obj.value(r.coef))), rh - rs
 
     ch, viol, key, delta = score(res)
+    first = (res, prob.b.copy(), prob.tau)
     best = (key, res, prob.b.copy(), prob.tau)
     cap = min(max_iter, total + CALIBRATION_BUDGET * max(res.n_iter, 20))  # SQP steps
     for tau in (prob.tau,) + tuple(t for t in CALIBRATION_SMOOTHING if t < prob.tau):
@@ -620,8 +621,10 @@ def _calibrate(obj, prob, res, feas, rtol, max_iter, total):
     prob.tau = best[3]
     prob.b = best[2]
     res = best[1]
-    if best[0][0]:
+    if best[0][0]:  # missed: back to the smoothed solution, whose smoothed rates hold
+        res, prob.b, prob.tau = first
+        prob.calibrated = None
         res.converged = False
         res.message = (f"the calibration to the hard rates missed the bound by "
-                       f"{best[0][1]:.3g} after {CALIBRATION_ROUNDS} rounds")
+                       f"{best[0][1]:.3g} (the constraint holds for the smoothed rates only)")
     return res, total
