@@ -45,9 +45,11 @@ delta) <= tol - slack / 2`` and re-solves from there (offsets damped by half aft
 round, :data:`CALIBRATION_ROUNDS` rounds per smoothing, then the finer smoothings of
 :data:`CALIBRATION_SMOOTHING` whose offsets are smaller), until the hard rates meet ``tol``
 and the active ones are within ``slack = max(0.1 tol, 1 / n_k)`` of it; it keeps the
-round with the lowest objective among those that meet the bound. A cell of fewer than
-``CALIBRATION_MIN_CELL / tol`` rows (100 at ``tol = 0.02``) keeps its smoothed rate: its hard
-rate moves in steps of ``1 / n_k >= tol / 2``, so a hard bound there is decided by a sample
+round with the lowest objective among those that meet the bound (if none does -- cells of a
+few rows -- the first, uncalibrated solution, whose smoothed rates meet it, with a
+ConvergenceWarning; at most :data:`CALIBRATION_BUDGET` times the first solve's SQP steps).
+A cell of fewer than ``CALIBRATION_MIN_CELL / tol`` rows (100 at ``tol = 0.02``) keeps its
+smoothed rate: its hard rate moves in steps of ``1 / n_k >= tol / 2``, so a hard bound there is decided by a sample
 or two (and its test rate is noise). With ``randomized=True`` there is no calibration: the
 smoothed rate is then the expected rate of the randomised predictions, and the constraint
 holds for it to ``1e-3 tol`` (``tol`` the estimator's, the solver's feasibility tolerance).
@@ -578,8 +580,9 @@ def _calibrate(obj, prob, res, feas, rtol, max_iter, total):
     training rates meet ``tol`` and the active ones are within ``slack = max(0.1 tol, 1 /
     smallest cell)`` of it; at most :data:`CALIBRATION_ROUNDS` rounds per smoothing, then the
     next, finer one of :data:`CALIBRATION_SMOOTHING` (smaller offsets: a steadier iteration).
-    Keeps the round with the lowest objective among those whose hard rates hold (else the
-    least violating one). Module docstring, "Calibration"."""
+    Keeps the round with the lowest objective among those whose hard rates hold; if none
+    does, the first (smoothed) solution, with a ConvergenceWarning. At most
+    :data:`CALIBRATION_BUDGET` x the first solve's SQP steps. Module docstring, "Calibration"."""
     big = prob.sizes >= CALIBRATION_MIN_CELL / max(prob.tol, 1e-12)
     if not np.any(big):
         return res, total
