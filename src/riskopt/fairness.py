@@ -49,8 +49,8 @@ round with the lowest objective among those that meet the bound (if none does --
 few rows -- the first, uncalibrated solution, whose smoothed rates meet it, with a
 ConvergenceWarning; at most :data:`CALIBRATION_BUDGET` times the first solve's SQP steps).
 A cell of fewer than ``CALIBRATION_MIN_CELL / tol`` rows (100 at ``tol = 0.02``) keeps its
-smoothed rate: its hard rate moves in steps of ``1 / n_k >= tol / 2``, so a hard bound there is decided by a sample
-or two (and its test rate is noise). With ``randomized=True`` there is no calibration: the
+smoothed rate: its hard rate moves in steps of ``1 / n_k >= tol / 2``, so a hard bound there
+is decided by a sample or two (and its test rate is noise). With ``randomized=True`` there is no calibration: the
 smoothed rate is then the expected rate of the randomised predictions, and the constraint
 holds for it to ``1e-3 tol`` (``tol`` the estimator's, the solver's feasibility tolerance).
 The fitted ``smoothing_`` is the smoothing of the returned round.
