@@ -43,17 +43,17 @@ are what the bound is for: the solver corrects every cell's smoothed rate by its
 hard one, ``delta_k = r_hard_k - r_smooth_k`` at the last solution, bounds ``E (r_smooth +
 delta) <= tol - slack / 2`` and re-solves from there (offsets damped by half after the first
 round, :data:`CALIBRATION_ROUNDS` rounds per smoothing, then the finer smoothings of
-:data:`CALIBRATION_SMOOTHING` whose offsets are smaller), until the hard rates meet ``tol``
-and the active ones are within ``slack = max(0.1 tol, 1 / n_k)`` of it; it keeps the
-round with the lowest objective among those that meet the bound (if none does -- cells of a
-few rows -- the first, uncalibrated solution, whose smoothed rates meet it, with a
-ConvergenceWarning; at most :data:`CALIBRATION_BUDGET` times the first solve's SQP steps).
-A cell of fewer than ``CALIBRATION_MIN_CELL / tol`` rows (100 at ``tol = 0.02``) keeps its
-smoothed rate: its hard rate moves in steps of ``1 / n_k >= tol / 2``, so a hard bound there
-is decided by a sample or two (and its test rate is noise). With ``randomized=True`` there is no calibration: the
-smoothed rate is then the expected rate of the randomised predictions, and the constraint
-holds for it to ``1e-3 tol`` (``tol`` the estimator's, the solver's feasibility tolerance).
-The fitted ``smoothing_`` is the smoothing of the returned round.
+:data:`CALIBRATION_SMOOTHING` whose offsets are smaller), until the hard rates meet ``tol`` and
+the active ones are within ``slack = max(0.1 tol, 1 / n_k)`` of it; it keeps the round with the
+lowest objective among those that meet the bound (if none does -- cells of a few rows -- the
+first, uncalibrated solution, whose smoothed rates meet it, with a ConvergenceWarning; at most
+:data:`CALIBRATION_BUDGET` times the first solve's SQP steps). A cell of fewer than
+``CALIBRATION_MIN_CELL / tol`` rows (100 at ``tol = 0.02``) keeps its smoothed rate: its hard
+rate moves in steps of ``1 / n_k >= tol / 2``, so a hard bound there is decided by a sample or
+two (and its test rate is noise). With ``randomized=True`` there is no calibration: the
+smoothed rate is then the expected rate of the randomised predictions, and the constraint holds
+for it to ``1e-3 tol`` (``tol`` the estimator's, the solver's feasibility tolerance). The
+fitted ``smoothing_`` is the smoothing of the returned round.
 
 **Solver.** Sequential quadratic programming with exact second derivatives where they exist
 (:func:`solve`): at ``w`` the step minimises the quadratic model ``g.d + d.H d / 2`` of the
