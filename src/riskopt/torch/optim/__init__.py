@@ -2,14 +2,15 @@
 
 :class:`IndexedStateOptimizer` is the base class of the stochastic DRO / compositional
 optimizers (SCDRO / ASCDRO / PG-SMD2 in :mod:`~riskopt.torch.optim.kl_dro`; SONEX / SONX /
-SOX / ALEXR2 and their outer functions in :mod:`~riskopt.torch.optim.fcco`; OOA in
-:mod:`~riskopt.torch.optim.ooa`): a
+SOX / ALEXR2 in :mod:`~riskopt.torch.optim.fcco`, their outer functions in
+:mod:`~riskopt.torch.optim.outer`; OOA in :mod:`~riskopt.torch.optim.ooa`): a
 ``torch.optim.Optimizer`` holding tables indexed by the dataset (or group) indices that the
 loader yields, on the parameters' device, saved in ``state_dict``. See :mod:`riskopt.torch.optim.base` for the conventions.
 """
 from ._guard import DivergenceError
 from .base import IndexedStateOptimizer
-from .fcco import ALEXR2, SONEX, SONX, SOX, AbsHinge, GroupCVaR, Hinge, SquaredHinge
+from .fcco import ALEXR2, SONEX, SONX, SOX
+from .outer import AbsHinge, GroupCVaR, Hinge, SquaredHinge
 from .ooa import OOA, project_capped_simplex
 from .kl_dro import ASCDRO, PGSMD2, SCDRO
 

@@ -10,7 +10,8 @@ import copy
 
 import torch
 
-from .fcco import ALEXR2, SONEX, SONX, SOX, GroupCVaR, Hinge, SquaredHinge
+from .fcco import ALEXR2, SONEX, SONX, SOX
+from .outer import GroupCVaR, Hinge, SquaredHinge
 from .ooa import OOA
 from .kl_dro import ASCDRO, PGSMD2, SCDRO
 

@@ -78,155 +78,16 @@ Examples
 >>> 0.0 < opt.s < 1.0
 True
 """
-import math
-import numbers
-
 import torch
 
 from ..._validation import check_int, check_positive
 from .base import IndexedStateOptimizer
+from .outer import AbsHinge, GroupCVaR, Hinge, SquaredHinge  # noqa: F401  (re-exported)
 
 __all__ = ["Hinge", "AbsHinge", "SquaredHinge", "GroupCVaR", "SONEX", "SONX", "SOX", "ALEXR2",
            "OOA", "project_capped_simplex"]
 
 _UPDATES = ("momentum", "adam")
-
-
-# ---------------------------------------------------------------------------- outer functions
-def _real(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite real number, got {value!r}")
-    return float(value)
-
-
-def _lam(lam):
-    return check_positive("lam", lam, allow_zero=True)
-
-
-def _clip_grad(t, lam, rho):
-    """Gradient of the Moreau envelope of ``rho [t]_+``: ``clip(t / lam, 0, rho)``
-    (``lam = 0``: the subgradient ``rho 1[t > 0]``)."""
-    if lam > 0:
-        return torch.clamp(t / lam, min=0.0, max=rho)
-    return torch.where(t > 0, torch.full_like(t, rho), torch.zeros_like(t))
-
-
-class _Outer:
-    smooth = False
-    has_threshold = False
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
-        return f"{type(self).__name__}({args})"
-
-
-class Hinge(_Outer):
-    r"""The hinge :math:`f(u) = \rho[u - \kappa]_+` (a penalty of :math:`u \le \kappa`).
-
-    ``grad(u, lam)`` is the gradient of its Moreau envelope,
-    :math:`\mathrm{clip}((u - \kappa)/\lambda, 0, \rho)` (paper Eq. (2), the "smoothed hinge"),
-    and for ``lam = 0`` the subgradient :math:`\rho\,1[u > \kappa]` (SONX).
-
-    >>> import torch
-    >>> Hinge(rho=2.0).grad(torch.tensor([-1.0, 0.005, 1.0]), 0.01)
-    tensor([0.0000, 0.5000, 2.0000])
-    """
-
-    def __init__(self, rho=1.0, kappa=0.0):
-        self.rho = check_positive("rho", rho)
-        self.kappa = _real("kappa", kappa)
-
-    def value(self, u):
-        return self.rho * torch.clamp(torch.as_tensor(u) - self.kappa, min=0.0)
-
-    def grad(self, u, lam):
-        return _clip_grad(torch.as_tensor(u) - self.kappa, _lam(lam), self.rho)
-
-
-class AbsHinge(_Outer):
-    r"""The two-sided hinge :math:`f(u) = \rho[|u| - \kappa]_+`, ``kappa >= 0`` (a penalty of
-    :math:`|u| \le \kappa`: the ROC-fairness constraints of the paper's App. F.2).
-
-    Moreau-envelope gradient
-    :math:`\mathrm{sign}(u)\,\mathrm{clip}((|u| - \kappa)/\lambda, 0, \rho)`; ``lam = 0``: the
-    subgradient :math:`\rho\,\mathrm{sign}(u)\,1[|u| > \kappa]`.
-
-    >>> import torch
-    >>> AbsHinge(rho=4.0, kappa=0.1).grad(torch.tensor([-0.3, 0.05, 0.12]), 0.01)
-    tensor([-4.0000,  0.0000,  2.0000])
-    """
-
-    def __init__(self, rho=1.0, kappa=0.0):
-        self.rho = check_positive("rho", rho)
-        self.kappa = check_positive("kappa", kappa, allow_zero=True)
-
-    def value(self, u):
-        return self.rho * torch.clamp(torch.as_tensor(u).abs() - self.kappa, min=0.0)
-
-    def grad(self, u, lam):
-        u = torch.as_tensor(u)
-        return torch.sign(u) * _clip_grad(u.abs() - self.kappa, _lam(lam), self.rho)
-
-
-class SquaredHinge(_Outer):
-    r"""The squared hinge :math:`f(u) = \frac\rho2[u - \kappa]_+^2` (``absolute=True``:
-    :math:`\frac\rho2[|u| - \kappa]_+^2`), a smooth penalty: ``grad(u, lam)`` is its gradient
-    :math:`\rho[u - \kappa]_+` (times :math:`\mathrm{sign}(u)`), ``lam`` is ignored.
-
-    >>> import torch
-    >>> SquaredHinge(rho=10.0).grad(torch.tensor([-1.0, 0.5]), 0.01)
-    tensor([0., 5.])
-    """
-
-    smooth = True
-
-    def __init__(self, rho=1.0, kappa=0.0, absolute=False):
-        self.rho = check_positive("rho", rho)
-        self.kappa = _real("kappa", kappa)
-        if absolute and self.kappa < 0:
-            raise ValueError(f"kappa must be >= 0 with absolute=True, got {kappa}")
-        self.absolute = bool(absolute)
-
-    def value(self, u):
-        u = torch.as_tensor(u)
-        a = u.abs() if self.absolute else u
-        return 0.5 * self.rho * torch.clamp(a - self.kappa, min=0.0) ** 2
-
-    def grad(self, u, lam=0.0):
-        u = torch.as_tensor(u)
-        _lam(lam)
-        if self.absolute:
-            return self.rho * torch.sign(u) * torch.clamp(u.abs() - self.kappa, min=0.0)
-        return self.rho * torch.clamp(u - self.kappa, min=0.0)
-
-
-class GroupCVaR(_Outer):
-    r"""The CVaR form :math:`f(u, s) = s + \frac1r[u - s]_+`, ``0 < r <= 1``: the mean over the
-    ``m`` groups, minimised over the threshold ``s``, is the CVaR at level ``r`` of the group
-    losses (the mean of the ``r m`` largest; paper Eq. (10)).
-
-    ``grad(u, lam, s)`` is the ``u``-derivative :math:`h_\lambda'(u - s)` of the smoothed form,
-    :math:`h = \frac1r[\cdot]_+` with Moreau parameter ``lam``:
-    :math:`\mathrm{clip}((u - s)/\lambda, 0, 1/r)`; the optimizers keep ``s`` and update it with
-    :math:`1 - \mathrm{mean}_{g} h_\lambda'(u_g - s)`.
-
-    >>> import torch
-    >>> GroupCVaR(0.25).grad(torch.tensor([0.0, 0.75, 2.0]), 0.25, s=0.5)
-    tensor([0., 1., 4.])
-    """
-
-    has_threshold = True
-
-    def __init__(self, r):
-        self.r = check_positive("r", r)
-        if self.r > 1:
-            raise ValueError(f"r (the tail fraction) must be in (0, 1], got {r}")
-
-    def value(self, u, s=0.0):
-        return s + torch.clamp(torch.as_tensor(u) - s, min=0.0) / self.r
-
-    def grad(self, u, lam, s=0.0):
-        return _clip_grad(torch.as_tensor(u) - s, _lam(lam), 1.0 / self.r)
 
 
 # ---------------------------------------------------------------------------- optimizers
