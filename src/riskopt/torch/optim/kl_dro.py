@@ -523,9 +523,10 @@ def _kl_dro_value(batches, radius, shift_cost=0.0):
     :math:`\min_{\lambda\ge\lambda_0} \lambda\log\frac1b\sum_i e^{\ell_i/\lambda}
     + (\lambda-\lambda_0)\rho`, minimised over a geometric grid of ``lambda`` (factor 4
     apart, ``2^-20`` to ``2^12`` times the spread of the batch's losses, and ``lambda_0``):
-    an upper bound, within 25 % of the excess over the mean loss for Gaussian losses. ``radius=None``: the KL-penalised
-    value :math:`\lambda_0\log\frac1b\sum_i e^{\ell_i/\lambda_0}` (RECOVER). One tensor
-    program over all the batches (a list of 1-D tensors, padded), no host sync; float64.
+    an upper bound, within 25 % of the excess over the mean loss for Gaussian losses.
+    ``radius=None``: the KL-penalised value :math:`\lambda_0\log\frac1b\sum_i
+    e^{\ell_i/\lambda_0}` (RECOVER). One tensor program over all the batches (a list of 1-D
+    tensors, padded), no host sync; float64.
 
     >>> import torch
     >>> l = torch.tensor([0.0, 1.0, 2.0, 3.0], dtype=torch.float64)
