@@ -84,12 +84,13 @@ def _check_finite_np(name, a):
     check_finite(name, a, "contain")
 
 
-def _as_index_tensor(name, idx, b):
-    """A 1-D int64 CPU tensor of length ``b`` (range checked later, after any gathering)."""
+def _as_index_tensor(name, idx, b, device="cpu"):
+    """A 1-D int64 tensor of length ``b`` on ``device`` (range checked later, after any
+    gathering); an index tensor goes there directly (no host round trip)."""
     if isinstance(idx, torch.Tensor):
         if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
             raise ValueError(f"{name} must be integers, got dtype {idx.dtype}")
-        t = idx.detach().to("cpu", torch.int64)
+        t = idx.detach().to(device, torch.int64)
     else:
         a = np.asarray(idx)
         if a.dtype.kind not in "iu":
@@ -97,20 +98,7 @@ def _as_index_tensor(name, idx, b):
         t = torch.from_numpy(a.astype(np.int64, copy=True))
     if t.ndim != 1 or t.shape[0] != b:
         raise ValueError(f"{name} must have shape ({b},) like the losses, got {tuple(t.shape)}")
-    return t
-
-
-def _index_on(name, idx, b, device):
-    """A 1-D int64 tensor of length ``b`` on ``device``; an index tensor goes there directly
-    (no host round trip: the range is the caller's to check)."""
-    if not isinstance(idx, torch.Tensor):
-        return _as_index_tensor(name, idx, b).to(device)
-    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
-        raise ValueError(f"{name} must be integers, got dtype {idx.dtype}")
-    t = idx.detach().to(device, torch.int64)
-    if t.shape != (b,):
-        raise ValueError(f"{name} must have shape ({b},) like the losses, got {tuple(t.shape)}")
-    return t
+    return t.to(device)
 
 
 def _check_range(name, idx_np, n):

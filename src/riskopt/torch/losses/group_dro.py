@@ -12,7 +12,7 @@ from ..._validation import check_int, check_positive
 from .. import distributed as _dist
 from .. import _oracles as _to
 from ._common import (_GatherMixin, _as_index_tensor, _check_losses, _host_array,
-                      _host_attach, _host_eager, _index_on)
+                      _host_attach, _host_eager)
 
 __all__ = ["GroupDROLoss"]
 
@@ -171,7 +171,7 @@ class GroupDROLoss(_GatherMixin, nn.Module):
                 and not (isinstance(groups, torch.Tensor) and groups.device.type != "cpu")):
             g = _as_index_tensor("groups", groups, b).numpy()
             return self._forward_host(losses, g)
-        g = _index_on("groups", groups, b, losses.device)
+        g = _as_index_tensor("groups", groups, b, losses.device)
         out_of_range = ((g < 0) | (g >= m)).sum().to(torch.float64).reshape(1)
         local_sums = torch.zeros(m, dtype=losses.dtype, device=losses.device)
         local_sums = local_sums.index_add(0, g.clamp(0, m - 1), losses)

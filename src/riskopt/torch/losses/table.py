@@ -13,7 +13,7 @@ from ..._validation import check_int
 from .. import _oracles as _to
 from ._common import (_ORACLES, _GatherMixin, _as_index_tensor, _attach_dot,
                       _check_choice, _check_finite_np, _check_finite_t, _check_losses,
-                      _check_range, _check_risk, _host_eager, _index_on, _to_numpy64)
+                      _check_range, _check_risk, _host_eager, _to_numpy64)
 
 __all__ = ["TableSpectralRiskLoss"]
 
@@ -335,7 +335,7 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
         dev = losses.device
         b = losses.shape[0]
         n = self.n
-        idx = _index_on("indices", indices, b, dev)
+        idx = _as_index_tensor("indices", indices, b, dev)
         bad = ((idx < 0) | (idx >= n)).any()
         l64 = losses.detach().to(torch.float64)
         if _host_eager(losses):
