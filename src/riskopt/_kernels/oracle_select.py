@@ -365,8 +365,8 @@ def _box_chi2_root(losses, c, tot, A, lo, hi, t, maxit):
 
 @njit(cache=True)
 def _clamp_value(v, top, m, span, n, nu):
-    """``oracles._risk_sorted``'s clamp of the value into ``[mean, mean + span^2 / (8 nu)]``
-    (``m = sum (l - top)``)."""
+    """The clamp of a ``nu > 0`` risk value into ``[mean, mean + span^2 / (8 nu)]`` (``m = sum
+    (l - top)``; why: ``oracles._risk_sorted``, which clamps through it too)."""
     lo = top + m / n
     hi = lo + (span / nu) * span * 0.125
     tol = 1e-10 * (abs(lo) + span)

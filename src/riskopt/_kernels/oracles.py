@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from .oracle_select import (SELECT_MAX_MIDDLE, SelectionPlan,  # noqa: F401 (re-exported)
-                            _tie_mean, box_select_weights, select_risk_weights,
+                            _clamp_value, _tie_mean, box_select_weights, select_risk_weights,
                             selection_plan)
 
 CHI2 = 0
@@ -245,14 +245,7 @@ def _risk_sorted(ls, q, nu, div):
         m += d
     v = top + s - _penalty(q, nu, div)
     if nu > 0.0:
-        lo = top + m / n
-        span = top - ls[0]
-        hi = lo + (span / nu) * span * 0.125
-        tol = 1e-10 * (abs(lo) + span)
-        if v < lo - tol:
-            v = lo
-        elif v > hi + tol:
-            v = hi
+        v = _clamp_value(v, top, m, top - ls[0], n, nu)
     return v
 
 
