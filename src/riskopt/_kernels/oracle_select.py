@@ -59,7 +59,6 @@ def _tie_mean(sigma, a, m):
     return s / m
 
 
-
 #: A spectrum is left to the sorting oracle when its ranks ``[k_lo, k_hi]`` (where it is not
 #: constant, see :func:`selection_plan`) exceed this fraction of the losses.
 SELECT_MAX_MIDDLE = 0.5
@@ -258,7 +257,6 @@ def select_risk_weights(losses, sigma, plan, q):
     return float(v) if np.isfinite(v) else None
 
 
-
 # ----------------------------------------------------------- box spectra with a shift cost
 def box_of(sigma, plan):
     """``(c, tot)`` when ``sigma`` (with its :func:`selection_plan` ``plan``) is a box
@@ -279,7 +277,7 @@ def box_of(sigma, plan):
 
 @njit(cache=True)
 def _range(losses):
-    """``(min, max, sum(l - max), any NaN)`` in one pass."""
+    """``(min, max, any NaN)`` in one pass."""
     lo = np.inf
     hi = -np.inf
     bad = False
