@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._view import read_table
 from .verdict import Stat, aggregate, outcome, tally
 
 __all__ = ["finals", "check_best", "check_pair_beats", "check_warmstart", "check_passes_to", "check_fairness_exact",
@@ -154,13 +155,10 @@ def _share(share):
 def _passes_to(folder, eps):
     """Per seed, the passes of the selected configuration to a relative suboptimality
     <= ``eps`` (inf when never): ``dataset, objective, solver, seed, value``."""
-    import pandas as pd
-
-    path = Path(folder) / "results.parquet"
-    if not path.exists():
+    t = read_table(folder, columns=["dataset", "objective", "solver", "seed", "passes",
+                                    "suboptimality", "selected"])
+    if t is None:
         return None
-    t = pd.read_parquet(path, columns=["dataset", "objective", "solver", "seed", "passes",
-                                       "suboptimality", "selected"])
     t = t[t["selected"].astype(bool)]
     hit = t.assign(p=np.where(t["suboptimality"] <= eps, t["passes"], np.inf))
     return hit.groupby(["dataset", "objective", "solver", "seed"], sort=False)["p"].min() \
@@ -275,12 +273,9 @@ def check_accuracy(ours, rivals, worst=None, splits=("train", "test"), share=1.0
     group = (ours,) if isinstance(ours, str) else tuple(ours)
 
     def check(folder):
-        import pandas as pd
-
-        path = Path(folder) / "results.parquet"
-        if not path.exists():
+        t = read_table(folder)
+        if t is None:
             return None
-        t = pd.read_parquet(path)
         outs, parts = [], []
         for split in splits:
             col = f"m_{split}_accuracy"

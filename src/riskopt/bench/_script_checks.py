@@ -17,13 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
+from ._view import TABLE, read_table
+
 __all__ = ["last_selected_points", "check_scdro_nonconvex", "check_group_dro_mlp", "check_auc_fairness",
            "check_continual", "check_fstar", "check_kl_cost"]
 
 
-def _parquet(folder, name="results.parquet"):
+def _parquet(folder, name=TABLE):
     import pandas as pd
 
+    if name == TABLE:  # the folder's own table, or the view its metadata.json records
+        return read_table(folder)
     path = Path(folder) / name
     return pd.read_parquet(path) if path.exists() else None
 
@@ -197,12 +201,9 @@ def check_fstar(folder, tol=1e-8):
 def last_selected_points(folder):
     """The last recorded row of every run of the selected configurations in a spec's
     ``results.parquet`` (one row per dataset, objective, solver, seed); None without it."""
-    import pandas as pd
-
-    path = Path(folder) / "results.parquet"
-    if not path.exists():
+    t = read_table(folder)
+    if t is None:
         return None
-    t = pd.read_parquet(path)
     t = t[t["selected"].astype(bool)]
     return t.sort_values("update").groupby(["dataset", "objective", "solver", "seed"],
                                            sort=False).tail(1)

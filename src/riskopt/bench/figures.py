@@ -73,15 +73,21 @@ def normalise_table(table):
 def _load(results):
     import pandas as pd
 
+    from ._view import TABLE, read_table
+
     path = Path(results)
     if path.is_dir():
-        folder, table_path = path, path / "results.parquet"
+        folder, table_path = path, path / TABLE
     else:
         folder, table_path = path.parent, path
-    if not table_path.exists():
+    if table_path.name == TABLE:  # the folder's own table, or the view it records
+        table = read_table(folder)
+    else:
+        table = pd.read_parquet(table_path) if table_path.exists() else None
+    if table is None:
         raise FileNotFoundError(f"no results table at {table_path} (run `riskopt bench run` "
                                 "first)")
-    return folder, normalise_table(pd.read_parquet(table_path))
+    return folder, normalise_table(table)
 
 
 # ---------------------------------------------------------------------------- layout

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._view import read_table
+
 __all__ = ["build_report", "configuration_table", "passes_to_reach"]
 
 THRESHOLDS = (1e-4, 1e-8)
@@ -118,8 +120,8 @@ def build_report(results, fmt="markdown", relative_to=None):
         raise FileNotFoundError(f"{folder} holds no metadata.json or results.parquet: not a "
                                 "finished `riskopt bench run` folder")
     configs = None
-    if table_path.exists():
-        table = pd.read_parquet(table_path)
+    table = read_table(folder)  # its own table or the view metadata.json records
+    if table is not None:
         configs = configuration_table(table)
     if fmt == "csv":
         if configs is None:

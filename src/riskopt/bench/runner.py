@@ -11,7 +11,8 @@ Output folder (default ``results/<spec name>``)::
                          changed. cells/<id>.error.json records a run that raised; it is
                          retried on the next invocation. cells/ is a local cache, not the
                          record: a run whose cells/ is missing (a fresh clone) restores every
-                         finished run from results.parquet (:mod:`riskopt.bench._record`)
+                         finished run from results.parquet (:mod:`riskopt.bench._record`;
+                         or from the table this folder's is a view of, :mod:`._view`)
     results.parquet      long form, one row per recorded point of every run: the record
     selection.parquet    one row per (dataset, objective, solver, config) with the score of
     selection.csv        the selection rule, and the ``selected`` flag
@@ -69,8 +70,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import (_fingerprint, _io, _lock, _meta, _paths, _procs, _record, _state, problems,
-               record_metrics)
+from . import (_fingerprint, _io, _lock, _meta, _paths, _procs, _record, _state, _view,
+               problems, record_metrics)
 from ._cells import CELL_FORMAT, Cell, cell_labels, config_label, enumerate_cells  # noqa: F401
 from ._execute import (_compute_fstar, _fstar_task, _run_cell, _warm_up,  # noqa: F401
                        record_passes, record_steps)
@@ -225,11 +226,13 @@ def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plo
     for attempt in range(2):  # a second round only if a cell proves unreadable at the merge
         fstar = _state.load_fstar(fstar_path, key_hash=_hash, data=fps)
         if n_reused is None and not fresh:  # the cache lacks a run the record holds
-            restored = _record.restore_cells(_absent(cells, cells_dir), cells_dir,
-                                             out / _record.TABLE, fps)
+            source = _view.table_path(out)  # its own table, or the one it is a view of
+            restored = _record.restore_cells(_absent(cells, cells_dir), cells_dir, source, fps)
             if restored:
-                say(f"restored {len(restored)} finished run(s) from {_record.TABLE} into "
-                    "the cells/ cache")
+                name = _record.TABLE if source.parent == out else _view.view_entry(out)[
+                    "view_of"] + " (this folder's table is a view of it)"
+                say(f"restored {len(restored)} finished run(s) from {name} into the cells/ "
+                    "cache")
         done, _ = _state.check_cells(cells, cells_dir, data=fps)
         if n_reused is None:
             n_reused = len(done)
@@ -407,7 +410,7 @@ def status(spec, out=None):
     cells = enumerate_cells(spec)
     fps = _fingerprint.spec_fingerprints(spec)
     done, _ = _state.check_cells(cells, out / "cells", repair=False, data=fps)
-    restorable = _record.restorable(_absent(cells, out / "cells"), out / _record.TABLE, fps)
+    restorable = _record.restorable(_absent(cells, out / "cells"), _view.table_path(out), fps)
     return len(cells), len(done | restorable)
 
 
