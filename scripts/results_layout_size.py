@@ -3,7 +3,8 @@ bytes at a commit by kind (``git ls-tree -r -l``), and what re-encoding every tr
 ``*.parquet`` with zstd would save (written to a temporary folder, nothing in the tree
 changes; the tables' rows and schema metadata are kept), and which ``<name>_3sets`` tables
 hold exactly the rows of ``<name>``'s table for their data sets (every column but ``spec``, bit
-for bit): such a table could be a filtered view of the other instead of a second copy.
+for bit): such a table could be a filtered view of the other instead of a second copy; and the
+folders whose table already is such a view (``metadata.json``, :mod:`riskopt.bench._view`).
 
 Usage (from the repository root)::
 
@@ -11,6 +12,7 @@ Usage (from the repository root)::
 """
 import argparse
 import io
+import json
 import subprocess
 import sys
 from collections import defaultdict
@@ -40,12 +42,15 @@ def zstd_size(blob, level):
     return len(buf.getvalue())
 
 
+def _blob(rev, path):
+    return subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"],
+                          capture_output=True, check=True).stdout
+
+
 def _table(rev, path):
     import pandas as pd
 
-    blob = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"],
-                          capture_output=True, check=True).stdout
-    return pd.read_parquet(io.BytesIO(blob))
+    return pd.read_parquet(io.BytesIO(_blob(rev, path)))
 
 
 def subset_rows(rev, path, parent):
@@ -94,14 +99,23 @@ def main(argv=None):
     parquet = [(p, s) for p, s in rows if p.endswith(".parquet")]
     new = 0
     for p, _ in parquet:
-        blob = subprocess.run(["git", "-C", str(ROOT), "show", f"{args.rev}:{p}"],
-                              capture_output=True, check=True).stdout
-        new += zstd_size(blob, args.zstd_level)
+        new += zstd_size(_blob(args.rev, p), args.zstd_level)
     old = sum(s for _, s in parquet)
     lines += ["", f"Re-encoding the {len(parquet)} parquet files with zstd level "
               f"{args.zstd_level}: {old:,} -> {new:,} bytes ({(old - new) / 1e6:.1f} MB less; "
               f"the tree would be {(total - old + new) / 1e6:.1f} MB)."]
-    lines += ["", "| table | rows | bytes | the same rows as |", "| --- | ---: | ---: | --- |"]
+    views = []
+    for p, _ in rows:
+        if p.startswith("benchmarks/results/") and p.endswith("/metadata.json"):
+            entry = (json.loads(_blob(args.rev, p)).get("files") or {}).get("table")
+            if isinstance(entry, dict) and "view_of" in entry:
+                views.append(f"| {Path(p).parent} | {entry['view_of']} | {entry['rows']:,} | "
+                             f"{entry['where']} |")
+    if views:
+        lines += ["", "Tables that are filtered views of another folder's table "
+                  "(`riskopt.bench._view`):", "", "| folder | view of | rows | where |",
+                  "| --- | --- | ---: | --- |", *views]
+    subsets = []
     sizes = dict(rows)
     for p, _ in parquet:
         folder = Path(p).parent
@@ -111,8 +125,11 @@ def main(argv=None):
         if str(parent) not in sizes:
             continue
         n, same = subset_rows(args.rev, p, str(parent))
-        lines.append(f"| {p} | {n:,} | {sizes[p]:,} | "
-                     f"{str(parent) + ' (bit for bit)' if same else 'no table'} |")
+        subsets.append(f"| {p} | {n:,} | {sizes[p]:,} | "
+                       f"{str(parent) + ' (bit for bit)' if same else 'no table'} |")
+    if subsets:
+        lines += ["", "| table | rows | bytes | the same rows as |", "| --- | ---: | ---: | --- |",
+                  *subsets]
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
