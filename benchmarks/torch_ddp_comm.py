@@ -29,6 +29,7 @@ Usage::
         [--out DIR]
 """
 import argparse
+import copy
 import multiprocessing
 import os
 import statistics
@@ -87,23 +88,29 @@ def _worker(rank, path, args):
     blocks = {"sgd": []}      # (wall, cpu) per block
     for name in ROWS:
         kind = D.ROWS[name][2]
-        opts = {mode: D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
-                                       process_group=pg, on_divergence="ignore")
+        opts = {mode: (D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
+                                        process_group=pg, on_divergence="ignore"), ddp, module)
                 for mode, pg in (("local", False), ("exact", None))}
+        if hasattr(D.ROWS[name][0], "_finish_posted"):   # attach: a DDP model of its own
+            mod = copy.deepcopy(module)
+            opt = D.make_optimizer(name, mod.parameters(), n, 4, lr=1e-4,
+                                   on_divergence="ignore")
+            opts["hook"] = (opt, opt.attach(torch.nn.parallel.DistributedDataParallel(mod)),
+                            mod)
         for mode in opts:
             blocks[f"{name}/{mode}"] = []
         for _ in range(args.repeats):    # interleaved: the machine's load drifts
             blocks["sgd"].append(_timed(sgd_step, args.steps))
-            for mode, opt in opts.items():
+            for mode, (opt, model, mod) in opts.items():
                 blocks[f"{name}/{mode}"].append(_timed(
-                    lambda: D.drive_step(kind, opt, ddp, module, X, y, groups, local_batch()),
+                    lambda: D.drive_step(kind, opt, model, mod, X, y, groups, local_batch()),
                     args.steps))
-        for mode, opt in opts.items():
+        for mode, (opt, _, _) in opts.items():
             g = opt._gatherer
             total = args.repeats * (args.steps + 3)
             out[f"{name}/{mode}"] = {
                 "calls": 0.0 if g is None else g.calls / total,
-                "bytes": 0.0 if g is None else g.bytes / total,
+                "bytes": 0.0 if g is None else (g.bytes + g.carried) / total,
                 "gather_s": 0.0 if g is None else g.seconds / total}
     for key, got in blocks.items():
         wall, cpu = zip(*got)
@@ -141,7 +148,10 @@ def main():
                 "gather_ms_per_step": 1e3 * ex["gather_s"]}
 
     rows = [row("SGD (plain DDP)", sgd)]
-    rows += [row(name, out[f"{name}/exact"], out[f"{name}/local"]) for name in ROWS]
+    for name in ROWS:
+        rows.append(row(name, out[f"{name}/exact"], out[f"{name}/local"]))
+        if f"{name}/hook" in out:
+            rows.append(row(f"{name} (attach)", out[f"{name}/hook"], out[f"{name}/local"]))
     meta = {"batch_per_rank": args.batch, "world": WORLD, "backend": "gloo",
             "model": f"MLP {args.d}-{args.hidden}-1 float32 ({n_params} parameters)",
             "ddp_allreduce_bytes_per_step": 4 * n_params, "steps": args.steps,

@@ -37,6 +37,12 @@ STEPS, SAVE_AT = 6, 3
 #: rows whose step size, 2x to 30x the row's, makes the run end far above its start
 #: without a blow-up (the start rule, not the 1e6x check, reports them)
 RISING, RISE_STEPS = (("scdro", 0.2), ("sonex", 3.0)), 40
+#: the rows whose statistics can ride on DDP's all-reduce (opt.attach(ddp_model)), and a
+#: variant whose multiplier sits at its floor (l / lambda ~ 500: the ranks' shifts are too
+#: far apart to be rescaled inside the all-reduce, the out-of-range correction runs)
+ATTACH = [n for n in NAMES if hasattr(D.ROWS[n][0], "_finish_posted")]
+ATTACH_CASES = [(n, {}) for n in ATTACH] + [("scdro", dict(lam_init=1e-3))]
+ATTACH_STEPS = 12
 
 
 def _rel(a, b):
@@ -54,6 +60,11 @@ def _worker(rank, path, names):
         out[name] = (*D.run(name, STEPS, rank, 2, save_at=SAVE_AT, info=info,
                             wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)),
                      info["comm_calls"])
+    for k, (name, kw) in enumerate(ATTACH_CASES):   # the statistics on DDP's all-reduce
+        info = {}
+        out[f"attach{k}"] = (*D.run(name, ATTACH_STEPS, rank, 2, info=info, attach=True,
+                                    wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m),
+                                    **kw), info["comm_calls"], info["fixes"])
     for name, lr in RISING:       # the start rule decides the same on every rank
         info = {}
         with warnings.catch_warnings(record=True):
@@ -139,6 +150,34 @@ def test_ddp_matches_one_process_run(name, ddp):
     assert per_step * STEPS < calls <= per_step * STEPS + 3
     if D.ROWS[name][2] == "scdro":    # rank 0's batches 7, 7, 6, 9, 1, 7: grows at 1 and 4
         assert calls == STEPS + 2
+
+
+@pytest.mark.parametrize("k", range(len(ATTACH_CASES)))
+def test_ddp_with_the_statistics_on_the_all_reduce_matches_one_process_run(k, ddp):
+    name, kw = ATTACH_CASES[k]
+    p, s, _ = D.run(name, ATTACH_STEPS, **kw)
+    (p0, s0, _, calls, fixes), (p1, s1, _, _, _) = ddp[0][f"attach{k}"], ddp[1][f"attach{k}"]
+    assert torch.equal(p0, p1) and torch.equal(s0, s1)
+    assert _rel(p0, p) <= 1e-10 and _rel(s0, s) <= 1e-10
+    # no gather of its own but where a rank's batch outgrows every earlier one (header,
+    # then the rows): the first step and the growth of rank 0's batches (7, 7, 6, 9, 1, ...)
+    assert calls == 2 + 2
+    if kw:          # lambda at its floor: the correction ran (one all-reduce per step)
+        assert fixes > 0
+    else:
+        assert fixes == 0
+
+
+def test_attach_needs_a_supporting_optimizer_and_is_a_no_op_in_one_process():
+    X, y, groups, module = D.make_problem()
+    opt = D.make_optimizer("scdro", module.parameters(), X.shape[0], 4)
+    assert opt.attach(module) is module and opt._attached is None     # no process group
+    unsupported = [n for n in NAMES if n not in ATTACH]
+    assert unsupported
+    for name in unsupported:
+        o = D.make_optimizer(name, module.parameters(), X.shape[0], 4)
+        with pytest.raises(TypeError, match="attach"):
+            o.attach(module)
 
 
 @pytest.mark.parametrize("name", ["scdro", "pgsmd2", "sonex"])

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["is_distributed", "world_size", "rank", "all_gather_1d", "all_reduce_sum",
-           "ColumnGatherer", "all_reduce_mean_",
+           "ColumnGatherer", "all_reduce_mean_", "Piggyback", "stats_comm_hook",
            "grad_scale"]
 
 
@@ -154,6 +154,7 @@ class ColumnGatherer:
     def __init__(self, group=None):
         self.group = group
         self.capacity = 0
+        self.carried = 0           # bytes carried on DDP's all-reduce (stats_comm_hook)
         self.calls = 0
         self.bytes = 0
         self.seconds = 0.0
@@ -222,3 +223,146 @@ def all_reduce_mean_(tensors, group=None):
         t.copy_(flat[pos:pos + n].view_as(t).to(t.device, t.dtype))
         pos += n
     return tensors
+
+
+class Piggyback:
+    r"""One step's batch statistics carried on DDP's gradient all-reduce (see
+    :func:`stats_comm_hook`): no collective of their own.
+
+    ``block``: this rank's rows (``(b, k)`` float64), ``scalars``: a few 0-d float64 tensors
+    per rank, ``pre``: a 0-d float64 factor this rank's gradient is multiplied by before the
+    sum, ``finish(table, sizes, offset, scalars)``: called with the gathered rows (as
+    :class:`ColumnGatherer` returns them) once the all-reduce is done; returns the common 0-d
+    factor of the summed gradient. Every gradient bucket ``g`` becomes
+    ``finish(...) * sum_r pre_r g_r`` (in float64, then the bucket's dtype).
+
+    The rows travel zero-padded to ``capacity`` rows per rank (the gatherer's, the same on
+    every rank). When a rank has more rows, or ``finish`` raises, the summed gradient is kept
+    (float64) and :meth:`complete` finishes the step with a separate gather.
+    """
+
+    def __init__(self, gatherer, block, scalars, pre, finish, local_ok=True):
+        self.gatherer, self.block, self.scalars = gatherer, block, list(scalars)
+        self.pre, self.finish, self.local_ok = pre, finish, local_ok
+        self.factor = None          # the common factor, once known
+        self.done = None            # the future of the bucket that carries the rows
+        self.kept = []              # (summed float64 gradient, parameters) to finish later
+        self.buckets = []           # (this rank's float64 gradient or None, parameters)
+        self.error = None
+        #: set by ``finish`` when some rank's ``pre`` was out of range (``local_ok`` False:
+        #: it sent 0): ``raw_scale``, this rank's factor for its own gradient (the sum of the
+        #: ranks' ``raw_scale * g_r`` is added to the gradients by :meth:`complete`)
+        self.fix, self.raw_scale = False, None
+
+    def payload(self):
+        """This rank's slot (header: row count and scalars, then the rows) inside a zero
+        buffer of one slot per rank."""
+        group, cap = self.gatherer.group, self.gatherer.capacity
+        ws, me = dist.get_world_size(group), dist.get_rank(group)
+        b, k = self.block.shape
+        h = 1 + len(self.scalars)
+        slot = h + cap * k
+        dev = self.pre.device
+        buf = torch.zeros(ws * slot, dtype=torch.float64, device=dev)
+        mine = buf[me * slot:(me + 1) * slot]
+        mine[0] = b
+        if self.scalars:
+            mine[1:h] = torch.stack(self.scalars)
+        r = min(b, cap)
+        if r and k:
+            mine[h:h + r * k] = self.block[:r].reshape(-1)
+        return buf, slot, h
+
+    def decode(self, flat, slot, h):
+        """The gathered rows from the summed payload; None when some rank had more rows
+        than the capacity (the rows did not fit)."""
+        ws = flat.numel() // slot
+        parts = flat.view(ws, slot)
+        sizes = [int(x) for x in parts[:, 0].tolist()]
+        k = self.block.shape[1]
+        if max(sizes) > self.gatherer.capacity and k:
+            return None
+        table = torch.cat([parts[r, h:h + s * k].reshape(s, k) for r, s in enumerate(sizes)])
+        me = dist.get_rank(self.gatherer.group)
+        return table, sizes, sum(sizes[:me]), parts[:, 1:h]
+
+    def complete(self):
+        """After the backward: finish a step whose rows did not fit (or whose ``finish``
+        raised) with a gather of its own, and write the gradients. Re-raises ``finish``'s
+        error."""
+        if self.factor is None and self.error is None:
+            try:
+                got = self.gatherer(list(self.block.unbind(1)), self.pre.device,
+                                    scalars=self.scalars)
+                self.factor = self.finish(*got)
+            except Exception as exc:       # noqa: BLE001  (re-raised below)
+                self.error = exc
+        if self.error is not None:
+            raise self.error
+        for flat, params in self.kept:
+            _write_grads(params, flat * self.factor, add=False)
+        if self.fix:                 # the same decision on every rank (gathered numbers)
+            for raw, params in self.buckets:
+                corr = (raw * self.raw_scale if raw is not None else torch.zeros(
+                    sum(p.numel() for p in params), dtype=torch.float64,
+                    device=self.pre.device))
+                dist.all_reduce(corr, group=self.gatherer.group)
+                _write_grads(params, corr, add=True)
+
+
+def _write_grads(params, flat, add):
+    pos = 0
+    for p in params:
+        n = p.numel()
+        part = flat[pos:pos + n].view_as(p).to(p.grad.dtype)
+        p.grad.add_(part) if add else p.grad.copy_(part)
+        pos += n
+
+
+def stats_comm_hook(opt, bucket):
+    """A DDP communication hook (``ddp.register_comm_hook(opt, stats_comm_hook)``, what
+    ``opt.attach(ddp)`` does): each bucket's gradient is all-reduced in float64, and when the
+    optimizer ``opt`` has posted its step's batch statistics (:class:`Piggyback`,
+    ``opt._piggy``) the first bucket carries them, and every bucket is scaled as the statistics
+    say. Without posted statistics it is DDP's default (the mean over ranks)."""
+    buf = bucket.buffer()
+    post = getattr(opt, "_piggy", None)
+    group = opt._group()
+    ws = dist.get_world_size(group)
+    if post is None:
+        fut = dist.all_reduce(buf.div_(ws), group=group, async_op=True).get_future()
+        return fut.then(lambda f: f.value()[0])
+    n = buf.numel()
+    params = bucket.parameters()
+    post.buckets.append((None if post.local_ok else buf.to(torch.float64, copy=True), params))
+    grad64 = buf.to(torch.float64) * post.pre
+    first = post.done is None
+    if first:
+        payload, slot, h = post.payload()
+        flat = torch.cat([grad64, payload])
+        post.gatherer.carried += 8 * payload.numel()   # no collective of its own
+    else:
+        flat = grad64
+    fut = dist.all_reduce(flat, group=group, async_op=True).get_future()
+
+    def write(flat_sum):
+        if post.factor is None:           # finish later (complete)
+            post.kept.append((flat_sum[:n].clone(), params))
+            return buf
+        buf.copy_((flat_sum[:n] * post.factor).to(buf.dtype))
+        return buf
+
+    if first:
+        def on_first(f):
+            flat_sum = f.value()[0]
+            try:
+                got = post.decode(flat_sum[n:], slot, h)
+                if got is not None:
+                    post.factor = post.finish(*got)
+            except Exception as exc:      # noqa: BLE001  (re-raised in step)
+                post.error = exc
+            return write(flat_sum)
+        post.done = fut.then(on_first)
+        return post.done
+    both = torch.futures.collect_all([post.done, fut])
+    return both.then(lambda f: write(f.value()[1].value()[0]))

@@ -144,19 +144,24 @@ def state_tensors(opt):
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
-def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None, **extra):
+def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None,
+        attach=False, **extra):
     """Train row ``name`` for ``steps`` steps (this rank's share of each global batch).
 
     ``wrap(module)`` returns what the forward calls (e.g. a DDP wrapper). Returns the
     parameters (flattened), the optimizer state vector and, with ``save_at``, the
     ``(model, optimizer)`` state dicts after ``save_at`` steps; ``info`` (a dict) receives
-    the number of collectives the optimizer's gathers issued (``comm_calls``); ``extra``
-    goes to the optimizer (e.g. ``process_group=False``).
+    the number of collectives the optimizer's gathers issued (``comm_calls``) and, with
+    ``attach`` (the statistics carried on DDP's all-reduce: ``opt.attach(model)``), the steps
+    that needed the out-of-range correction (``fixes``); ``extra`` goes to the optimizer
+    (e.g. ``process_group=False``).
     """
     X, y, groups, module = make_problem(seed=seed)
     model = module if wrap is None else wrap(module)
     kind = ROWS[name][2]
     opt = make_optimizer(name, module.parameters(), X.shape[0], 4, **extra)
+    if attach:
+        opt.attach(model)
     saved = None
     for k, idx in enumerate(batches(X.shape[0], steps)):
         if save_at is not None and k == save_at:
@@ -164,6 +169,7 @@ def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None
         drive_step(kind, opt, model, module, X, y, groups, split(idx, rank, world))
     if info is not None:
         info["comm_calls"] = opt.comm_calls
+        info["fixes"] = getattr(opt, "_post_fixes", 0)
         info["guard"] = guard_summary(opt)
     flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
     return flat, state_tensors(opt), saved

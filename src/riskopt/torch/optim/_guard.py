@@ -104,6 +104,7 @@ class GuardMixin:
         self.on_divergence, self.check_every, self.blowup = on_divergence, check_every, blowup
         self.rise = float(rise)
         self._gatherer = None
+        self._attached, self._piggy = None, None
         dev = self.param_groups[0]["params"][0].device
         self._g = dict(_G_FRESH)
         self._g_on(dev)
@@ -119,6 +120,64 @@ class GuardMixin:
         """The number of ranks the optimizer's state is shared over (1 without a group)."""
         group = self._group()
         return 1 if group is None else torch.distributed.get_world_size(group)
+
+    def attach(self, ddp_model):
+        """Carry this optimizer's batch statistics on the gradient all-reduce of
+        ``ddp_model`` (a :class:`~torch.nn.parallel.DistributedDataParallel` of the
+        parameters it drives, whose loss is this optimizer's surrogate alone): registers a
+        DDP communication hook (:func:`riskopt.torch.distributed.stats_comm_hook`; call it
+        once, before the first backward), so that a step issues no collective of its own.
+
+        The gradients are all-reduced in float64 (the bucket's dtype after), with the
+        statistics appended to the first bucket; after ``backward()`` the ``.grad`` hold
+        the same gradient as without the hook (up to rounding), except in a step whose
+        batch is larger than every earlier one on some rank (and the first step): there
+        the statistics do not fit and :meth:`step` gathers them and writes the gradients.
+        Only the optimizers with a ``_finish_posted`` method support it (others raise
+        ``TypeError``); without an active process group it does nothing. Returns
+        ``ddp_model``."""
+        if not hasattr(self, "_finish_posted"):
+            raise TypeError(f"{type(self).__name__} cannot carry its statistics on DDP's "
+                            "all-reduce (attach); it gathers them itself")
+        if self._group() is None:
+            return ddp_model
+        if self._attached is not None:
+            raise RuntimeError("attach: the optimizer is attached already")
+        ddp_model.register_comm_hook(self, _dist.stats_comm_hook)
+        self._attached = ddp_model
+        return ddp_model
+
+    def _can_post(self):
+        """True when this step's statistics may ride on the all-reduce: attached, and the
+        capacity of the rows known (after the first gather); the same on every rank."""
+        return (self._attached is not None and self._gatherer is not None
+                and self._gatherer.capacity > 0 and self._group() is not None)
+
+    def _post(self, columns, scalars, pre, local_ok=True):
+        """Post the step's statistics for the hook (see :class:`~riskopt.torch.distributed.
+        Piggyback`); ``self._finish_posted`` receives them."""
+        dev = pre.device
+        block = torch.stack([c.detach().reshape(-1).to(dev, torch.float64) for c in columns], 1)
+        self._piggy = _dist.Piggyback(self._gatherer, block,
+                                      [torch.as_tensor(v, dtype=torch.float64).reshape(())
+                                       .to(dev) for v in scalars],
+                                      pre.to(torch.float64), self._finish_posted, local_ok)
+
+    def _complete_post(self):
+        """In ``step``: finish the posted statistics (a gather of their own if they did not
+        fit) and forget them."""
+        post = self._piggy
+        if post is None:
+            return
+        try:
+            if post.done is None:
+                raise RuntimeError(
+                    f"{type(self).__name__}: the step's statistics were posted for DDP's "
+                    "all-reduce but no bucket carried them: call backward() on the DDP "
+                    "model's surrogate before step()")
+            post.complete()
+        finally:
+            self._piggy = None
 
     def _gather(self, columns, device):
         """``(table, sizes, offset)`` of the gathered columns (one row per local entry);

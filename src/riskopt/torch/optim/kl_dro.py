@@ -168,36 +168,79 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
             raise ValueError("surrogate needs the batch's per-sample losses as a non-empty "
                              "1-D tensor (reduction='none')")
         with torch.no_grad():
-            sc = self._scalars
-            lam = sc["lam"]
-            table, sizes, off = self._gather([losses], lam.device)
-            l64 = table[:, 0]
-            if l64.numel() == 0:
-                raise ValueError("surrogate needs a non-empty global batch")
-            lo, top = torch.aminmax(l64)        # one reduction: the finiteness check too
-            if not (math.isfinite(float(lo)) and math.isfinite(float(top))):
-                self._check_input_finite(l64, "losses")
-            sc["loss_max"] = torch.maximum(sc["loss_max"], top) if "loss_max" in sc else top
-            _, beta = self._schedule()
-            a = l64 / lam
-            log_g = torch.logsumexp(a, 0) - math.log(a.numel())
-            if not self._started:
-                log_s = log_g
+            if self._can_post():
+                w_local = self._surrogate_posted(losses)
             else:
-                log_s = torch.logaddexp(sc["log_s"] + math.log1p(-beta) if beta < 1
-                                        else torch.tensor(-math.inf, dtype=torch.float64,
-                                                          device=lam.device),
-                                        log_g + math.log(beta))
-            sc["log_s"] = log_s
-            w = torch.exp(a - log_s) / a.numel()
-            sc["g_lam"] = -(w * l64).sum() / lam + log_s + self.radius
-            # the batch's dual at (w, lambda) (not log s: a moving average over earlier
-            # lambdas); the start rule gets the batch's losses
-            self._track(lam * log_g + (lam - self.shift_cost) * self.radius, window=l64,
-                        scale=lambda: l64.abs().mean())
-            w_local = w if len(sizes) == 1 else w[off:off + losses.numel()] * len(sizes)
+                table, sizes, off = self._gather([losses], self._scalars["lam"].device)
+                w = self._update(table[:, 0])
+                w_local = w if len(sizes) == 1 else w[off:off + losses.numel()] * len(sizes)
             self._pending = True
         return (w_local.to(losses.dtype) * losses).sum()
+
+    def _update(self, l64):
+        """Fold the global batch's losses ``l64`` (float64) into ``log s``, the
+        ``lambda``-derivative and the divergence guard; returns the weights
+        ``exp(l / lambda - log s) / b``."""
+        sc = self._scalars
+        lam = sc["lam"]
+        if l64.numel() == 0:
+            raise ValueError("surrogate needs a non-empty global batch")
+        lo, top = torch.aminmax(l64)        # one reduction: the finiteness check too
+        if not (math.isfinite(float(lo)) and math.isfinite(float(top))):
+            self._check_input_finite(l64, "losses")
+        sc["loss_max"] = torch.maximum(sc["loss_max"], top) if "loss_max" in sc else top
+        _, beta = self._schedule()
+        a = l64 / lam
+        log_g = torch.logsumexp(a, 0) - math.log(a.numel())
+        if not self._started:
+            log_s = log_g
+        else:
+            log_s = torch.logaddexp(sc["log_s"] + math.log1p(-beta) if beta < 1
+                                    else torch.tensor(-math.inf, dtype=torch.float64,
+                                                      device=lam.device),
+                                    log_g + math.log(beta))
+        sc["log_s"] = log_s
+        w = torch.exp(a - log_s) / a.numel()
+        sc["g_lam"] = -(w * l64).sum() / lam + log_s + self.radius
+        # the batch's dual at (w, lambda) (not log s: a moving average over earlier
+        # lambdas); the start rule gets the batch's losses
+        self._track(lam * log_g + (lam - self.shift_cost) * self.radius, window=l64,
+                    scale=lambda: l64.abs().mean())
+        return w
+
+    #: how far (in the exponent) a rank's local shift may be from the previous ``log s``
+    #: for its gradient to be rescaled inside the all-reduce (float64: e^709)
+    _POST_RANGE = 600.0
+
+    def _surrogate_posted(self, losses):
+        """The surrogate's weights when the losses ride on DDP's all-reduce (:meth:`attach`): local
+        weights ``exp(l / lambda - c_r)`` (``c_r`` this rank's largest ``l / lambda``); the
+        hook multiplies the rank's gradient by ``exp(c_r - c0)`` (``c0``: the previous
+        ``log s``, the same on every rank) before the sum, and the sum by ``exp(c0 - log s) /
+        b`` once the global ``log s`` is known (:meth:`_finish_posted`)."""
+        sc = self._scalars
+        lam, c0 = sc["lam"], sc["log_s"]
+        a = losses.detach().to(lam.device, torch.float64) / lam
+        c = a.max() if a.numel() else c0.clone()
+        d = c - c0
+        ok = bool(torch.isfinite(d) & (d.abs() <= self._POST_RANGE))
+        pre = torch.exp(d) if ok else torch.zeros((), dtype=torch.float64, device=lam.device)
+        self._post_c0, self._post_c = c0, c
+        self._post([losses], [c], pre, local_ok=ok)
+        return torch.exp(a - c)
+
+    def _finish_posted(self, table, sizes, off, scalars):
+        """The hook's end (:class:`~riskopt.torch.distributed.Piggyback`): the update on the
+        gathered losses; returns the common factor of the summed gradient."""
+        w = self._update(table[:, 0])
+        log_s, c0 = self._scalars["log_s"], self._post_c0
+        c = scalars[:, 0]
+        if bool(((c - c0).abs() > self._POST_RANGE).any() | ~torch.isfinite(c).all()):
+            post = self._piggy
+            post.fix = True          # a rank sent 0: add its gradient on its own
+            self._post_fixes = getattr(self, "_post_fixes", 0) + 1
+            post.raw_scale = torch.exp(self._post_c - log_s) / w.numel()
+        return torch.exp(c0 - log_s) / w.numel()
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -205,6 +248,7 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         loss = self._closure(closure)
         if not self._pending:
             raise RuntimeError("call opt.surrogate(losses).backward() before opt.step()")
+        self._complete_post()
         lr, beta = self._schedule()
         sc = self._scalars
         params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
