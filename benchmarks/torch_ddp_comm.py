@@ -86,7 +86,7 @@ def _worker(rank, path, args):
         sgd.step()
 
     blocks = {"sgd": []}      # (wall, cpu) per block
-    for name in ROWS:
+    for name in args.rows:
         kind = D.ROWS[name][2]
         opts = {mode: (D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
                                         process_group=pg, on_divergence="ignore"), ddp, module)
@@ -128,6 +128,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--rows", nargs="+", default=ROWS, choices=list(D.ROWS),
+                    help="the optimizers (default: one per optimizer)")
     ap.add_argument("--out", default=str(OUT), help="results folder (default: %(default)s)")
     args = ap.parse_args()
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
@@ -148,7 +150,7 @@ def main():
                 "gather_ms_per_step": 1e3 * ex["gather_s"]}
 
     rows = [row("SGD (plain DDP)", sgd)]
-    for name in ROWS:
+    for name in args.rows:
         rows.append(row(name, out[f"{name}/exact"], out[f"{name}/local"]))
         if f"{name}/hook" in out:
             rows.append(row(f"{name} (attach)", out[f"{name}/hook"], out[f"{name}/local"]))

@@ -93,7 +93,7 @@ def drive_step(kind, opt, model, module, X, y, groups, idx, scaler=None):
     elif kind == "pgsmd2":
         losses = _losses(model(x), t)
         opt.zero_grad()
-        out = (opt.weights(idx) * losses).sum()
+        out = (opt.weights(idx, losses=losses.detach()) * losses).sum()
         step_kwargs = dict(indices=idx, losses=losses.detach())
     elif kind == "fcco":      # with a direct term: a tenth of the batch's mean loss
         losses = _losses(model(x), t)

@@ -667,11 +667,24 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         self.add_indexed_state("log_p", fill=-math.log(self.n_indices),
                                dtype=torch.float64)
         self._steps = 0
+        self._posted = None
 
-    def weights(self, indices):
+    def weights(self, indices, losses=None):
         """``n p_i / b`` for the batch (constants for the primal surrogate; ``b`` the global
-        batch size, times the world size under DDP, which averages the gradients)."""
+        batch size, times the world size under DDP, which averages the gradients).
+
+        After :meth:`attach` the indices (and ``losses``, the batch's detached losses, when
+        given here: the same as :meth:`step`'s) ride on DDP's all-reduce: the weights are
+        ``n p_i`` and the hook divides the summed gradient by the global ``b``."""
         idx = self.check_indices(indices)
+        if self._can_post():
+            cols = [idx]
+            if losses is not None:
+                cols.append(self._losses64(losses, idx))
+            self._post(cols, [], torch.ones((), dtype=torch.float64, device=self.device))
+            self._posted = None
+            return (self.n_indices * torch.exp(self.gather("log_p", idx))).to(
+                self._default_dtype())
         b, scale = idx.numel(), 1.0
         if self._group() is not None:     # the global batch size (one small collective)
             table, sizes, _ = self._gather([idx], self.device)
@@ -679,13 +692,33 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         p = torch.exp(self.gather("log_p", idx))
         return (self.n_indices * scale * p / max(b, 1)).to(self._default_dtype())
 
-    def _update(self, indices, losses=None):
-        if losses is None:
-            raise ValueError("PGSMD2.step needs losses= (the batch's detached losses)")
+    def _losses64(self, losses, indices):
         losses = torch.as_tensor(losses).detach().to(self.device, torch.float64)
         if losses.shape != indices.shape:
             raise ValueError("losses and indices must have one entry per sample of the batch")
-        table, _, _ = self._gather([indices, losses], self.device)
+        return losses
+
+    def _finish_posted(self, table, sizes, off, scalars):
+        """The hook's end: keep the gathered batch for :meth:`step`; the summed gradient is
+        divided by the global batch size."""
+        self._posted = table if table.shape[1] == 2 else None
+        return torch.full((), 1.0 / max(table.shape[0], 1), dtype=torch.float64,
+                          device=table.device)
+
+    def _update(self, indices, losses=None):
+        if losses is None:
+            raise ValueError("PGSMD2.step needs losses= (the batch's detached losses)")
+        losses = self._losses64(losses, indices)
+        posted = self._piggy
+        self._complete_post()
+        table, self._posted = self._posted, None
+        if table is not None:      # the batch rode on the all-reduce with weights()
+            mine = posted.block
+            if not (torch.equal(mine[:, 0].to(torch.int64), indices)
+                    and torch.equal(mine[:, 1], losses)):
+                raise ValueError("PGSMD2.step: indices / losses differ from weights()'s")
+        else:
+            table, _, _ = self._gather([indices, losses], self.device)
         indices, losses = table[:, 0].to(torch.int64), table[:, 1]
         self._check_input_finite(losses, "losses")
         b = indices.numel()
