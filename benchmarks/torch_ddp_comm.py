@@ -15,6 +15,9 @@ block of each counts) and report
 * the best block's step time, and its ratio to plain DDP + SGD's (the goal of issue 27: at most
   1.5 at batch 256 per rank), with the ratio of the median blocks and of rank 0's CPU time per
   step (median; the waits for the other rank excluded), which the machine's load moves less;
+* for the optimizers that can carry their statistics on DDP's gradient all-reduce
+  (``opt.attach(ddp)``: SCDRO, PG-SMD2), a row ``(attach)``: no collective of their own (a
+  DDP model of its own, the same weights); its bytes are those carried on the all-reduce;
 * the same optimizer with ``process_group=False`` (no gather: the local, inexact state),
   so that ``time / time_local`` isolates what the gathers cost. The optimizers' own extra
   work (ASCDRO's and the MSVR methods' second forward pass at the previous iterate) is in
@@ -26,7 +29,9 @@ one run only. Output: ``benchmarks/results/torch_ddp_comm/`` (JSON and Markdown)
 Usage::
 
     python benchmarks/torch_ddp_comm.py [--batch 256] [--steps 10] [--repeats 4] [--hidden 256]
-        [--out DIR]
+        [--rows scdro ...] [--out DIR]
+
+SONX and SOX skip the forward pass at the previous iterate (they do not use ``g_prev``).
 """
 import argparse
 import copy
@@ -162,7 +167,8 @@ def main():
     out_dir = Path(args.out)
     atomic_write_json(out_dir / "results.json", {"meta": meta, "rows": rows})
     md = [f"# DDP communication per step (`python benchmarks/torch_ddp_comm.py --batch "
-          f"{args.batch} --steps {args.steps} --repeats {args.repeats}`)", "",
+          f"{args.batch} --steps {args.steps} --repeats {args.repeats} --hidden "
+          f"{args.hidden}`)", "",
           f"{meta['model']}, {WORLD} gloo ranks x {args.batch} rows; DDP's own all-reduce: "
           f"{4 * n_params} bytes per step. Machine loaded (2 shared cores, load average "
           f"{meta['load'][0]:.1f} at the end): ratios only. Best and median wall time of "

@@ -98,8 +98,9 @@ def drive_step(kind, opt, model, module, X, y, groups, idx, scaler=None):
     elif kind == "fcco":      # with a direct term: a tenth of the batch's mean loss
         losses = _losses(model(x), t)
         ids, g_now, counts = _group_means(losses, groups[idx])
-        g_prev = opt.evaluate_previous(
-            module, lambda f: _group_means(_losses(f(x), t), groups[idx])[1])
+        g_prev = opt.evaluate_previous(       # (SONX, SOX: no g_prev, no second forward)
+            module, lambda f: _group_means(_losses(f(x), t), groups[idx])[1]
+        ) if opt.needs_previous else None
         opt.zero_grad()
         direct = 0.1 * losses.sum() / max(idx.numel(), 1)    # (a rank may get no row)
         out = opt.surrogate(ids, g_now, g_prev, counts=counts, direct=direct,

@@ -166,6 +166,12 @@ class _FCCOBase(IndexedStateOptimizer):
         return {name: self.state[ids[id(p)]]["prev"] for name, p in module.named_parameters()
                 if id(p) in ids}
 
+    @property
+    def needs_previous(self):
+        """Whether :meth:`surrogate` needs ``g_prev`` (``gamma_prime > 0``: SONEX, ALEXR2;
+        not SONX / SOX, which can skip :meth:`evaluate_previous`, a forward pass)."""
+        return self._gp() > 0
+
     def evaluate_previous(self, module, fn):
         """``fn(call)`` under ``torch.no_grad()``, ``call(*args, **kwargs)`` being ``module``
         evaluated at the previous iterate (its buffers copied, so running statistics are left
