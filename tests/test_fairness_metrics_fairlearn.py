@@ -45,3 +45,45 @@ def test_bad_arguments_are_clear_errors():
         ro_metrics.equalized_odds_difference(y, yhat, a, agg="max")
     with pytest.raises(ValueError, match="binary y_true"):
         ro_metrics.equalized_odds_difference([0, 1, 2, 1], yhat, a)
+
+
+@pytest.mark.parametrize("seed,k", [(3, 2), (4, 3)])
+def test_fairlearn_code_runs_unchanged_with_sensitive_features(seed, k):
+    """fairlearn's calls, copied verbatim (``sensitive_features=``; demographic parity with
+    its unused ``y_true`` first), give fairlearn's values; riskopt's keyword form with one
+    positional array (demographic parity) equals the positional form."""
+    rng = np.random.default_rng(seed)
+    n = 200
+    a = rng.choice(np.array(["f", "m", "x"])[:k], size=n)
+    y = rng.integers(0, 2, size=n)
+    yhat = (rng.random(n) < 0.3 + 0.2 * (a == "m") + 0.3 * y).astype(int)
+    w = rng.uniform(0.5, 2.0, size=n)
+    for name in ("demographic_parity_difference", "demographic_parity_ratio",
+                 "equalized_odds_difference", "equalized_odds_ratio",
+                 "equal_opportunity_difference"):
+        for kw in ({}, {"sample_weight": w, "method": "to_overall"}):
+            ours = getattr(ro_metrics, name)(y, yhat, sensitive_features=a, **kw)
+            theirs = getattr(fl, name)(y, yhat, sensitive_features=a, **kw)
+            assert ours == pytest.approx(theirs, abs=1e-14), (name, kw)
+    for name in ("demographic_parity_difference", "demographic_parity_ratio",
+                 "absolute_mean_difference", "statistical_parity_ks"):
+        f = getattr(ro_metrics, name)
+        assert f(yhat, sensitive_features=a) == f(yhat, a)
+    assert ro_metrics.equal_opportunity_difference(y, yhat, a, signed=False) == \
+        ro_metrics.equal_opportunity_difference(y, yhat, sensitive_features=a)
+
+
+def test_sensitive_features_missing_or_twice_is_a_type_error():
+    y, yhat, a = [0, 1, 0, 1], [0, 1, 1, 1], [0, 0, 1, 1]
+    with pytest.raises(TypeError, match="missing"):
+        ro_metrics.equalized_odds_difference(y, yhat)
+    with pytest.raises(TypeError, match="missing"):
+        ro_metrics.demographic_parity_difference(yhat)
+    with pytest.raises(TypeError, match="twice"):
+        ro_metrics.equalized_odds_ratio(y, yhat, a, sensitive_features=a)
+    with pytest.raises(TypeError, match="twice"):
+        ro_metrics.statistical_parity_ks(yhat, a, sensitive_features=a)
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):  # fairlearn's form
+        ro_metrics.demographic_parity_difference(y[:3], yhat, sensitive_features=a)
+    with pytest.raises(ValueError, match="needs signed=False"):
+        ro_metrics.equal_opportunity_difference(y, yhat, a, method="to_overall")

@@ -15,7 +15,16 @@ tested against it on random cases): a *difference* is non-negative, ``max_g r_g 
 ``min_g min(r_g / r, r / r_g)``. Equalized odds takes the worse (``agg="worst_case"``) or the
 mean (``agg="mean"``) of the true- and false-positive-rate differences (ratios). The one signed
 quantity is SOREL's :func:`equal_opportunity_difference` for two groups (``signed=True``, the
-default); ``signed=False`` is fairlearn's absolute value.
+default in the positional form); ``signed=False`` is fairlearn's absolute value.
+
+**fairlearn's keyword.** Every fairness gap takes the sensitive attribute positionally (last
+array argument) or as fairlearn's keyword ``sensitive_features=`` (one of the two; neither or
+both is a TypeError), so that fairlearn code runs unchanged: ``equalized_odds_difference(y_true,
+y_pred, sensitive_features=a)``; ``demographic_parity_difference(y_true, y_pred,
+sensitive_features=a)`` -- fairlearn's form, whose ``y_true`` is not used (its length is
+checked) -- or ``demographic_parity_difference(y_pred, sensitive_features=a)``; and
+``equal_opportunity_difference(y_true, y_pred, sensitive_features=a)`` is then fairlearn's
+absolute gap (``signed=False`` unless given). Tested against fairlearn on random cases.
 
 Conventions follow :mod:`sklearn.metrics`: ``y_true``, ``y_pred`` and ``groups`` are
 array-likes of the same length (NumPy arrays, lists, pandas Series); ``sample_weight``
@@ -233,6 +242,31 @@ def _sensitive_groups(y_pred, sensitive, sample_weight, y_true=None):
     return y_true, y_pred, labels, inverse.reshape(-1), w
 
 
+def _sensitive(sensitive, sensitive_features):
+    """The sensitive attribute, given positionally or by fairlearn's keyword (module docstring,
+    "fairlearn's keyword"); exactly one of the two."""
+    if sensitive_features is None:
+        if sensitive is None:
+            raise TypeError("the sensitive attribute is missing: pass it as the last positional "
+                            "argument or as sensitive_features=")
+        return sensitive
+    if sensitive is not None:
+        raise TypeError("the sensitive attribute is given twice: positionally and as "
+                        "sensitive_features=")
+    return sensitive_features
+
+
+def _parity_args(y_pred, sensitive, sensitive_features):
+    """``(y_pred, sensitive)`` of a demographic parity call: riskopt's ``f(y_pred, a)`` /
+    ``f(y_pred, sensitive_features=a)``, or fairlearn's ``f(y_true, y_pred,
+    sensitive_features=a)`` (two positional arrays and the keyword: ``y_true`` is not used,
+    as in fairlearn, but its length is checked)."""
+    if sensitive_features is not None and sensitive is not None:
+        _check_inputs(y_pred, sensitive, sensitive_features, None)
+        return sensitive, sensitive_features
+    return y_pred, _sensitive(sensitive, sensitive_features)
+
+
 def _group_means(values, inverse, w, labels, what, mask=None):
     m = labels.shape[0]
     if mask is not None:
@@ -262,8 +296,9 @@ def _gap(means):
     return float(np.max(means) - np.min(means))
 
 
-def equal_opportunity_difference(y_true, y_pred, sensitive, *, pos_label=1,
-                                 sample_weight=None, signed=True):
+def equal_opportunity_difference(y_true, y_pred, sensitive=None, *, sensitive_features=None,
+                                 pos_label=1, sample_weight=None, signed=None,
+                                 method="between_groups"):
     r"""Equal opportunity difference (SOREL paper, Sec. 5.2): the gap in true-positive rates
 
     .. math::
@@ -273,7 +308,10 @@ def equal_opportunity_difference(y_true, y_pred, sensitive, *, pos_label=1,
     for a binary sensitive attribute with sorted values ``a_0 < a_1`` (signed: positive when
     group ``a_0`` is favoured); for more than two values the largest pairwise gap
     ``max_a TPR_a - min_a TPR_a`` (non-negative). fairlearn's ``equal_opportunity_difference``
-    is the absolute value of this gap: ``signed=False``.
+    is the absolute value of this gap: ``signed=False``, the default when the attribute is
+    passed as ``sensitive_features=`` (fairlearn's keyword gives fairlearn's convention; the
+    positional form keeps SOREL's signed gap). ``method="to_overall"`` (unsigned only):
+    fairlearn's ``max_a |TPR_a - TPR|``.
 
     Examples
     --------
@@ -283,18 +321,28 @@ def equal_opportunity_difference(y_true, y_pred, sensitive, *, pos_label=1,
     >>> a = [0, 0, 1, 1, 0, 1]          # TPR 1.0 in group 0, 0.5 in group 1
     >>> equal_opportunity_difference(y_true, y_pred, a)
     0.5
+    >>> equal_opportunity_difference(y_true, y_pred, sensitive_features=a)   # fairlearn's call
+    0.5
     """
+    if signed is None:
+        signed = sensitive_features is None
+    sensitive = _sensitive(sensitive, sensitive_features)
+    if not signed:
+        return _compare(*_selection_rates(y_pred, sensitive, pos_label, sample_weight, y_true,
+                                          pos_label), method, "difference")
+    if method != "between_groups":
+        raise ValueError(f"method={method!r} needs signed=False (a signed gap is between two "
+                         "groups)")
     y_true, y_pred, labels, inv, w = _sensitive_groups(y_pred, sensitive, sample_weight,
                                                        y_true)
     pos = (y_true == pos_label).astype(np.float64)
     hit = (y_pred == pos_label).astype(np.float64)
-    gap = _gap(_group_means(hit, inv, w, labels, "positive examples (y_true == pos_label)",
-                            mask=pos))
-    return gap if signed else abs(gap)
+    return _gap(_group_means(hit, inv, w, labels, "positive examples (y_true == pos_label)",
+                             mask=pos))
 
 
-def demographic_parity_difference(y_pred, sensitive, *, pos_label=1, sample_weight=None,
-                                  method="between_groups"):
+def demographic_parity_difference(y_pred, sensitive=None, *, sensitive_features=None,
+                                  pos_label=1, sample_weight=None, method="between_groups"):
     r"""Demographic parity difference (Agarwal et al. 2018): the largest gap between groups
     in the rate of positive predictions, ``max_a P(Yhat = 1 | A = a) - min_a P(Yhat = 1 | A = a)``
     (non-negative; the same as fairlearn's ``demographic_parity_difference``;
@@ -306,10 +354,12 @@ def demographic_parity_difference(y_pred, sensitive, *, pos_label=1, sample_weig
     >>> demographic_parity_difference([1, 1, 0, 1, 0, 0], ["m", "m", "m", "f", "f", "f"])
     0.3333333333333333
     """
+    y_pred, sensitive = _parity_args(y_pred, sensitive, sensitive_features)
     return _parity(y_pred, sensitive, pos_label, sample_weight, method, "difference")
 
 
-def absolute_mean_difference(y_pred, sensitive, *, sample_weight=None):
+def absolute_mean_difference(y_pred, sensitive=None, *, sensitive_features=None,
+                             sample_weight=None):
     r"""SOREL's "SMD" (Sec. 5.2, regression and classification): the distance of each group's
     mean prediction to the overall mean prediction, summed over the groups,
 
@@ -326,6 +376,7 @@ def absolute_mean_difference(y_pred, sensitive, *, sample_weight=None):
     >>> absolute_mean_difference([1.0, 3.0, 2.0, 6.0], [0, 0, 1, 1])   # means 2, 4; overall 3
     2.0
     """
+    sensitive = _sensitive(sensitive, sensitive_features)
     _, y_pred, labels, inv, w = _sensitive_groups(y_pred, sensitive, sample_weight)
     y = _as_float("y_pred", y_pred)
     if not w.sum() > 0:
@@ -343,7 +394,8 @@ def _weighted_ecdf(values, weights, grid):
     return out / cw[-1]
 
 
-def statistical_parity_ks(y_pred, sensitive, *, sample_weight=None):
+def statistical_parity_ks(y_pred, sensitive=None, *, sensitive_features=None,
+                          sample_weight=None):
     r"""Statistical parity for regression (Prospect paper, Sec. 4.2): the Kolmogorov-Smirnov
     distance between the distributions of the predictions of the groups,
     ``max over pairs (a, b) of sup_t |F_a(t) - F_b(t)|`` with ``F_a`` the (weighted) empirical
@@ -356,6 +408,7 @@ def statistical_parity_ks(y_pred, sensitive, *, sample_weight=None):
     >>> statistical_parity_ks([0.1, 0.2, 0.3, 0.7, 0.8, 0.9], [0, 0, 0, 1, 1, 1])
     1.0
     """
+    sensitive = _sensitive(sensitive, sensitive_features)
     _, y_pred, labels, inv, w = _sensitive_groups(y_pred, sensitive, sample_weight)
     y = _as_float("y_pred", y_pred)
     grid = np.unique(y)
@@ -399,8 +452,8 @@ def _selection_rates(y_pred, sensitive, pos_label, sample_weight, y_true=None, l
     return rates, float(np.sum(ww * hit) / np.sum(ww))
 
 
-def demographic_parity_ratio(y_pred, sensitive, *, pos_label=1, sample_weight=None,
-                             method="between_groups"):
+def demographic_parity_ratio(y_pred, sensitive=None, *, sensitive_features=None, pos_label=1,
+                             sample_weight=None, method="between_groups"):
     """Demographic parity ratio: ``min_a P(Yhat = 1 | A = a) / max_a P(Yhat = 1 | A = a)``
     (fairlearn's ``demographic_parity_ratio``; ``method`` as in the module docstring).
 
@@ -413,6 +466,7 @@ def demographic_parity_ratio(y_pred, sensitive, *, pos_label=1, sample_weight=No
     >>> demographic_parity_ratio(pred, sex, method="to_overall")    # overall rate 1/2
     0.6666666666666666
     """
+    y_pred, sensitive = _parity_args(y_pred, sensitive, sensitive_features)
     return _parity(y_pred, sensitive, pos_label, sample_weight, method, "ratio")
 
 
@@ -438,8 +492,9 @@ def _odds(y_true, y_pred, sensitive, pos_label, sample_weight, method, agg, kind
     return float(max(parts) if kind == "difference" else min(parts))
 
 
-def equalized_odds_difference(y_true, y_pred, sensitive, *, pos_label=1, sample_weight=None,
-                              method="between_groups", agg="worst_case"):
+def equalized_odds_difference(y_true, y_pred, sensitive=None, *, sensitive_features=None,
+                              pos_label=1, sample_weight=None, method="between_groups",
+                              agg="worst_case"):
     """Equalized odds difference (Hardt et al. 2016; fairlearn's convention): the larger
     (``agg="mean"``: the mean) of the true-positive-rate and the false-positive-rate
     differences between the groups (``method`` as in the module docstring).
@@ -453,12 +508,13 @@ def equalized_odds_difference(y_true, y_pred, sensitive, *, pos_label=1, sample_
     >>> equalized_odds_difference(y_true, y_pred, a)
     0.5
     """
-    return _odds(y_true, y_pred, sensitive, pos_label, sample_weight, method, agg,
-                 "difference")
+    return _odds(y_true, y_pred, _sensitive(sensitive, sensitive_features), pos_label,
+                 sample_weight, method, agg, "difference")
 
 
-def equalized_odds_ratio(y_true, y_pred, sensitive, *, pos_label=1, sample_weight=None,
-                         method="between_groups", agg="worst_case"):
+def equalized_odds_ratio(y_true, y_pred, sensitive=None, *, sensitive_features=None,
+                         pos_label=1, sample_weight=None, method="between_groups",
+                         agg="worst_case"):
     """Equalized odds ratio (fairlearn's convention): the smaller (``agg="mean"``: the mean)
     of the true-positive-rate and false-positive-rate ratios between the groups.
 
@@ -472,4 +528,5 @@ def equalized_odds_ratio(y_true, y_pred, sensitive, *, pos_label=1, sample_weigh
     >>> equalized_odds_ratio(y_true, y_pred, a, agg="mean")
     0.75
     """
-    return _odds(y_true, y_pred, sensitive, pos_label, sample_weight, method, agg, "ratio")
+    return _odds(y_true, y_pred, _sensitive(sensitive, sensitive_features), pos_label,
+                 sample_weight, method, agg, "ratio")
