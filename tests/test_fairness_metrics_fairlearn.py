@@ -87,3 +87,42 @@ def test_sensitive_features_missing_or_twice_is_a_type_error():
         ro_metrics.demographic_parity_difference(y[:3], yhat, sensitive_features=a)
     with pytest.raises(ValueError, match="needs signed=False"):
         ro_metrics.equal_opportunity_difference(y, yhat, a, method="to_overall")
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fairness_vs_fairlearn.py"
+    spec = importlib.util.spec_from_file_location("fairness_vs_fairlearn", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_verdict_rule():
+    """The benchmark's verdict (met / within noise / not met) from the 95 % interval of the
+    mean paired difference: Student's t over splits; one split: 1.96 bootstrap sd."""
+    from scipy.stats import t as student
+
+    verdict = _bench().verdict
+    n = dict(n_test=100, n_train=400)
+    acc_ok = np.array([0.01, 0.012, 0.011])
+    # violation: far below the goal / straddling it / far above it
+    assert verdict(np.array([-0.05, -0.04, -0.06]), acc_ok, 0, 0, **n)["verdict"] == "met"
+    assert verdict(np.array([-0.05, 0.0, 0.06]), acc_ok, 0, 0, **n)["verdict"] == \
+        "within noise"
+    assert verdict(np.array([0.05, 0.04, 0.06]), acc_ok, 0, 0, **n)["verdict"] == "not met"
+    # accuracy far below the goal: not met whatever the violation
+    assert verdict(np.array([-0.05, -0.04, -0.06]), -acc_ok, 0, 0, **n)["verdict"] == "not met"
+    d = np.array([-0.05, 0.0, 0.06])
+    lo, hi = verdict(d, acc_ok, 0, 0, **n)["violation_interval"]
+    half = student.ppf(0.975, 2) * np.std(d, ddof=1) / np.sqrt(3)
+    assert lo == pytest.approx(d.mean() - half) and hi == pytest.approx(d.mean() + half)
+    # the corrected interval is wider by sqrt(1 + K n_test / n_train)
+    lo_c, hi_c = verdict(d, acc_ok, 0, 0, **n)["violation_interval_corrected"]
+    assert hi_c - lo_c == pytest.approx((hi - lo) * np.sqrt(1 + 3 * 100 / 400))
+    # one split: the bootstrap sd sets the width
+    one = verdict(np.array([0.0]), np.array([0.0]), 0.01, 0.001, **n)
+    assert one["violation_interval"] == pytest.approx([-0.0196, 0.0196])
+    assert one["verdict"] == "within noise" and one["mean_meets"]
