@@ -30,7 +30,8 @@ from riskopt._kernels import oracles as ko
 from riskopt._kernels import prospect as kp
 from riskopt._kernels.prefetch import _prefetch
 
-from _prospect_steps import compare_step_by_step, prospect_solvers
+from _prospect_steps import (certify_step, certify_weights, compare_step_by_step,
+                             prospect_solvers, q_tolerance, run_passes)
 
 TOL = 1e-12
 SPECTRA = ("cvar", "esrm", "extremile", "mean", "maxloss", "user")
@@ -264,22 +265,34 @@ def test_prospect_pass_matches_the_O_n_oracle_step_by_step(risk, div):
                          order=True)
 
 
+def test_the_step_certificate_catches_a_wrong_weight():
+    # the checks of _prospect_steps are sharp: a weight 100 rounding bounds off the exact one,
+    # or the right weights on the wrong indices (still in P(sigma)), fail them
+    obj = _objective(60, "esrm", "chi2")
+    s, = prospect_solvers(0.02, kp.ORACLE_TREE, stats=0)
+    a = s.init_state(obj)
+    b = s.update(obj, a, indices=np.array([7]))
+    certify_step(obj, a, b, 7)
+    rho = b.rho.copy()
+    rho[7] += 100 * q_tolerance(obj, a.losses)
+    with pytest.raises(AssertionError, match="off the table's exact"):
+        certify_step(obj, a, b._replace(rho=rho), 7)
+    q = b.q.copy()
+    j, k = int(np.argmax(q)), int(np.argmin(q))
+    q[j], q[k] = q[k], q[j]
+    with pytest.raises(AssertionError, match="Fenchel gap"):
+        certify_weights(obj, b.losses, q)
+
+
 @pytest.mark.parametrize("div", ["chi2", "kl"])
 def test_prospect_passes_match_the_O_n_oracle(div):
-    # whole passes (one kernel call each, the tree built once per pass) on a larger table
+    # whole passes (one kernel call each, the tree built once per pass) on a larger table,
+    # every weight used certified against the exact oracle (_prospect_steps.certify_pass)
     n = 3000
     obj = _objective(n, "cvar", div, seed=3)
     new, old = _pair(0.01)
     new._stats = np.zeros(8, dtype=np.int64)
-    s_new = new.init_state(obj)
-    s_old = old.init_state(obj)
-    for _ in range(3):
-        idx = np.random.default_rng(int(s_new.epoch)).integers(0, n, size=n)
-        s_new = new.update(obj, s_new, indices=idx)
-        s_old = old.update(obj, s_old, indices=idx)
-        scale = np.abs(s_old.coef).max()
-        np.testing.assert_allclose(s_new.coef, s_old.coef, rtol=0, atol=1e-10 * scale)
-        np.testing.assert_allclose(s_new.q, s_old.q, rtol=0, atol=1e-12)
+    run_passes(obj, (new, old), 3, seed=3, checks=60)
     assert new._stats[3] == 3 * n and new._stats[1] > 0
 
 
@@ -291,12 +304,7 @@ def test_prospect_kl_falls_back_to_the_full_oracle_on_a_wide_table():
     y = 40.0 * rng.normal(size=n)
     obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=1e-3, divergence="kl"), X, y,
                        l2_reg=1.0 / n)
-    new, old = _pair(1e-3)
-    idx = rng.integers(0, n, size=n)
-    a = new.update(obj, new.init_state(obj), indices=idx)
-    b = old.update(obj, old.init_state(obj), indices=idx)
-    np.testing.assert_allclose(a.coef, b.coef, rtol=0, atol=1e-12 * np.abs(b.coef).max())
-    np.testing.assert_allclose(a.q, b.q, rtol=0, atol=1e-14)
+    run_passes(obj, _pair(1e-3), 1, checks=n)  # every step's weight is the exact one
 
 
 # ------------------------------------------------------------------- per-step fast paths

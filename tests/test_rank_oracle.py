@@ -23,7 +23,7 @@ import riskopt as ro
 from riskopt._kernels import oracles as ko
 from riskopt._kernels import prospect as kp
 from riskopt._kernels import rank_oracle as rk
-from _prospect_steps import compare_step_by_step, prospect_solvers
+from _prospect_steps import compare_step_by_step, prospect_solvers, run_passes
 from test_incremental_pav import DISTS, MOVES, SPECTRA, _case
 
 TOL = 1e-12
@@ -185,12 +185,7 @@ def test_prospect_rank_passes_match_the_sorted_path(loss):
     obj = ro.Objective(loss, ro.ESRM(2.0), X, y, l2_reg=1.0 / n)
     new, old = _solvers(0.01, kp.ORACLE_HULL, kp.ORACLE_FULL)
     new._stats = np.zeros(10, dtype=np.int64)
-    a, b = new.init_state(obj), old.init_state(obj)
-    for _ in range(3):
-        idx = np.random.default_rng(int(a.epoch)).integers(0, n, size=n)
-        a, b = new.update(obj, a, indices=idx), old.update(obj, b, indices=idx)
-        np.testing.assert_allclose(a.coef, b.coef, rtol=0, atol=1e-10 * np.abs(b.coef).max())
-        np.testing.assert_allclose(a.q, b.q, rtol=0, atol=1e-12)
+    run_passes(obj, (new, old), 3, seed=7, checks=60)  # every weight used is the exact one
     assert new._stats[0] == 0 and new._stats[3] == 3 * n  # no bubbling
 
 
@@ -208,17 +203,11 @@ def test_prospect_rank_path_stops_on_a_diverged_loss():
 
 def test_default_switches_to_the_rank_oracle_far_from_the_optimum():
     # from the default start the bubbling moves ~n/3 ranks per step: the default oracle
-    # hands the pass to rank_oracle, and the passes agree with the bubbling path's
+    # hands the pass to rank_oracle, and every pass of both uses the exact weights
     n = 3000
     obj = _objective(n, "esrm", False, seed=3)
     inc, tree = _solvers(0.01, kp.ORACLE_INCREMENTAL, kp.ORACLE_TREE)
     inc._stats = np.zeros(10, dtype=np.int64)
     tree._stats = np.zeros(10, dtype=np.int64)
-    a, b = inc.init_state(obj), tree.init_state(obj)
-    for _ in range(2):
-        idx = np.random.default_rng(int(a.epoch)).integers(0, n, size=n)
-        a, b = inc.update(obj, a, indices=idx), tree.update(obj, b, indices=idx)
-        np.testing.assert_allclose(a.coef, b.coef, rtol=0, atol=1e-10 * np.abs(b.coef).max())
-        np.testing.assert_allclose(a.q, b.q, rtol=0, atol=1e-12)
-        np.testing.assert_array_equal(a.order, b.order)
+    run_passes(obj, (inc, tree), 1, seed=3, checks=100)  # the pass far from the optimum
     assert inc._stats[0] < tree._stats[0] / 10
