@@ -44,6 +44,17 @@ are read together with a scan of the parameters and the optimizer state for non-
 (lr/10). The estimates are computed from the gathered batch, so under data parallelism every
 rank takes the same decision at the same step. Non-finite *input* losses raise
 :class:`DivergenceError` at once (on every rank: it is checked on the gathered batch).
+
+Compiling
+---------
+Each optimizer's arithmetic (the batch statistics of ``surrogate`` and the update of
+``step``: moving averages, multipliers, tables, projections) is a set of pure tensor
+functions (:mod:`riskopt.torch.optim._updates`) with tensor-only control flow and no host
+read. :meth:`GuardMixin.compile` compiles them with ``torch.compile(fullgraph=True)``; what
+stays eager around them is the host bookkeeping: the index checks, the step counters and
+schedules, the finiteness check of the input and this guard (at its cadence). Compiling
+``opt.step`` itself is not supported (Dynamo treats an optimizer's Python state as
+constant).
 """
 import collections
 import math
@@ -110,6 +121,29 @@ class GuardMixin:
         self._g_on(dev)
         self._g_steps, self._g_reported, self._g_rose = 0, False, 0
         self._g_window = collections.deque(maxlen=check_every or 10)
+        self._compile_kwargs, self._compiled = None, {}
+
+    # ------------------------------------------------------------------ compiling
+    def compile(self, **kwargs):
+        """Compile the optimizer's tensor updates (the module docstring's "Compiling") with
+        ``torch.compile(fn, fullgraph=True, **kwargs)`` (e.g. ``backend="inductor"``, the
+        default, or ``"aot_eager"``); each is compiled at its first call. A graph break
+        raises. Returns the optimizer."""
+        if kwargs.pop("fullgraph", True) is not True:
+            raise ValueError("the optimizers' updates compile with fullgraph=True only")
+        self._compile_kwargs, self._compiled = dict(kwargs), {}
+        return self
+
+    def _kernel(self, fn):
+        """``fn`` (a function of :mod:`~riskopt.torch.optim._updates`), compiled when
+        :meth:`compile` was called."""
+        if getattr(self, "_compile_kwargs", None) is None:
+            return fn
+        out = self._compiled.get(fn)
+        if out is None:
+            out = self._compiled[fn] = torch.compile(fn, fullgraph=True,
+                                                     **self._compile_kwargs)
+        return out
 
     # ------------------------------------------------------------------ communication
     def _group(self):

@@ -81,6 +81,7 @@ True
 import torch
 
 from ..._validation import check_int, check_positive
+from . import _updates
 from .base import IndexedStateOptimizer
 from .outer import AbsHinge, GroupCVaR, Hinge, SquaredHinge  # noqa: F401  (re-exported)
 
@@ -252,21 +253,11 @@ class _FCCOBase(IndexedStateOptimizer):
             for name, v in zip(("g_now", "g_prev"), merged):
                 self._check_input_finite(v, name)
             now = merged[0].to(table.dtype)
-            u, seen = self.gather("u", I), self.gather("seen", I)
-            new = (1.0 - self.gamma) * u + self.gamma * now
-            if use_prev:
-                new = new + self._gp() * (now - merged[1].to(table.dtype))
-            new = torch.where(seen, new, now)
-            self.scatter("u", I, new, distinct=True)      # I: distinct (checked / unique)
-            self.scatter("seen", I, True, distinct=True)
-            lam = self.smoothing
-            if self._s is not None:
-                s_now = self._s.detach().to(table.dtype)
-                y = self.outer.grad(new, lam, s_now)
-                est = self.outer.value(new, s_now).mean()
-            else:
-                y = self.outer.grad(new, lam)
-                est = self.outer.value(new).mean()
+            prev = merged[1].to(table.dtype) if use_prev else None
+            s_now = None if self._s is None else self._s.detach().to(table.dtype)
+            _, y, est = self._kernel(_updates.fcco_track)(
+                table, self.indexed_state("seen"), I, now, prev, self.gamma, self._gp(),
+                self.outer, self.smoothing, s_now)
             # the objective estimate, judged against the start: direct + mean outer value
             d = None if direct is None else (
                 direct.detach().to(torch.float64).reshape(()) if loc is None else loc[3])
@@ -292,31 +283,9 @@ class _FCCOBase(IndexedStateOptimizer):
     def _gp(self):
         return self.gamma_prime
 
-    def _moment_step(self, p, G, lr, beta, t):
-        """``v <- (1-beta) v + beta G``, then ``p -= lr v`` or the Adam-type step (step
-        ``t`` from 1)."""
-        st = self.state[p]
-        v = st["v"].mul_(1.0 - beta).add_(G, alpha=beta)
-        if self.update == "adam":
-            c1, c2 = 1.0 - (1.0 - beta) ** t, 1.0 - self.betas2 ** t
-            st["m2"].mul_(self.betas2).addcmul_(G, G, value=1.0 - self.betas2)
-            p.sub_(lr * (v / c1) / (torch.sqrt(st["m2"] / c2) + self.eps))
-        else:
-            p.sub_(v, alpha=lr)
-
-    def _moment_steps(self, params, G, lr, beta, t):
-        """:meth:`_moment_step` for a list of parameters: one fused (foreach) call per op
-        for the momentum update, the same numbers."""
-        if not params:
-            return
-        if self.update == "adam":
-            for p, g in zip(params, G):
-                self._moment_step(p, g, lr, beta, t)
-            return
-        vs = [self.state[p]["v"] for p in params]
-        torch._foreach_mul_(vs, 1.0 - beta)
-        torch._foreach_add_(vs, G, alpha=beta)
-        torch._foreach_add_(params, vs, alpha=-lr)
+    def _corrections(self, beta, t):
+        """Adam's bias corrections at step ``t`` (from 1)."""
+        return 1.0 - (1.0 - beta) ** t, 1.0 - self.betas2 ** t
 
     def _begin_step(self, closure):
         loss = self._closure(closure)
@@ -408,13 +377,15 @@ class SONEX(_FCCOBase):
         ``surrogate(...).backward()``); the current parameters become the previous iterate."""
         loss = self._begin_step(closure)
         self._t += 1
+        adam = self.update == "adam"
         for group in self.param_groups:
             params = group["params"]
-            torch._foreach_copy_([self.state[p]["prev"] for p in params], params)
-            live = [p for p in params if p.grad is not None]
-            wd = group["weight_decay"]
-            G = [p.grad + wd * p for p in live] if wd else [p.grad for p in live]
-            self._moment_steps(live, G, group["lr"], group["beta"], self._t)
+            st = [self.state[p] for p in params]
+            self._kernel(_updates.fcco_moments)(
+                params, [s["prev"] for s in st], [p.grad for p in params],
+                [s["v"] for s in st], [s.get("m2") for s in st], group["lr"], group["beta"],
+                group["weight_decay"], adam, *self._corrections(group["beta"], self._t),
+                self.betas2, self.eps)
         self._pending = None
         self._end_step()
         return loss
@@ -537,27 +508,24 @@ class ALEXR2(_FCCOBase):
         also takes the outer step and resets ``z`` to the new anchor."""
         loss = self._begin_step(closure)
         for group in self.param_groups:
-            eta, wd = group["inner_lr"], group["weight_decay"]
-            a = 1.0 / eta + 1.0 / self.nu
-            for p in group["params"]:
-                st = self.state[p]
-                st["prev"].copy_(p)
-                G = p.grad if p.grad is not None else torch.zeros_like(p)
-                if wd:
-                    G = G + wd * p
-                p.copy_((p / eta + st["anchor"] / self.nu - G) / a)
+            params = group["params"]
+            st = [self.state[p] for p in params]
+            self._kernel(_updates.alexr2_inner)(
+                params, [s["prev"] for s in st], [s["anchor"] for s in st],
+                [p.grad for p in params], group["inner_lr"], self.nu, group["weight_decay"])
         self._k += 1
         if self._k >= self.inner_steps:
             self._k = 0
             self._t += 1
+            adam = self.update == "adam"
             for group in self.param_groups:
-                for p in group["params"]:
-                    st = self.state[p]
-                    Gt = (st["anchor"] - p) / self.nu
-                    p.copy_(st["anchor"])
-                    self._moment_step(p, Gt, group["lr"], group["beta"], self._t)
-                    st["anchor"].copy_(p)
-                    st["prev"].copy_(p)
+                params = group["params"]
+                st = [self.state[p] for p in params]
+                self._kernel(_updates.alexr2_outer)(
+                    params, [s["prev"] for s in st], [s["anchor"] for s in st],
+                    [s["v"] for s in st], [s.get("m2") for s in st], group["lr"],
+                    group["beta"], self.nu, adam, *self._corrections(group["beta"], self._t),
+                    self.betas2, self.eps)
         self._pending = None
         self._end_step()
         return loss

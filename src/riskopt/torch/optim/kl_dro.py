@@ -58,6 +58,7 @@ import torch
 
 from ..._validation import check_positive
 from ..distributed import all_reduce_mean_
+from . import _updates
 from ._guard import GuardMixin
 from .base import IndexedStateOptimizer
 
@@ -185,27 +186,19 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         lam = sc["lam"]
         if l64.numel() == 0:
             raise ValueError("surrogate needs a non-empty global batch")
-        lo, top = torch.aminmax(l64)        # one reduction: the finiteness check too
+        _, beta = self._schedule()
+        if "loss_max" not in sc:
+            sc["loss_max"] = torch.tensor(-math.inf, dtype=torch.float64, device=lam.device)
+        lo, top, loss_max, log_s, w, g_lam, tracked = self._kernel(_updates.scdro_batch)(
+            l64, lam, sc["log_s"], sc["loss_max"], math.log(l64.numel()),
+            math.log1p(-beta) if beta < 1 else -math.inf, math.log(beta), self._started,
+            self.radius, self.shift_cost)
         if not (math.isfinite(float(lo)) and math.isfinite(float(top))):
             self._check_input_finite(l64, "losses")
-        sc["loss_max"] = torch.maximum(sc["loss_max"], top) if "loss_max" in sc else top
-        _, beta = self._schedule()
-        a = l64 / lam
-        log_g = torch.logsumexp(a, 0) - math.log(a.numel())
-        if not self._started:
-            log_s = log_g
-        else:
-            log_s = torch.logaddexp(sc["log_s"] + math.log1p(-beta) if beta < 1
-                                    else torch.tensor(-math.inf, dtype=torch.float64,
-                                                      device=lam.device),
-                                    log_g + math.log(beta))
-        sc["log_s"] = log_s
-        w = torch.exp(a - log_s) / a.numel()
-        sc["g_lam"] = -(w * l64).sum() / lam + log_s + self.radius
+        sc["loss_max"], sc["log_s"], sc["g_lam"] = loss_max, log_s, g_lam
         # the batch's dual at (w, lambda) (not log s: a moving average over earlier
         # lambdas); the start rule gets the batch's losses
-        self._track(lam * log_g + (lam - self.shift_cost) * self.radius, window=l64,
-                    scale=lambda: l64.abs().mean())
+        self._track(tracked, window=l64, scale=lambda: l64.abs().mean())
         return w
 
     #: how far (in the exponent) a rank's local shift may be from the previous ``log s``
@@ -258,28 +251,11 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
                 self.state[p]["v"] = p.grad.detach().clone()
             else:
                 moving.append(p)
-        if moving:       # v <- (1 - beta) v + beta g, one fused call per op (foreach)
-            vs = [self.state[p]["v"] for p in moving]
-            torch._foreach_mul_(vs, 1.0 - beta)
-            torch._foreach_add_(vs, [p.grad for p in moving], alpha=beta)
-        sc["u"] = sc["g_lam"].clone() if not self._started else (
-            (1.0 - beta) * sc["u"] + beta * sc["g_lam"])
-        vs = [self.state[p]["v"] for p in params]
-        if self.mu:
-            vs = [v + self.mu * p for v, p in zip(vs, params)]
-        if params:
-            torch._foreach_add_(params, vs, alpha=-lr)
-        if self.max_norm is not None:
-            norm = torch.sqrt(sum((p.double() ** 2).sum() for p in params))
-            if norm > self.max_norm:
-                for p in params:
-                    p.mul_(self.max_norm / norm)
-        lam = sc["lam"] - lr * (sc["u"] + self.mu * sc["lam"])
-        hi = self.lam_max
-        if self._auto_bound:   # Lemma 1 with C = the largest loss met so far
-            hi = self.shift_cost + max(float(sc["loss_max"]), 0.0) / self.radius
-            hi = max(hi, self.shift_cost)
-        sc["lam"] = lam.clamp(self.shift_cost, hi)
+        sc["u"], sc["lam"] = self._kernel(_updates.scdro_update)(
+            params, [self.state[p]["v"] for p in params], [self.state[p]["v"] for p in moving],
+            [p.grad for p in moving], sc["u"], sc["g_lam"], sc["lam"], sc["loss_max"], lr,
+            beta, self.mu, self.max_norm, self._started, self.shift_cost,
+            None if self._auto_bound else self.lam_max, self.radius)
         self._started, self._pending = True, False
         self._t += 1
         self._end_step()
@@ -420,41 +396,15 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
                 raise ValueError("surrogate needs a non-empty global batch")
             l64 = table[:, 0]
             self._check_input_finite(table, "losses")
-            a = l64 / lam
-            M = a.max()
-            if self._started:
-                lp64 = table[:, 1]
-                ap = lp64 / lamp
-                M = torch.maximum(M, ap.max())
-                scale = torch.exp(torch.clamp(sc["m"] - M, max=600.0))
-                sc["s"], sc["u"] = sc["s"] * scale, sc["u"] * scale
-            s_old = sc["s"]        # in the new scale: the stored v / s needs no rescaling
-            sc["m"] = M
-            e = torch.exp(a - M) / b
-            sg, sl = e.sum(), -(e * l64).sum() / lam ** 2
-            coef = e / lam
-            if self._started:
-                ep = torch.exp(ap - M) / b
-                sgp, slp = ep.sum(), -(ep * lp64).sum() / lamp ** 2
-                sc["s"] = sg + (1 - beta) * (sc["s"] - sgp)
-                sc["u"] = sl + (1 - beta) * (sc["u"] - slp)
-                coef_p = ep / lamp
-            else:
-                sc["s"], sc["u"] = sg, sl
-            restart = not (float(sg) > 0 and float(sc["s"]) >= beta * float(sg))
-            if restart:  # the estimate of g is invalid: restart the estimators on this batch
-                M = a.max()
-                sc["m"] = M
-                e = torch.exp(a - M) / b
-                sc["s"], sc["u"] = e.sum(), -(e * l64).sum() / lam ** 2
-                coef = e / lam
             rho = 0.0 if self.radius is None else self.radius
-            log_g = torch.logsumexp(a, 0) - math.log(b)       # this batch, at lambda_t
-            self._track(lam * log_g + (lam - self.shift_cost) * rho, window=l64,
-                        scale=lambda: l64.abs().mean())
+            s_old, sc["s"], sc["u"], sc["m"], coef, coef_p, restart, tracked = self._kernel(
+                _updates.ascdro_batch)(l64, table[:, 1] if self._started else None, lam, lamp,
+                                       sc["s"], sc["u"], sc["m"], b, math.log(b), beta,
+                                       self._started, rho, self.shift_cost)
+            self._track(tracked, window=l64, scale=lambda: l64.abs().mean())
             self._pending = (beta, restart, s_old)
         out = ((coef[loc] * scale_w).to(losses.dtype) * losses).sum()
-        if self._started and not restart:
+        if self._started:       # (coef_p is zero at a restart)
             out = out + ((coef_p[loc] * scale_w).to(losses_prev.dtype) * losses_prev).sum()
         return out
 
@@ -468,45 +418,25 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         sc = self._sc
         lam = sc["lam"]
         group = self._group()
-        if group is not None and self._started and not restart:
+        if group is not None and self._started and not bool(restart):
             # DDP averages the gradients of the module's parameters only: average the
             # gradients at the previous iterate (leaves of this optimizer) in one collective
             for q in self._prev:
                 if q.grad is None:
                     q.grad = torch.zeros_like(q)
             all_reduce_mean_([q.grad for q in self._prev], group)
-        scalars = {}        # s_old, s and lambda in each work dtype (converted once)
-
-        def in_dtype(wdt):
-            if wdt not in scalars:
-                scalars[wdt] = (s_old.to(wdt), sc["s"].to(wdt), lam.to(wdt))
-            return scalars[wdt]
-
-        for p, q in zip(self._params, self._prev):
-            if p.grad is None:
-                continue
-            st = self.state[p]
-            wdt = _work_dtype(p)
-            s_o, s_now, _ = in_dtype(wdt)
-            g = p.grad.detach().to(wdt)
-            if not self._started or "v_over_s" not in st or restart:
-                v = g
-            else:
-                gp = q.grad.to(wdt) if q.grad is not None else torch.zeros_like(g)
-                v = g + (1 - beta) * (st["v_over_s"] * s_o - gp)
-            st["v_over_s"] = v / s_now
         rho = 0.0 if self.radius is None else self.radius
-        zl = lam * sc["u"] / sc["s"] + torch.log(sc["s"]) + sc["m"] + rho
-        torch._foreach_copy_(self._prev, self._params)      # the previous iterate
-        for p, q in zip(self._params, self._prev):
+        lam_prev = lam.clone()
+        voss, sc["lam"] = self._kernel(_updates.ascdro_update)(
+            self._params, self._prev, [p.grad for p in self._params],
+            [q.grad for q in self._prev], [self.state[p].get("v_over_s") for p in self._params],
+            s_old, sc["s"], sc["u"], sc["m"], lam, lr, beta, self.mu, restart, self._started,
+            rho, self.shift_cost, self.lam_max)
+        for p, q, vos in zip(self._params, self._prev, voss):
             q.grad = None
-            if p.grad is not None:
-                step = in_dtype(_work_dtype(p))[2] * self.state[p]["v_over_s"]
-                step = step.to(p.dtype)
-                p.add_(step + self.mu * p if self.mu else step, alpha=-lr)
-        sc["lam_prev"] = lam.clone()
-        if self.lam_max > self.shift_cost:
-            sc["lam"] = (lam - lr * (zl + self.mu * lam)).clamp(self.shift_cost, self.lam_max)
+            if vos is not None:
+                self.state[p]["v_over_s"] = vos
+        sc["lam_prev"] = lam_prev
         self._started, self._pending = True, None
         self._t += 1
         self._end_step()
@@ -598,43 +528,6 @@ def _kl_dro_value(batches, radius, shift_cost=0.0):
     return (lam * (lse + radius) - float(shift_cost) * radius).amin(1)
 
 
-def _kl_ball_log(logp, rho):
-    """``log`` of the KL-Bregman projection of ``softmax(logp)`` on ``{KL(p||1/n) <= rho}``
-    (``p ~ softmax(a logp)``, ``a`` in ``(0, 1]`` by safeguarded Newton; float64, on device)."""
-    n = logp.numel()
-    d = (logp - logp.max()).double()
-    logn = math.log(n)
-
-    def stats(a):
-        z = a * d
-        lse = torch.logsumexp(z, 0)
-        q = torch.exp(z - lse)
-        mu = (q * d).sum()
-        return a * mu - (lse - logn), (q * (d - mu) ** 2).sum(), lse
-
-    kl, _, lse = stats(1.0)
-    if float(kl) <= rho:
-        return d - lse
-    lo, hi = 0.0, 1.0
-    var0 = float(d.var(unbiased=False))
-    a = min(math.sqrt(2.0 * rho / var0), 0.5) if var0 > 0 else 0.5
-    for _ in range(200):
-        kl, var, lse = stats(a)
-        err = float(kl) - rho
-        if abs(err) <= 1e-13 * max(1.0, rho):
-            break
-        if err > 0:
-            hi = a
-        else:
-            lo = a
-        if hi - lo <= 4e-16 * hi:
-            break
-        curv = a * float(var)       # 0 once a underflows (losses of a diverging run)
-        step = a - err / curv if curv > 0 else float("nan")
-        a = step if lo < step < hi else 0.5 * (lo + hi)
-    return a * d - lse
-
-
 class PGSMD2(_KLWindow, IndexedStateOptimizer):
     r"""PG-SMD2 (Rafique et al. 2021) / SPD (Namkoong & Duchi 2016, ``gamma=None``): the
     primal-dual baseline of the SCDRO paper with the ``n``-dimensional dual ``p`` (a table on
@@ -689,8 +582,9 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         if self._group() is not None:     # the global batch size (one small collective)
             table, sizes, _ = self._gather([idx], self.device)
             b, scale = table.shape[0], float(len(sizes))
-        p = torch.exp(self.gather("log_p", idx))
-        return (self.n_indices * scale * p / max(b, 1)).to(self._default_dtype())
+        return self._kernel(_updates.pgsmd2_weights)(
+            self.indexed_state("log_p"), idx, self.n_indices * scale, max(b, 1),
+            self._default_dtype())
 
     def _losses64(self, losses, indices):
         losses = torch.as_tensor(losses).detach().to(self.device, torch.float64)
@@ -724,23 +618,17 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         b = indices.numel()
         if b == 0:
             raise ValueError("PGSMD2.step needs a non-empty global batch")
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                st = self.state[p]
-                if self.gamma is not None and "center" not in st:
-                    st["center"] = p.detach().clone()
-                prox = (p - st["center"]) / self.gamma if self.gamma is not None else 0.0
-                p.add_(p.grad + prox, alpha=-group["lr"])
-        logp = self.indexed_state("log_p")
-        self._track(self.n_indices / b * (torch.exp(logp.index_select(0, indices))
-                                           * losses).sum(),
-                    window=losses, scale=lambda: losses.abs().mean())
-        logp.index_add_(0, indices, self.dual_lr * self.n_indices * losses / b)
-        if self.shift_cost > 0:
-            logp.mul_(1.0 - self.dual_lr * self.shift_cost)
-        logp.copy_(_kl_ball_log(logp, self.radius))
+        live = [(p, group["lr"]) for group in self.param_groups for p in group["params"]
+                if p.grad is not None]
+        for p, _ in live:
+            if self.gamma is not None and "center" not in self.state[p]:
+                self.state[p]["center"] = p.detach().clone()
+        tracked = self._kernel(_updates.pgsmd2_update)(
+            [p for p, _ in live], [p.grad for p, _ in live],
+            [self.state[p].get("center") for p, _ in live], [lr for _, lr in live],
+            self.gamma, self.indexed_state("log_p"), indices, losses, self.n_indices, b,
+            self.dual_lr, self.shift_cost, self.radius)
+        self._track(tracked, window=losses, scale=lambda: losses.abs().mean())
         self._steps += 1
         every = self.center_every or max(1, self.n_indices // b)
         if self.gamma is not None and self._steps % every == 0:

@@ -5,6 +5,7 @@ paper, Sec. 6), and the exact projection on the capped simplex that it uses. Spl
 import torch
 
 from ..._validation import check_int, check_positive
+from . import _updates
 from .base import IndexedStateOptimizer
 from .fcco import _unit
 
@@ -27,26 +28,7 @@ def project_capped_simplex(x, cap):
         raise ValueError("x must be a non-empty 1-D tensor")
     if not cap * m >= 1.0 - 1e-12:
         raise ValueError(f"the capped simplex is empty: cap * m = {cap * m} < 1")
-    xd = x.to(torch.float64)
-
-    def pos_part_sum(tau, a_sorted, suffix):
-        # sum_g [a_g - tau]_+ for every tau, a_sorted ascending, suffix[j] = sum a_sorted[j:]
-        j = torch.searchsorted(a_sorted, tau, right=True)
-        return suffix[j] - (m - j).to(tau.dtype) * tau
-
-    a = torch.sort(xd).values
-    suffix = torch.cat([torch.flip(torch.cumsum(torch.flip(a, [0]), 0), [0]),
-                        a.new_zeros(1)])
-    bp = torch.sort(torch.cat([a, a - cap])).values
-    phi = pos_part_sum(bp, a, suffix) - pos_part_sum(bp, a - cap, suffix - cap * torch.arange(
-        m, -1, -1, dtype=xd.dtype, device=xd.device))
-    j = torch.clamp((phi >= 1.0).sum() - 1, min=0)
-    k = torch.clamp(j + 1, max=2 * m - 1)
-    lo, hi, plo, phi_hi = bp[j], bp[k], phi[j], phi[k]
-    denom = plo - phi_hi
-    tau = torch.where(denom > 0, lo + (plo - 1.0) * (hi - lo) / torch.where(
-        denom > 0, denom, torch.ones_like(denom)), lo)
-    return torch.clamp(xd - tau, min=0.0, max=cap).to(x.dtype)
+    return _updates.capped_simplex(x, cap)
 
 
 def _cvar(L, cap):
@@ -58,9 +40,7 @@ def _cvar(L, cap):
     >>> float(_cvar(torch.tensor([1.0, 4.0, 2.0, 3.0]), 0.5))
     3.5
     """
-    top = torch.sort(L.to(torch.float64), descending=True).values
-    j = torch.arange(top.numel(), dtype=torch.float64, device=top.device)
-    return (torch.clamp(1.0 - j * cap, min=0.0, max=cap) * top).sum()
+    return _updates.cvar_of(L, cap)
 
 
 class OOA(IndexedStateOptimizer):
@@ -137,10 +117,10 @@ class OOA(IndexedStateOptimizer):
         with torch.no_grad():
             I, (Lm,), loc = self._gather_by_index(idx, counts, [L], self.device)
             self._check_input_finite(Lm, "group losses")
-            p = self.gather("p", I)
-            est = _cvar(Lm, self.cap * self.n_indices / I.numel())
+            est, w = self._kernel(_updates.ooa_batch)(
+                self.indexed_state("p"), I, Lm, self.cap * self.n_indices / I.numel(),
+                self.n_indices / I.numel())
             self._track(est, window=est, scale=lambda: Lm.abs().mean())
-            w = p * (self.n_indices / I.numel())
             if loc is not None:
                 w = w[loc[0]] * loc[1]
         self._pending = (I, Lm)
@@ -154,15 +134,13 @@ class OOA(IndexedStateOptimizer):
             raise RuntimeError("call opt.surrogate(indices, group_losses).backward() first")
         self._sync_device()
         idx, L = self._pending
+        groups = []
         for group in self.param_groups:
             live = [p for p in group["params"] if p.grad is not None]
-            wd = group["weight_decay"]
-            if live:           # one fused (foreach) call: p <- p - lr (grad + wd p)
-                G = [p.grad + wd * p for p in live] if wd else [p.grad for p in live]
-                torch._foreach_add_(live, G, alpha=-group["lr"])
-        table = self.indexed_state("p")
-        x = table.clone().index_add_(0, idx, self.dual_lr * (self.n_indices / idx.numel()) * L)
-        table.copy_(project_capped_simplex(x, self.cap))
+            groups.append((live, [p.grad for p in live], group["lr"], group["weight_decay"]))
+        self._kernel(_updates.ooa_update)(
+            groups, self.indexed_state("p"), idx, L,
+            self.dual_lr * (self.n_indices / idx.numel()), self.cap)
         self._pending = None
         self._end_step()
         return loss

@@ -28,6 +28,8 @@ def _real(name, value):
 
 
 def _lam(lam):
+    if torch.compiler.is_compiling():   # (checked eagerly: the optimizers' smoothing)
+        return lam
     return check_positive("lam", lam, allow_zero=True)
 
 

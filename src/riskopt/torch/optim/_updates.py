@@ -1,0 +1,331 @@
+r"""The tensor updates of the optimizers of :mod:`riskopt.torch.optim`: pure functions of
+tensors (and of the hyperparameters as Python numbers), with tensor-only control flow and no
+host read, so that ``torch.compile(fullgraph=True)`` traces each of them whole
+(:meth:`~riskopt.torch.optim.IndexedStateOptimizer.compile`; the optimizers call them
+eagerly otherwise: one code path, the same numbers).
+
+What stays outside (in the optimizers' ``surrogate`` / ``step``): the index checks, the step
+counters and schedules (Python numbers passed in), the finiteness check of the input, the
+data-parallel gathers and the divergence guard at its cadence
+(:mod:`riskopt.torch.optim._guard`). A branch that used to read a tensor on the host is a
+``torch.where`` here (ASCDRO's restart) or a ``while_loop`` (the KL-ball projection of
+PG-SMD2, the same iterations as the former host loop). Not part of the public API.
+"""
+import math
+
+import torch
+from torch._higher_order_ops.while_loop import while_loop
+
+__all__ = []
+
+
+def _foreach_momentum(vs, grads, beta):
+    """``v <- (1 - beta) v + beta g`` for lists (one fused call per op)."""
+    torch._foreach_mul_(vs, 1.0 - beta)
+    torch._foreach_add_(vs, grads, alpha=beta)
+
+
+# ---------------------------------------------------------------------------- SCDRO
+def scdro_batch(l64, lam, log_s, loss_max, log_b, c_old, c_new, started, radius, shift_cost):
+    """SCDRO's batch statistics: ``(lo, top, loss_max, log s, w, d_lambda, tracked)``:
+    the batch's range, the running largest loss, the moving average ``log s`` (``c_old =
+    log(1 - beta)``, ``c_new = log beta``), the surrogate's weights, the ``lambda``-derivative
+    and the batch's dual value at ``lambda`` (what the guard tracks)."""
+    lo, top = torch.aminmax(l64)
+    loss_max = torch.maximum(loss_max, top)
+    a = l64 / lam
+    log_g = torch.logsumexp(a, 0) - log_b
+    log_s = torch.logaddexp(log_s + c_old, log_g + c_new) if started else log_g
+    w = torch.exp(a - log_s) / a.shape[0]
+    g_lam = -(w * l64).sum() / lam + log_s + radius
+    tracked = lam * log_g + (lam - shift_cost) * radius
+    return lo, top, loss_max, log_s, w, g_lam, tracked
+
+
+def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, lr, beta, mu,
+                 max_norm, started, lam_lo, lam_hi, radius):
+    """SCDRO's step: the moving averages ``v`` (of ``moving_*``) and ``u``, the projected step
+    of the parameters (``max_norm``: onto the ball) and of ``lambda`` (``lam_hi=None``: the
+    bound of Lemma 1 from the largest loss met). Returns ``(u, lambda)``."""
+    if moving_vs:
+        _foreach_momentum(moving_vs, moving_grads, beta)
+    u = (1.0 - beta) * u + beta * g_lam if started else g_lam.clone()
+    steps = [v + mu * p for v, p in zip(vs, params)] if mu else vs
+    if params:
+        torch._foreach_add_(params, steps, alpha=-lr)
+    if max_norm is not None and params:
+        norm = torch.sqrt(sum((p.double() ** 2).sum() for p in params))
+        factor = torch.where(norm > max_norm, max_norm / norm, torch.ones_like(norm))
+        for p in params:
+            p.mul_(factor)
+    lam = (lam - lr * (u + mu * lam)).clamp(min=lam_lo)
+    if lam_hi is None:      # Lemma 1 with C = the largest loss met so far
+        lam_hi = (lam_lo + loss_max.clamp(min=0.0) / radius).clamp(min=lam_lo)
+        return u, torch.minimum(lam, lam_hi)
+    return u, lam.clamp(max=lam_hi)
+
+
+# ---------------------------------------------------------------------------- ASCDRO
+def ascdro_batch(l64, lp64, lam, lamp, s, u, m, b, log_b, beta, started, rho, shift_cost):
+    """ASCDRO's STORM estimators on the batch (scaled by ``exp(-m)``): ``(s_old, s, u, m,
+    coef, coef_prev, restart, tracked)``. ``restart`` (a 0-d bool tensor): the estimate of
+    ``g`` is invalid (``s < beta g_B``) and the estimators restart on this batch (then
+    ``coef_prev`` is zero)."""
+    a = l64 / lam
+    M = a.max()
+    if started:
+        ap = lp64 / lamp
+        M = torch.maximum(M, ap.max())
+        scale = torch.exp(torch.clamp(m - M, max=600.0))
+        s, u = s * scale, u * scale
+    s_old = s                  # in the new scale: the stored v / s needs no rescaling
+    e = torch.exp(a - M) / b
+    sg, sl = e.sum(), -(e * l64).sum() / lam ** 2
+    coef, coef_p = e / lam, None
+    if started:
+        ep = torch.exp(ap - M) / b
+        sgp, slp = ep.sum(), -(ep * lp64).sum() / lamp ** 2
+        s = sg + (1 - beta) * (s - sgp)
+        u = sl + (1 - beta) * (u - slp)
+        coef_p = ep / lamp
+    else:
+        s, u = sg, sl
+    restart = ~((sg > 0) & (s >= beta * sg))
+    M0 = a.max()               # the restart: the estimators on this batch alone
+    e0 = torch.exp(a - M0) / b
+    s = torch.where(restart, e0.sum(), s)
+    u = torch.where(restart, -(e0 * l64).sum() / lam ** 2, u)
+    coef = torch.where(restart, e0 / lam, coef)
+    m = torch.where(restart, M0, M)
+    if coef_p is not None:
+        coef_p = torch.where(restart, torch.zeros_like(coef_p), coef_p)
+    log_g = torch.logsumexp(a, 0) - log_b       # this batch, at lambda_t
+    tracked = lam * log_g + (lam - shift_cost) * rho
+    return s_old, s, u, m, coef, coef_p, restart, tracked
+
+
+def ascdro_update(params, prevs, grads, prev_grads, voss, s_old, s, u, m, lam, lr, beta, mu,
+                  restart, started, rho, lam_lo, lam_hi):
+    """ASCDRO's step: the estimator ``v / s`` of every parameter with a gradient (STORM, or
+    the plain gradient at a restart), the previous iterate set to the parameters, the step
+    ``w -= lr (lambda v / s + mu w)`` and the projected step of ``lambda``
+    (``lam_hi <= lam_lo``: ``lambda`` fixed). Returns ``(new v / s list, lambda)``."""
+    new_voss = []
+    for p, g, gp, vos in zip(params, grads, prev_grads, voss):
+        if g is None:
+            new_voss.append(None)
+            continue
+        wdt = torch.promote_types(p.dtype, torch.float32)
+        g = g.to(wdt)
+        v = g
+        if started and vos is not None:
+            gp = torch.zeros_like(g) if gp is None else gp.to(wdt)
+            v = torch.where(restart, g, g + (1 - beta) * (vos * s_old.to(wdt) - gp))
+        new_voss.append(v / s.to(wdt))
+    zl = lam * u / s + torch.log(s) + m + rho
+    torch._foreach_copy_(prevs, params)      # the previous iterate
+    for p, vos in zip(params, new_voss):
+        if vos is not None:
+            step = (lam.to(vos.dtype) * vos).to(p.dtype)
+            p.add_(step + mu * p if mu else step, alpha=-lr)
+    if lam_hi > lam_lo:
+        lam = (lam - lr * (zl + mu * lam)).clamp(lam_lo, lam_hi)
+    return new_voss, lam
+
+
+# ---------------------------------------------------------------------------- PG-SMD2
+def kl_ball_log(logp, rho):
+    """``log`` of the KL-Bregman projection of ``softmax(logp)`` on ``{KL(p||1/n) <= rho}``
+    (``p ~ softmax(a logp)``, ``a`` in ``(0, 1]`` by safeguarded Newton, stopping at
+    ``|KL - rho| <= 1e-13 max(1, rho)`` or a bracket of relative width ``4e-16``, at most 200
+    steps: a ``while_loop`` under compile, no host read); float64, on ``logp``'s device."""
+    d = (logp - logp.max()).double()
+    logn = math.log(logp.numel())
+    tol = 1e-13 * max(1.0, rho)
+
+    def stats(a):
+        z = a * d
+        lse = torch.logsumexp(z, 0)
+        q = torch.exp(z - lse)
+        mu = (q * d).sum()
+        return a * mu - (lse - logn), (q * (d - mu) ** 2).sum(), lse
+
+    one = torch.ones((), dtype=torch.float64, device=d.device)
+    kl, _, lse1 = stats(one)
+    inside = kl <= rho
+    var0 = d.var(unbiased=False)
+    a0 = torch.where(var0 > 0, torch.sqrt(2.0 * rho / var0).clamp(max=0.5), 0.5 * one)
+
+    def cond(it, a, lo, hi, lse, stop):
+        return (~stop) & (it < 200)
+
+    def body(it, a, lo, hi, lse, stop):
+        kl, var, lse = stats(a)
+        err = kl - rho
+        done = err.abs() <= tol
+        up = err > 0             # (a NaN error moves lo, as the former host loop did)
+        hi = torch.where(done | ~up, hi, a)
+        lo = torch.where(done | up, lo, a)
+        done = done | (hi - lo <= 4e-16 * hi)
+        curv = a * var       # 0 once a underflows (losses of a diverging run)
+        step = a - err / torch.where(curv > 0, curv, one)
+        step = torch.where(curv > 0, step, torch.full_like(step, math.nan))
+        nxt = torch.where((lo < step) & (step < hi), step, 0.5 * (lo + hi))
+        return it + 1, torch.where(done, a, nxt), lo, hi, lse, done
+
+    state = (torch.zeros((), dtype=torch.int64, device=d.device), a0, 0.0 * one, one, lse1,
+             inside)
+    if torch.compiler.is_compiling():
+        state = while_loop(cond, body, state)
+    else:                   # the same steps, one host read each (cheaper than eager HOP)
+        while bool(cond(*state)):
+            state = body(*state)
+    _, a, _, _, lse, _ = state
+    return torch.where(inside, d - lse1, a * d - lse)
+
+
+def pgsmd2_weights(logp, indices, n, b, dtype):
+    """PG-SMD2's primal weights ``n p_i / b`` of the batch (in ``dtype``)."""
+    return (n * torch.exp(logp.index_select(0, indices)) / b).to(dtype)
+
+
+def pgsmd2_update(params, grads, centers, lrs, gamma, logp, indices, losses, n, b, dual_lr,
+                  shift_cost, radius):
+    """PG-SMD2's step: the primal step (with the proximal term ``(w - w_c) / gamma``), the
+    mirror-ascent step of the dual table ``log p`` and its KL-ball projection. Returns the
+    tracked objective (the batch's importance-weighted loss, before the dual step)."""
+    for p, g, c, lr in zip(params, grads, centers, lrs):
+        prox = (p - c) / gamma if gamma is not None else 0.0
+        p.add_(g + prox, alpha=-lr)
+    tracked = n / b * (torch.exp(logp.index_select(0, indices)) * losses).sum()
+    logp.index_add_(0, indices, dual_lr * n * losses / b)
+    if shift_cost > 0:
+        logp.mul_(1.0 - dual_lr * shift_cost)
+    logp.copy_(kl_ball_log(logp, radius))
+    return tracked
+
+
+# ---------------------------------------------------------------------------- FCCO
+def fcco_track(u_tab, seen_tab, I, now, prev, gamma, gamma_prime, outer, lam, s):
+    """The MSVR update of the tracked inner values ``u_i`` of the distinct indices ``I``
+    (``u_i`` set to the estimate at its first visit), written into the tables; returns
+    ``(u_I, y = outer gradient, mean outer value)`` (with the threshold ``s`` of
+    GroupCVaR when given)."""
+    u, seen = u_tab.index_select(0, I), seen_tab.index_select(0, I)
+    new = (1.0 - gamma) * u + gamma * now
+    if prev is not None:
+        new = new + gamma_prime * (now - prev)
+    new = torch.where(seen, new, now)
+    u_tab.index_copy_(0, I, new)
+    seen_tab.index_copy_(0, I, torch.ones_like(seen))
+    if s is not None:
+        return new, outer.grad(new, lam, s), outer.value(new, s).mean()
+    return new, outer.grad(new, lam), outer.value(new).mean()
+
+
+def _adam_step(p, v, m2, G, lr, c1, c2, betas2, eps):
+    m2.mul_(betas2).addcmul_(G, G, value=1.0 - betas2)
+    p.sub_(lr * (v / c1) / (torch.sqrt(m2 / c2) + eps))
+
+
+def fcco_moments(params, prevs, grads, vs, m2s, lr, beta, wd, adam, c1, c2, betas2, eps):
+    """SONEX's step for one parameter group: the previous iterate set to the parameters
+    (``prevs``: all of the group's), then for those with a gradient (``grads`` None
+    elsewhere) ``v <- (1 - beta) v + beta (G + wd w)`` and ``w -= lr v`` or the Adam-type
+    step (``c1``, ``c2``: the bias corrections)."""
+    torch._foreach_copy_(prevs, params)
+    live = [(p, g, v, m2) for p, g, v, m2 in zip(params, grads, vs, m2s) if g is not None]
+    if not live:
+        return
+    P = [t[0] for t in live]
+    G = [t[1] + wd * t[0] for t in live] if wd else [t[1] for t in live]
+    V = [t[2] for t in live]
+    _foreach_momentum(V, G, beta)
+    if adam:
+        for (p, _, v, m2), g in zip(live, G):
+            _adam_step(p, v, m2, g, lr, c1, c2, betas2, eps)
+    else:
+        torch._foreach_add_(P, V, alpha=-lr)
+
+
+def alexr2_inner(params, prevs, anchors, grads, eta, nu, wd):
+    """ALEXR2's inner step ``z <- (z / eta + w_t / nu - G) / (1 / eta + 1 / nu)`` (``G`` the
+    gradient, zero where None, plus ``wd z``); the previous iterate set to ``z``."""
+    a = 1.0 / eta + 1.0 / nu
+    for p, q, w, g in zip(params, prevs, anchors, grads):
+        q.copy_(p)
+        G = torch.zeros_like(p) if g is None else g
+        if wd:
+            G = G + wd * p
+        p.copy_((p / eta + w / nu - G) / a)
+
+
+def alexr2_outer(params, prevs, anchors, vs, m2s, lr, beta, nu, adam, c1, c2, betas2, eps):
+    """ALEXR2's outer step: ``G_t = (w_t - z_K) / nu``, the momentum / Adam-type step from
+    the anchor, and the anchor and the previous iterate set to ``w_{t+1}``."""
+    for p, q, w, v, m2 in zip(params, prevs, anchors, vs, m2s):
+        Gt = (w - p) / nu
+        p.copy_(w)
+        v.mul_(1.0 - beta).add_(Gt, alpha=beta)
+        if adam:
+            _adam_step(p, v, m2, Gt, lr, c1, c2, betas2, eps)
+        else:
+            p.sub_(v, alpha=lr)
+        w.copy_(p)
+        q.copy_(p)
+
+
+# ---------------------------------------------------------------------------- OOA
+def _take(t, j):
+    """``t[j]`` for a 0-d index tensor ``j`` (a gather: no host read)."""
+    return t.gather(0, j.reshape(1)).reshape(())
+
+
+def capped_simplex(x, cap):
+    """The projection of :func:`riskopt.torch.optim.project_capped_simplex` (``x`` 1-D,
+    non-empty, ``cap * len(x) >= 1``, checked by the caller)."""
+    m = x.numel()
+    xd = x.to(torch.float64)
+
+    def pos_part_sum(tau, a_sorted, suffix):
+        # sum_g [a_g - tau]_+ for every tau, a_sorted ascending, suffix[j] = sum a_sorted[j:]
+        j = torch.searchsorted(a_sorted, tau, right=True)
+        return suffix[j] - (m - j).to(tau.dtype) * tau
+
+    a = torch.sort(xd).values
+    suffix = torch.cat([torch.flip(torch.cumsum(torch.flip(a, [0]), 0), [0]),
+                        a.new_zeros(1)])
+    bp = torch.sort(torch.cat([a, a - cap])).values
+    phi = pos_part_sum(bp, a, suffix) - pos_part_sum(bp, a - cap, suffix - cap * torch.arange(
+        m, -1, -1, dtype=xd.dtype, device=xd.device))
+    j = torch.clamp((phi >= 1.0).sum() - 1, min=0)
+    k = torch.clamp(j + 1, max=2 * m - 1)
+    lo, hi, plo, phi_hi = _take(bp, j), _take(bp, k), _take(phi, j), _take(phi, k)
+    denom = plo - phi_hi
+    tau = torch.where(denom > 0, lo + (plo - 1.0) * (hi - lo) / torch.where(
+        denom > 0, denom, torch.ones_like(denom)), lo)
+    return torch.clamp(xd - tau, min=0.0, max=cap).to(x.dtype)
+
+
+def cvar_of(L, cap):
+    """:math:`\\max\\{\\sum_g p_g L_g : p \\in \\Delta,\\ p_g \\le \\mathrm{cap}\\}` by one
+    sort (see :func:`riskopt.torch.optim.ooa._cvar`)."""
+    top = torch.sort(L.to(torch.float64), descending=True).values
+    j = torch.arange(top.numel(), dtype=torch.float64, device=top.device)
+    return (torch.clamp(1.0 - j * cap, min=0.0, max=cap) * top).sum()
+
+
+def ooa_batch(p_tab, I, L, cap, n_over_k):
+    """OOA's batch: ``(tracked CVaR of the group losses, the surrogate's weights)``."""
+    return cvar_of(L, cap), p_tab.index_select(0, I) * n_over_k
+
+
+def ooa_update(groups, table, idx, L, dual_coef, cap):
+    """OOA's step: SGD on every parameter group (``(params, grads, lr, wd)``), then the
+    projected ascent step ``p <- Proj(p + dual_coef L e_I)`` of the group weights."""
+    for params, grads, lr, wd in groups:
+        if params:
+            G = [g + wd * p for p, g in zip(params, grads)] if wd else grads
+            torch._foreach_add_(params, G, alpha=-lr)
+    x = table.clone().index_add_(0, idx, dual_coef * L)
+    table.copy_(capped_simplex(x, cap))
