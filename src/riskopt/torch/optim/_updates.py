@@ -173,8 +173,9 @@ def kl_ball_log(logp, rho):
         nxt = torch.where((lo < step) & (step < hi), step, 0.5 * (lo + hi))
         return it + 1, torch.where(done, a, nxt), lo, hi, lse, done
 
-    state = (torch.zeros((), dtype=torch.int64, device=d.device), a0, 0.0 * one, one, lse1,
-             inside)
+    # (fresh tensors: a carried value must not alias the body's closures, for AOTAutograd)
+    state = (torch.zeros((), dtype=torch.int64, device=d.device), a0, 0.0 * one, one.clone(),
+             lse1, inside)
     if torch.compiler.is_compiling():
         state = while_loop(cond, body, state)
     else:                   # the same steps, one host read each (cheaper than eager HOP)
