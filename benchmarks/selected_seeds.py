@@ -80,18 +80,14 @@ def per_seed_table(spec, table, selection):
     return out.sort_values(KEY + ["seed"], kind="stable").reset_index(drop=True)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("spec", help="bundled spec name or TOML file")
-    ap.add_argument("--results", default="benchmarks/results",
-                    help="folder holding <spec name>/selection.csv (written back there)")
-    ap.add_argument("--jobs", type=int, default=1)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    a = ap.parse_args(argv)
+def rerun_selected(spec, folder, jobs=1, argv=None):
+    """Rerun the selected configurations of ``folder/selection.csv`` for every seed of
+    ``spec`` and write ``per_seed.csv``, ``per_seed.json`` and ``fstar.json`` into
+    ``folder``; returns the per-seed table."""
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    spec = load_spec(a.spec)
-    out = Path(a.results) / spec.name
+    spec = load_spec(spec)
+    out = Path(folder)
     selection = pd.read_csv(out / "selection.csv")
     cells = selected_cells(spec, selection)
     cells_dir = _io.ensure_folder(out / "cells")
@@ -103,19 +99,20 @@ def main(argv=None):
     done, _ = _state.check_cells(cells, cells_dir, data=fps)
     pending = [c for c in cells if c.id not in done]
     print(f"{spec.name}: {len(cells)} runs of the selected configurations, {len(done)} cached, "
-          f"{len(pending)} to run (jobs={a.jobs})", flush=True)
+          f"{len(pending)} to run (jobs={jobs})", flush=True)
     errors = []
-    n_run = _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, a.jobs, None,
+    n_run = _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, jobs, None,
                      False, print, errors, lambda c: 0, fps)
     if errors:
         raise SystemExit(f"{len(errors)} run(s) failed, e.g. {errors[0][0]}: {errors[0][1]}")
     table = merge_cells(spec, cells, cells_dir, fstar)
     df = per_seed_table(spec, table, selection)
     drift = np.abs(df["rerun_score"] - df["committed_score"]) / np.abs(df["committed_score"])
-    committed_fstar = {(r["dataset"], r["objective"]): r["f_star"] for r in
-                       json.loads((out / "metadata.json").read_text()).get("f_star", [])}
-    fdiff = max((abs(df.loc[i, "f_star"] - committed_fstar[k]) / abs(committed_fstar[k])
-                 for i, k in zip(df.index, zip(df["dataset"], df["objective"]))
+    meta = out / "metadata.json"
+    committed_fstar = {(r["dataset"], r["objective"]): r["f_star"] for r in (
+        json.loads(meta.read_text()).get("f_star", []) if meta.exists() else [])}
+    fdiff = max((abs(f - committed_fstar[k]) / abs(committed_fstar[k]) for f, k in
+                 zip(df["f_star"], zip(df["dataset"], df["objective"]))
                  if k in committed_fstar), default=float("nan"))
     _io.atomic_write_text(out / "per_seed.csv", df.to_csv(index=False))
     _io.atomic_write_json(out / "per_seed.json", {
@@ -130,6 +127,19 @@ def main(argv=None):
     print(f"wrote {out}/per_seed.csv ({len(df)} rows); largest relative drift of the "
           f"selection score from the committed one: {np.nanmax(drift):.2e}; of f*: {fdiff:.2e}; "
           f"{time.perf_counter() - t0:.0f} s")
+    return df
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("spec", help="bundled spec name or TOML file")
+    ap.add_argument("--results", default="benchmarks/results",
+                    help="folder holding <spec name>/selection.csv (written back there)")
+    ap.add_argument("--jobs", type=int, default=1)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = ap.parse_args(argv)
+    spec = load_spec(a.spec)
+    rerun_selected(spec, Path(a.results) / spec.name, a.jobs, argv)
 
 
 if __name__ == "__main__":

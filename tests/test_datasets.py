@@ -515,7 +515,7 @@ def test_names_cover_every_kind():
     assert set(ds.names("real")) == {"diabetes", "acsincome", "amazon", "iwildcam", "law_school",
                                      "adult", "compas", "mushrooms", "a9a"}
     assert len(ds.names("synthetic")) == 12
-    assert ds.names("derived") == ["digits_st", "adult_st", "a9a_st"]
+    assert ds.names("derived") == ["digits_st", "adult_st", "a9a_st", "mnist_st"]
     assert all_names == (ds.names("regression") + ds.names("real") + ds.names("synthetic")
                          + ds.names("derived"))
     with pytest.raises(ValueError, match="unknown dataset"):

@@ -239,3 +239,13 @@ def test_exact_optima_solves_a_binary_kl_objective_by_its_reference():
     erm = Objective("logistic", "mean", X, y, l2_reg=1e-2, fit_intercept=True)
     coef, value, how, gap = mod.solve(erm)
     assert how == "newton" and gap <= 1e-9
+
+
+def test_the_mnist_cnn_row_reads_its_own_folder(tmp_path):
+    write_scdro(tmp_path / "scdro_nonconvex_mnist", {"scdro": (0.9, 0.8),
+                                                     "fastdro": (0.99, 0.9)})
+    text = rep.build(["scdro"], results_root=tmp_path)
+    assert ("| scdro | Fig. 2 / 4 (non-convex, MNIST-ST CNN) | "
+            "`benchmarks/scdro_nonconvex.py` | differs |") in text
+    assert "| scdro | Fig. 2 / 4 (non-convex) | `benchmarks/scdro_nonconvex.py` | not run |" \
+        in text

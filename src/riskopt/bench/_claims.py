@@ -40,8 +40,10 @@ def finals(folder, metric="suboptimality"):
     """Per seed, the last recorded ``metric`` of each selected (dataset, objective, solver): a
     DataFrame ``dataset, objective, solver, seed, value``. ``metric="suboptimality"``: the
     relative gap (``(value - f*) / |f*|`` where the table has no such column). Older results
-    without a per-run table (``selection.csv`` and the ``f*`` of ``metadata.json``) give one
-    value (the spec's median score) per method, seed -1. None without results."""
+    without a per-run table read the selected configurations' per-seed rerun
+    (``per_seed.csv``, ``benchmarks/selected_seeds.py``), else give one value per method, seed
+    -1 (``selection.csv``'s score and the ``f*`` of ``metadata.json``). None without
+    results."""
     import json
 
     import pandas as pd
@@ -56,6 +58,11 @@ def finals(folder, metric="suboptimality"):
         else:
             v = last[metric]
         return last.assign(value=v.astype(float))[
+            ["dataset", "objective", "solver", "seed", "value"]]
+    per_seed = folder / "per_seed.csv"
+    if per_seed.exists() and metric in ("suboptimality", "value"):
+        t = pd.read_csv(per_seed)
+        return t.assign(value=t[metric].astype(float))[
             ["dataset", "objective", "solver", "seed", "value"]]
     sel, meta = folder / "selection.csv", folder / "metadata.json"
     if metric != "suboptimality" or not (sel.exists() and meta.exists()):
