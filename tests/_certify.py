@@ -166,7 +166,46 @@ def _minimise_intercept(obj, W, q, iters=60):
 SMOOTHING = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
 
 
+def _quadratic(obj):
+    """Whether ``G_q`` is a quadratic in ``W`` whose minimum :func:`_quadratic_bound` gives
+    exactly: the squared loss with one output, and a coefficient row without an l2 term (the
+    strong-convexity bound of the module docstring needs ``reg > 0`` on every row but the
+    intercept)."""
+    rows = obj.reg[:-1] if obj.fit_intercept else obj.reg
+    return obj.loss.name == "squared" and obj.K == 1 and bool(np.any(rows == 0))
+
+
+def quadratic_min(X, y, a, reg=0.0):
+    """``min_w sum_i a_i (x_i w - y_i)^2 / 2 + sum_j reg_j w_j^2 / 2`` (``a >= 0``), exactly up
+    to rounding: the function is ``f(w*) + (w - w*)' H (w - w*) / 2`` with ``H = X' diag(a) X +
+    diag(reg)``, so at any point ``w``, ``f(w) - g' H^+ g / 2`` (``g`` the gradient, in the range
+    of ``H`` as ``f >= 0``) is its minimum; ``w`` is the solution of the normal equations,
+    refined once."""
+    X = X.toarray() if hasattr(X, "toarray") else np.asarray(X, dtype=np.float64)
+    a = np.asarray(a, dtype=np.float64)
+    H = X.T @ (X * a[:, None])
+    H[np.diag_indices_from(H)] += reg
+    w = np.zeros(X.shape[1])
+
+    def value_grad(w):
+        r = X @ w - y
+        return (0.5 * float(a @ (r * r)) + 0.5 * float(np.sum(reg * w * w)),
+                X.T @ (a * r) + reg * w)
+
+    for _ in range(2):  # one Newton step is exact; the second removes its rounding
+        w = w - np.linalg.lstsq(H, value_grad(w)[1], rcond=1e-14)[0]
+    val, g = value_grad(w)
+    return val - 0.5 * float(g @ np.linalg.lstsq(H, g, rcond=1e-14)[0])
+
+
+def _quadratic_bound(obj, W, q, pen):
+    """``min G_q`` for the squared loss (:func:`quadratic_min` with the weights ``q``)."""
+    return quadratic_min(obj.X, obj.y, q, obj.reg) - pen
+
+
 def _bound_for(obj, W, q, pen):
+    if _quadratic(obj):
+        return _quadratic_bound(obj, W, q, pen)
     W1 = _minimise_G(obj, W, q, pen)
     W1, slack = _minimise_intercept(obj, W1, q)
     Gq, G = _G(obj, W1, q, pen)
