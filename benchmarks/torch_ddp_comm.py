@@ -28,7 +28,7 @@ one run only. Output: ``benchmarks/results/torch_ddp_comm/`` (JSON and Markdown)
 
 Usage::
 
-    python benchmarks/torch_ddp_comm.py [--batch 256] [--steps 10] [--repeats 4] [--hidden 256]
+    python benchmarks/torch_ddp_comm.py [--batch 256] [--steps 10] [--repeats 4] [--hidden 256 [1024 ...]]
         [--rows scdro ...] [--out DIR]
 
 SONX and SOX skip the forward pass at the previous iterate (they do not use ``g_prev``).
@@ -131,12 +131,21 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[256],
+                    help="hidden width(s); several: one run each, in OUT/hidden<h>/")
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--rows", nargs="+", default=ROWS, choices=list(D.ROWS),
                     help="the optimizers (default: one per optimizer)")
     ap.add_argument("--out", default=str(OUT), help="results folder (default: %(default)s)")
     args = ap.parse_args()
+    widths = args.hidden
+    for h in widths:
+        args.hidden = h
+        report(args, Path(args.out) if len(widths) == 1 else Path(args.out) / f"hidden{h}")
+
+
+def report(args, out_dir):
+    """One run at ``args.hidden``; the tables to ``out_dir`` (and printed)."""
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     with tempfile.TemporaryDirectory() as path:
         torch.multiprocessing.start_processes(_worker, args=(path, args), nprocs=WORLD,
@@ -164,7 +173,6 @@ def main():
             "ddp_allreduce_bytes_per_step": 4 * n_params, "steps": args.steps,
             "torch": torch.__version__, "load": os.getloadavg(),
             "note": "2 shared CPU cores, loaded machine"}
-    out_dir = Path(args.out)
     atomic_write_json(out_dir / "results.json", {"meta": meta, "rows": rows})
     md = [f"# DDP communication per step (`python benchmarks/torch_ddp_comm.py --batch "
           f"{args.batch} --steps {args.steps} --repeats {args.repeats} --hidden "

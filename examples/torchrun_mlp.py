@@ -15,6 +15,10 @@ Run::
     python examples/torchrun_mlp.py --optimizer scdro                  # one process
     torchrun --standalone --nproc_per_node 2 examples/torchrun_mlp.py --optimizer scdro
     torchrun --standalone --nproc_per_node 2 examples/torchrun_mlp.py --optimizer sonex
+    torchrun --standalone --nproc_per_node 2 examples/torchrun_mlp.py --optimizer scdro --attach
+
+(``--attach``: SCDRO's losses ride on DDP's gradient all-reduce, ``opt.attach(model)``: no
+collective of its own in a step; the same numbers.)
 
 (``torchrun`` is ``python -m torch.distributed.run``.) Offline, a few seconds plus the
 process start-up.
@@ -64,6 +68,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128, help="global batch size")
     ap.add_argument("--checkpoint", default=None, help="write the final checkpoint here")
+    ap.add_argument("--attach", action="store_true",
+                    help="SCDRO: carry the losses on DDP's all-reduce (opt.attach)")
     args = ap.parse_args()
 
     if "RANK" in os.environ:                              # started by torchrun
@@ -83,6 +89,8 @@ def main():
 
     if args.optimizer == "scdro":
         opt = SCDRO(module.parameters(), radius=0.1, lr=0.01, beta=0.5)
+        if args.attach and world > 1:
+            opt.attach(model)
     else:
         opt = SONEX(module.parameters(), n_outer=GROUPS, outer=GroupCVaR(0.5), lr=0.05)
 

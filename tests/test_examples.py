@@ -153,8 +153,9 @@ def test_torchrun_mlp_one_process(optimizer, tmp_path):
 
 @needs_torch
 @pytest.mark.slow
-@pytest.mark.parametrize("optimizer", ["scdro", "sonex"])
-def test_torchrun_mlp_two_processes_print_the_one_process_numbers(optimizer):
+@pytest.mark.parametrize("optimizer,attach", [("scdro", ()), ("sonex", ()),
+                                              ("scdro", ("--attach",))])
+def test_torchrun_mlp_two_processes_print_the_one_process_numbers(optimizer, attach):
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_gloo_available()):
@@ -162,7 +163,7 @@ def test_torchrun_mlp_two_processes_print_the_one_process_numbers(optimizer):
     one = _torchrun_numbers(run_example("torchrun_mlp.py", "--optimizer", optimizer))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc_per_node", "2", str(EXAMPLES / "torchrun_mlp.py"),
-                           "--optimizer", optimizer], cwd=ROOT, capture_output=True,
+                           "--optimizer", optimizer, *attach], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     two = _torchrun_numbers(proc.stdout)
