@@ -59,7 +59,7 @@ def _worker(rank, path, names):
         info = {}
         out[name] = (*D.run(name, STEPS, rank, 2, save_at=SAVE_AT, info=info,
                             wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)),
-                     info["comm_calls"])
+                     info["comm_calls"], info["grad_reduces"])
     for k, (name, kw) in enumerate(ATTACH_CASES):   # the statistics on DDP's all-reduce
         info = {}
         out[f"attach{k}"] = (*D.run(name, ATTACH_STEPS, rank, 2, info=info, attach=True,
@@ -140,7 +140,7 @@ def test_checkpoint_device_round_trip(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_ddp_matches_one_process_run(name, ddp):
     p, s, _ = D.run(name, STEPS)
-    (p0, s0, _, calls), (p1, s1, _, _) = ddp[0][name], ddp[1][name]
+    (p0, s0, _, calls, reduces), (p1, s1, _, _, _) = ddp[0][name], ddp[1][name]
     assert torch.equal(p0, p1) and torch.equal(s0, s1)       # identical on every rank
     assert _rel(p0, p) <= 1e-10 and _rel(s0, s) <= 1e-10     # = the one-process run
     assert not torch.equal(p, D.run(name, STEPS - 1)[0])     # (the steps did move)
@@ -150,6 +150,9 @@ def test_ddp_matches_one_process_run(name, ddp):
     assert per_step * STEPS < calls <= per_step * STEPS + 3
     if D.ROWS[name][2] == "scdro":    # rank 0's batches 7, 7, 6, 9, 1, 7: grows at 1 and 4
         assert calls == STEPS + 2
+    # ASCDRO: the gradient at the previous iterate rides on DDP's all-reduce (no all-reduce
+    # of the optimizer's own)
+    assert reduces == 0
 
 
 @pytest.mark.parametrize("k", range(len(ATTACH_CASES)))

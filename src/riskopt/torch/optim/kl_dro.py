@@ -344,7 +344,7 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         # the previous iterate is a parameter group of its own (never stepped: lr 0), so that
         # zero_grad clears its gradients and a GradScaler unscales them with the others
         self.add_param_group({"params": self._prev, "lr": 0.0, "previous_iterate": True})
-        self._t, self._started, self._pending = 0, False, None
+        self._t, self._started, self._pending, self._aliased = 0, False, None, False
         self._init_guard(process_group, on_divergence, check_every, blowup, rise)
 
     @property
@@ -353,12 +353,21 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
 
     def previous_params(self, module):
         """``{name: tensor}`` of the previous iterate for ``torch.func.functional_call``
-        (leaves whose gradients :meth:`step` reads)."""
+        (leaves whose gradients :meth:`step` reads).
+
+        Under data parallelism (float32 / float64 parameters) they are instead aliases of
+        the previous iterate whose gradient flows into the *current* parameters: the
+        surrogate weighs the losses at the previous iterate by ``-(1 - beta)``, so that
+        ``.grad`` holds ``g_t - (1 - beta) g_{t-1}`` (all STORM needs of the two) and DDP's
+        own all-reduce averages it: no collective of the optimizer's for the gradients."""
         ids = {id(p): i for i, p in enumerate(self._params)}
+        self._aliased = self._group() is not None and all(
+            p.dtype in (torch.float32, torch.float64) for p in self._params)
         out = {}
         for name, p in module.named_parameters():
             if id(p) in ids:
-                out[name] = self._prev[ids[id(p)]]
+                q = self._prev[ids[id(p)]]
+                out[name] = _PrevAlias.apply(p, q) if self._aliased else q
         for name, b in module.named_buffers():
             out[name] = b
         return out
@@ -405,6 +414,8 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
             self._pending = (beta, restart, s_old)
         out = ((coef[loc] * scale_w).to(losses.dtype) * losses).sum()
         if self._started:       # (coef_p is zero at a restart)
+            if self._aliased:      # the gradient at x_{t-1} goes into .grad: -(1 - beta) g_p
+                scale_w = -(1.0 - beta) * scale_w
             out = out + ((coef_p[loc] * scale_w).to(losses_prev.dtype) * losses_prev).sum()
         return out
 
@@ -418,18 +429,22 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         sc = self._sc
         lam = sc["lam"]
         group = self._group()
-        if group is not None and self._started and not bool(restart):
+        aliased, self._aliased = self._aliased, False
+        if group is not None and self._started and not bool(restart) and not aliased:
             # DDP averages the gradients of the module's parameters only: average the
             # gradients at the previous iterate (leaves of this optimizer) in one collective
             for q in self._prev:
                 if q.grad is None:
                     q.grad = torch.zeros_like(q)
             all_reduce_mean_([q.grad for q in self._prev], group)
+            self._grad_reduces = getattr(self, "_grad_reduces", 0) + 1
         rho = 0.0 if self.radius is None else self.radius
         lam_prev = lam.clone()
         voss, sc["lam"] = self._kernel(_updates.ascdro_update)(
             self._params, self._prev, [p.grad for p in self._params],
-            [q.grad for q in self._prev], [self.state[p].get("v_over_s") for p in self._params],
+            # aliased: .grad holds g_t - (1 - beta) g_{t-1} already (no separate g_{t-1})
+            [None if aliased else q.grad for q in self._prev],
+            [self.state[p].get("v_over_s") for p in self._params],
             s_old, sc["s"], sc["u"], sc["m"], lam, lr, beta, self.mu, restart, self._started,
             rho, self.shift_cost, self.lam_max)
         for p, q, vos in zip(self._params, self._prev, voss):
@@ -479,6 +494,18 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
                 q.grad = None
         self._t, self._started, self._pending = int(extra["t"]), bool(extra["started"]), None
         self._load_guard_state(extra.get("guard"))
+
+
+class _PrevAlias(torch.autograd.Function):
+    """``prev``'s values, with the gradient passed to ``p`` (ASCDRO under DDP)."""
+
+    @staticmethod
+    def forward(ctx, p, prev):
+        return prev.detach().clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
 
 
 def _work_dtype(p):
