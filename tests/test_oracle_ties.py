@@ -1,0 +1,167 @@
+"""The sorting oracle on heavily tied losses (``riskopt._kernels.oracle_ties``) and the fast
+paths of ``oracles.risk_weights`` (packed-key sort with the local fix of near-equal runs,
+the fused chi-square / KL PAV + scatter + value).
+
+The tied oracle sorts the values only, solves on the distinct values and maps every loss to
+its value's weight through a bucket table. Checked against the stable merge-sort oracle
+(``oracles._risk_weights``: argsort + the log-form PAV, itself checked against cvxpy in
+``test_oracles``) and the NumPy twin on tied, few-valued, skewed (crowded buckets), offset and
+signed losses, every spectrum, chi-square and KL over six decades of ``nu``; its declines are
+the documented ones and hand over to the argsort path.
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import riskopt as ro
+from riskopt._kernels import oracle_ties as kt
+from riskopt._kernels import oracles as ko
+from reference_impl import oracles as tw
+
+EPS = np.finfo(float).eps
+
+
+def tied_losses(rng, n, kind):
+    if kind == "grid":                       # rounded squared residuals (the benchmark's ties)
+        return np.round(rng.standard_normal(n) ** 2 * 3.0, 1)
+    if kind == "few":                        # a handful of values, long ties at every cut
+        return rng.integers(0, 4, size=n).astype(float)
+    if kind == "skew":                       # values decades apart: crowded buckets
+        vals = np.concatenate([np.arange(40) * 1e-9, [1e-6, 1.0, 1.0 + 2 ** -40, 1e3]])
+        return vals[rng.integers(0, vals.size, size=n)]
+    if kind == "offset":                     # a common offset costs no precision
+        return 1e4 + rng.integers(0, 30, size=n) * 0.25
+    if kind == "signed":                     # negatives and both zeros
+        vals = np.array([-3.0, -0.0, 0.0, 0.5, 2.0, -1e-300, 7.25])
+        return vals[rng.integers(0, vals.size, size=n)]
+    raise ValueError(kind)
+
+
+def risk_of(kind, n, nu, div, rng):
+    kw = dict(shift_cost=nu, divergence=div)
+    if kind == "esrm":
+        return ro.ESRM(1.0, **kw)
+    if kind == "extremile":
+        return ro.Extremile(2.0, **kw)
+    if kind == "cvar":
+        return ro.CVaR(0.3, **kw)
+    w = np.sort(rng.random(n) * (rng.random(n) < 0.7))     # zeros, then a random ramp
+    return ro.SpectralRisk(w / w.sum(), **kw) if w.sum() > 0 else ro.Mean(**kw)
+
+
+def reference(l, sigma, nu, div):
+    q = np.empty(l.shape[0])
+    v = ko._risk_weights(l, sigma, nu, div, q)
+    return v, q
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 600),
+       kind=st.sampled_from(["grid", "few", "skew", "offset", "signed"]),
+       spectrum=st.sampled_from(["esrm", "extremile", "cvar", "user"]),
+       log_nu=st.sampled_from([None, -3, -1, 0, 1, 3]), div=st.sampled_from(["chi2", "kl"]))
+def test_tied_oracle_equals_the_merge_sort_oracle(seed, n, kind, spectrum, log_nu, div):
+    rng = np.random.default_rng(seed)
+    l = np.ascontiguousarray(tied_losses(rng, n, kind))
+    nu = 0.0 if log_nu is None else 10.0 ** log_nu
+    risk = risk_of(spectrum, n, nu, div, rng)
+    sigma = np.ascontiguousarray(risk.spectrum(n))
+    q = np.full(n, np.nan)
+    v = kt.tied_risk_weights(l, sigma, nu, risk.div_code, q)
+    n_values = np.unique(l).size
+    if v is None:    # the documented declines only: too many values, a KL table too wide
+        assert (n_values > max(1, n // kt.TIES_MAX_GROUPS)
+                or (div == "kl" and nu > 0 and np.ptp(l) / nu > 500)), (n_values, np.ptp(l))
+        return
+    v_ref, q_ref = reference(l, sigma, nu, risk.div_code)
+    np.testing.assert_allclose(q, q_ref, rtol=0, atol=1e-12)
+    if kind != "offset":                     # the twin is not translation invariant
+        np.testing.assert_allclose(q, tw.weights(l, sigma, nu, div), rtol=0,
+                                   atol=1e-12)
+    for u in np.unique(l):                   # one weight per value, exactly
+        assert np.ptp(q[l == u]) == 0.0
+    tol = 8 * n * EPS * (abs(v_ref) + np.ptp(l) + 1.0 + nu * (1.0 + np.log(n)))
+    assert abs(v - v_ref) <= tol, (v, v_ref)
+
+
+@pytest.mark.parametrize("div", ["chi2", "kl"])
+@pytest.mark.parametrize("nu", [0.0, 0.5])
+def test_risk_weights_takes_the_tied_path_and_agrees(nu, div):
+    """On the benchmark's kind of ties (squared residuals rounded to 2 decimals) the sample
+    predicts few values, ``risk_weights`` returns the tied oracle's result bit for bit, and
+    that agrees with the merge-sort oracle to 1e-12."""
+    rng = np.random.default_rng(5)
+    n = 20000
+    l = np.round(rng.standard_normal(n) ** 2, 2)
+    assert kt.few_values(l, l.view(np.uint64), kt.TIES_MAX_GROUPS)
+    for risk in (ro.ESRM(1.0, shift_cost=nu, divergence=div),
+                 ro.Extremile(2.0, shift_cost=nu, divergence=div)):
+        sigma = np.ascontiguousarray(risk.spectrum(n))
+        q, q_t = np.empty(n), np.empty(n)
+        v = ko.risk_weights(l, sigma, nu, risk.div_code, q)
+        v_t = kt.tied_risk_weights(l, sigma, nu, risk.div_code, q_t)
+        assert v == v_t and np.array_equal(q, q_t)
+        v_ref, q_ref = reference(l, sigma, nu, risk.div_code)
+        np.testing.assert_allclose(q, q_ref, rtol=0, atol=1e-12)
+        assert abs(v - v_ref) <= 1e-12 * max(1.0, abs(v_ref))
+
+
+def test_few_values_guesses_from_the_sample():
+    rng = np.random.default_rng(0)
+    for n in (300, 8192, 200000):
+        cont = rng.standard_normal(n) ** 2
+        assert not kt.few_values(cont, cont.view(np.uint64), 4)
+        few = rng.integers(0, 50, size=n).astype(float)
+        assert kt.few_values(few, few.view(np.uint64), 4)
+        half = np.where(rng.random(n) < 0.5, 0.0, cont)        # one giant tie + continuous
+        assert not kt.few_values(half, half.view(np.uint64), 4)
+        nan = few.copy()
+        nan[::7] = np.nan
+        assert not kt.few_values(nan, nan.view(np.uint64), 4)
+
+
+def test_tied_oracle_declines():
+    n = 400
+    sigma = np.ascontiguousarray(ro.ESRM(1.0).spectrum(n))
+    base = np.arange(n) % 5 * 1.0
+    q = np.empty(n)
+    for bad in (np.nan, np.inf, -np.inf):
+        l = base.copy()
+        l[3] = bad
+        assert kt.tied_risk_weights(l, sigma, 0.5, 0, q) is None
+    assert kt.tied_risk_weights(np.array([-1e308, 1e308] * (n // 2)), sigma, 0.0, 0, q) is None
+    assert kt.tied_risk_weights(np.arange(n) * 1.0, sigma, 0.5, 0, q) is None     # n values
+    assert kt.tied_risk_weights(base * 1e3, sigma, 1.0, 1, q) is None           # KL too wide
+    v = kt.tied_risk_weights(np.full(n, 2.5), sigma, 0.5, 1, q)               # one value
+    assert v == 2.5 and np.all(q == 1.0 / n)
+
+
+def test_the_fused_paths_equal_the_unfused_oracle_bit_for_bit():
+    """``_chi2_gathered`` reproduces ``_weights_sorted_ws`` + scatter + ``_risk_sorted``
+    bit for bit; ``_kl_gathered`` the linear KL PAV's weights bit for bit and its value
+    (from the blocks) to rounding."""
+    rng = np.random.default_rng(3)
+    n = 5000
+    for l in (rng.standard_normal(n) ** 2, 1e4 + rng.standard_normal(n),
+              rng.standard_normal(n) * 1e-3):
+        order, ls = ko.sorted_order(l)
+        for risk in (ro.ESRM(1.0), ro.Extremile(2.0), ro.CVaR(0.2)):
+            sigma = np.ascontiguousarray(risk.spectrum(n))
+            for nu in (1e-3, 0.5, 30.0):
+                qs, q, q_ref = np.empty(n), np.empty(n), np.empty(n)
+                st_, a, t, ref = (np.empty(n, dtype=np.int64), np.empty(n), np.empty(n),
+                                  np.empty(n))
+                v = ko._chi2_gathered(order, ls, sigma, nu, q, st_, a, t, ref)
+                ko._weights_sorted(ls, sigma, nu, 0, qs)
+                q_ref[order] = qs
+                assert v == ko._risk_sorted(ls, qs, nu, 0) and np.array_equal(q, q_ref)
+                v = ko._kl_gathered(order, ls, sigma, nu, q, ref, st_, a, t)
+                work = np.empty(2 * n)
+                if not ko._kl_weights_linear(ls, sigma, nu, qs, work, st_):
+                    assert np.isnan(v)
+                    continue
+                q_ref[order] = qs
+                assert np.array_equal(q, q_ref)
+                v_ref = ko._risk_sorted(ls, qs, nu, 1)
+                assert abs(v - v_ref) <= 8 * n * EPS * (abs(v_ref) + np.ptp(l) + nu * np.log(n))
