@@ -544,11 +544,24 @@ def risk_weights_sorted(losses, sigma, nu, div, q, srt=None):
     """:func:`risk_weights` that also returns its sort: ``(value, srt)`` with ``srt = (order,
     losses[order])`` in fresh arrays, or ``srt`` reused when given (it must be the sort of
     these ``losses``): the Newton solver evaluates the oracle at several ``nu`` and the pools
-    of its Hessian on one vector of losses, one sort instead of three."""
-    _, _, qs, work, iwork = _scratch(losses.shape[0])
+    of its Hessian on one vector of losses, one sort instead of three. The value and weights
+    are those of :func:`risk_weights` bit for bit (the same choice of the tied oracle)."""
+    v = _tied_or_none(losses, sigma, nu, div, q)
     if srt is None:
         srt = sorted_order(losses)
+    if v is not None:
+        return v, srt
+    _, _, qs, work, iwork = _scratch(losses.shape[0])
     return _risk_weights_gathered(srt[0], srt[1], sigma, nu, div, q, qs, work, iwork), srt
+
+
+def _tied_or_none(losses, sigma, nu, div, q):
+    """:func:`oracle_ties.tied_risk_weights` where the sample predicts few values (and it
+    does not decline), else None."""
+    x = np.ascontiguousarray(losses, dtype=np.float64)
+    if x.shape[0] >= TIES_MIN_N and few_values(x, x.view(np.uint64), TIES_MAX_GROUPS):
+        return tied_risk_weights(x, sigma, nu, div, q)
+    return None
 
 
 def sorted_order(losses, keys=None, ls=None):
@@ -593,15 +606,15 @@ def risk_weights(losses, sigma, nu, div, q):
     by the PAV for ``nu > 0``, since ``l - 2 n nu sigma`` and ``exp(l / nu) / sigma``
     decrease along a tie), so the weights and the value are those of the stable sort up to
     rounding (a tie's weights can differ in the last bits by rank, so a tied sample may get
-    its tie-mate's weight: 1e-13 at most in the tests).
-    ``benchmarks/oracle_speed.py`` measures it against ``np.sort``."""
-    x = np.ascontiguousarray(losses, dtype=np.float64)
-    if x.shape[0] >= TIES_MIN_N and few_values(x, x.view(np.uint64), TIES_MAX_GROUPS):
-        v = tied_risk_weights(x, sigma, nu, div, q)
-        if v is not None:
-            return v
-    keys, ls, qs, work, iwork = _scratch(x.shape[0])
-    order, ls = sorted_order(x, keys, ls)
+    its tie-mate's weight: 1e-13 at most in the tests). Losses with at most ``n / 4``
+    distinct values (predicted from a sample) go to the tied oracle (``oracle_ties``: a sort
+    of the values only, the PAV on the distinct values; weights and value equal to
+    rounding). ``benchmarks/oracle_speed.py`` measures it against ``np.sort``."""
+    v = _tied_or_none(losses, sigma, nu, div, q)
+    if v is not None:
+        return v
+    keys, ls, qs, work, iwork = _scratch(losses.shape[0])
+    order, ls = sorted_order(losses, keys, ls)
     return _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
 
 
