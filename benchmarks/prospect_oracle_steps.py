@@ -38,7 +38,7 @@ import prospect_incremental as pi  # noqa: E402
 from riskopt._kernels.hull_oracle import (_hull_build, _hull_replace, _hull_scratch,  # noqa: E402
                                           _hull_weight, _hull_weight_full)
 from riskopt._kernels.rank_oracle import (_rank_alloc, _rank_build, _rank_replace,  # noqa: E402
-                                          _rank_weight)
+                                          _rank_replace_at, _rank_weight, _rank_weight_at)
 from riskopt.bench._meta import _cpu_info, _git_commit, _versions, now  # noqa: E402
 
 
@@ -102,6 +102,11 @@ def replay(nu0, ls0, sigma, nu, div, R, olds, news, work, hst, query):
     _build(nu0, ls0, sigma, nu, div, R)
     acc = 0.0
     for t in range(olds.shape[0]):
+        if query and nu0:  # as the pass: the query's search locates the update's old value
+            q, k, j = _rank_weight_at(R, sigma, olds[t])
+            acc += q
+            _rank_replace_at(R, k, j, olds[t], news[t])
+            continue
         if query:
             acc += _weight(nu0, R, sigma, olds[t], work, hst)
         _replace(nu0, R, sigma, olds[t], news[t])

@@ -211,3 +211,27 @@ def test_default_switches_to_the_rank_oracle_far_from_the_optimum():
     tree._stats = np.zeros(10, dtype=np.int64)
     run_passes(obj, (inc, tree), 1, seed=3, checks=100)  # the pass far from the optimum
     assert inc._stats[0] < tree._stats[0] / 10
+
+
+@pytest.mark.parametrize("B", [2, 3, 8])
+def test_the_query_locates_the_value_its_update_replaces(B):
+    # the pass's fused step: _rank_weight_at (one search) gives the weight and where the old
+    # value is; _rank_replace_at moves it there (within its chunk when the new value belongs
+    # to it, else delete + insert). After every step: the multiset and the weights exact.
+    rng = np.random.default_rng(B)
+    n = 300
+    losses = rng.integers(0, 40, size=n).astype(float)  # ties across chunk ends
+    sigma = np.ascontiguousarray(ro.Extremile(2.0).spectrum(n), dtype=np.float64)
+    R = rk._rank_alloc(n, B)
+    rk._rank_build(np.sort(losses), sigma, R)
+    out = np.empty(n)
+    for t in range(600):
+        i = int(rng.integers(n))
+        new = losses[i] + float(rng.integers(-2, 3)) if t % 3 else float(rng.integers(0, 40))
+        q, k, j = rk._rank_weight_at(R, sigma, losses[i])
+        assert q == rk._rank_weight(R, sigma, losses[i])
+        assert abs(q - _numpy_weight(losses, sigma, losses[i])) <= TOL
+        rk._rank_replace_at(R, k, j, losses[i], new)
+        losses[i] = new
+        assert rk._rank_values(R, out) == n
+        np.testing.assert_array_equal(out, np.sort(losses))

@@ -56,7 +56,7 @@ from .prospect_moreau import (_epoch_prospect_moreau, _prox_linear, _prox_newton
                               _psi, _resort, _sorted_tables)
 from .hull_oracle import (_hull_build, _hull_replace, _hull_scratch, _hull_weight,
                           _hull_weight_full, hull_chunk)
-from .rank_oracle import (_rank_alloc, _rank_build, _rank_replace, _rank_weight,
+from .rank_oracle import (_rank_alloc, _rank_build, _rank_replace_at, _rank_weight_at,
                           chunk_size as _rank_chunk)
 
 ORACLE_FULL = 0         #: O(n) per step: PAV resumed at the lowest moved rank (chi2), full PAV (KL)
@@ -412,6 +412,8 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
         for j in range(p):
             w1[j] = W[j, 0]
     T = indices.shape[0]
+    k0 = 0  # rank_oracle: where losses[i] is (found by the query, used by the update)
+    j0 = 0
     for t in range(T):
         i = indices[t]
         if t + 1 < T:  # the next step's row and table entries (a hint, no values)
@@ -419,7 +421,7 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
             if not (nu0 or hull):
                 _prefetch(pos, indices[t + 1], 0)
         if nu0:
-            qi = _rank_weight(R, sigma, losses[i])
+            qi, k0, j0 = _rank_weight_at(R, sigma, losses[i])
         elif hull:
             qi = np.nan if R[14][4] != 0.0 else _hull_weight(R, losses[i], work, hst)
             if qi != qi:  # a wide KL table, or an unsettled query: the O(n) PAV
@@ -451,7 +453,7 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
         rho[i] = qi
         losses[i] = li
         if nu0:
-            _rank_replace(R, lold, li)
+            _rank_replace_at(R, k0, j0, lold, li)
         elif hull:
             _hull_replace(R, sigma, lold, li)
         elif kl:

@@ -93,7 +93,7 @@ def _tree_pull(tc, tF, tlo, thi, v):
     thi[v] = thi[b] if tc[b] > 0 else thi[a]
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _tree_leaf(R, k):
     """Refresh leaf ``k`` (logical chunk) from its values (its sum recomputed, no drift) and
     the path above it."""
@@ -264,33 +264,40 @@ def _rank_build(ls, sigma, R):
 @njit(cache=True, _nrt=False, inline="always")
 def _first_chunk(top, nc, x, strict):
     """The first logical chunk whose largest value is ``>= x`` (``> x`` if ``strict``), or
-    ``nc``."""
-    lo = 0
-    hi = nc
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        t = top[mid]
-        if t < x or (strict and t == x):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    ``nc``: a branch-free binary search (the comparison selects the step, no jump to
+    mispredict)."""
+    if nc == 0:
+        return 0
+    base = 0
+    m = nc
+    while m > 1:
+        half = m >> 1
+        t = top[base + half - 1]
+        below = (t <= x) if strict else (t < x)
+        base += half if below else 0
+        m -= half
+    t = top[base]
+    below = (t <= x) if strict else (t < x)
+    return base + (1 if below else 0)
 
 
 @njit(cache=True, _nrt=False, inline="always")
 def _bound(V, p, m, x, strict):
     """First position in chunk ``p`` (``m`` values) with value ``>= x`` (``> x`` if
-    ``strict``)."""
-    lo = 0
-    hi = m
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        t = V[p, mid]
-        if t < x or (strict and t == x):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    ``strict``), branch-free as :func:`_first_chunk`."""
+    if m == 0:
+        return 0
+    base = 0
+    w = m
+    while w > 1:
+        half = w >> 1
+        t = V[p, base + half - 1]
+        below = (t <= x) if strict else (t < x)
+        base += half if below else 0
+        w -= half
+    t = V[p, base]
+    below = (t <= x) if strict else (t < x)
+    return base + (1 if below else 0)
 
 
 @njit(cache=True, _nrt=False)
@@ -305,16 +312,61 @@ def _rank_count(R, x, strict):
     return _fw_prefix(fw, k) + _bound(V, p, cnt[p], x, strict)
 
 
-@njit(cache=True, _nrt=False)
-def _rank_weight(R, sigma, x):
-    """The ``nu = 0`` weight of a loss ``x`` of the multiset: ``mean(sigma[a:a + m])``."""
-    a = _rank_count(R, x, False)
-    m = _rank_count(R, x, True) - a
+@njit(cache=True, _nrt=False, inline="always")
+def _rank_locate(R, x):
+    """Where the first copy of ``x`` is (or would be): ``(logical chunk k, position j in it,
+    a = #{l < x})``; ``k = nc`` when every value is below ``x``."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    nc = meta[0]
+    k = _first_chunk(top, nc, x, False)
+    if k == nc:
+        return k, 0, meta[3]
+    p = lid[k]
+    j = _bound(V, p, cnt[p], x, False)
+    return k, j, _fw_prefix(fw, k) + j
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _rank_tie(R, k, j, a, x):
+    """``#{l == x}`` from the location ``(k, j, a)`` of :func:`_rank_locate`: counted in the
+    chunk, or (a tie reaching the chunk's end) by a second search."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    if k == meta[0]:
+        return 0
+    p = lid[k]
+    m = cnt[p]
+    e = j
+    while e < m and V[p, e] == x:
+        e += 1
+    if e < m:
+        return e - j
+    return _rank_count(R, x, True) - a
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _tie_weight(R, sigma, a, m):
+    """``mean(sigma[a:a + m])``: ``_tie_mean`` (the bits of the sorted-table oracle), or the
+    double-double prefix sums for a tie longer than ``TIE_SUM``."""
     if m <= TIE_SUM:
         return _tie_mean(sigma, a, m)
     Shi = R[7]
     Slo = R[8]
     return ((Shi[a + m] - Shi[a]) + (Slo[a + m] - Slo[a])) / m
+
+
+@njit(cache=True, _nrt=False)
+def _rank_weight(R, sigma, x):
+    """The ``nu = 0`` weight of a loss ``x`` of the multiset: ``mean(sigma[a:a + m])``."""
+    k, j, a = _rank_locate(R, x)
+    return _tie_weight(R, sigma, a, _rank_tie(R, k, j, a, x))
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _rank_weight_at(R, sigma, x):
+    """:func:`_rank_weight` and the location of ``x`` (``(weight, k, j)``) for
+    :func:`_rank_replace_at`, when ``x`` is the loss about to change (one search for both)."""
+    k, j, a = _rank_locate(R, x)
+    return _tie_weight(R, sigma, a, _rank_tie(R, k, j, a, x)), k, j
 
 
 @njit(cache=True, _nrt=False)
@@ -362,11 +414,17 @@ def _split(R, k):
 @njit(cache=True, _nrt=False)
 def _rank_insert(R, x):
     """Add the value ``x`` to the multiset."""
+    nc = R[5][0]
+    k = _first_chunk(R[3], nc, x, True)
+    _rank_insert_at(R, k if k < nc else nc - 1, x)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _rank_insert_at(R, k, x):
+    """Add the value ``x`` to logical chunk ``k``, the first whose largest value is ``> x``
+    (the last if none is)."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
-    k = _first_chunk(top, nc, x, True)
-    if k == nc:
-        k = nc - 1
     p = lid[k]
     m = cnt[p]
     j = _bound(V, p, m, x, True)
@@ -390,12 +448,19 @@ def _rank_insert(R, x):
 @njit(cache=True, _nrt=False)
 def _rank_delete(R, x):
     """Remove one copy of the value ``x`` (which must be in the multiset)."""
+    k, j, _ = _rank_locate(R, x)
+    _rank_delete_at(R, k, j)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _rank_delete_at(R, k, j):
+    """Remove the value at position ``j`` of logical chunk ``k``. Returns True when the
+    other chunks changed too (a chunk removed, merged or sharing its values: the logical
+    positions and largest values found before are stale)."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
-    k = _first_chunk(top, nc, x, False)
     p = lid[k]
     m = cnt[p]
-    j = _bound(V, p, m, x, False)
     for a in range(j, m - 1):
         V[p, a] = V[p, a + 1]
     hull = FV.shape[0] > 0
@@ -410,12 +475,12 @@ def _rank_delete(R, x):
     B = meta[1]
     if m >= B // 2 or nc == 1:
         _tree_leaf(R, k)
-        return
+        return False
     if m == 0:
         _remove_logical(R, k)
         _fw_rebuild(R)
         _tree_relayout(R, k, k, -1)
-        return
+        return True
     # merge with a neighbour, or share evenly when both would not fit in 1.5 B
     kl = k if k + 1 < nc else k - 1
     pl = lid[kl]
@@ -433,7 +498,7 @@ def _rank_delete(R, x):
         _remove_logical(R, kl + 1)
         _fw_rebuild(R)
         _tree_relayout(R, kl, kl + 1, -1)
-        return
+        return True
     else:
         h = (ml + mr) // 2
         _share(V, pl, pr, ml, mr, h)
@@ -445,6 +510,7 @@ def _rank_delete(R, x):
     _fw_rebuild(R)
     _tree_leaf(R, kl)
     _tree_leaf(R, kl + 1)
+    return True
 
 
 @njit(cache=True, _nrt=False)
@@ -469,8 +535,51 @@ def _rank_replace(R, old, new):
     """One loss of the table changes from ``old`` to ``new``."""
     if old == new:
         return
-    _rank_insert(R, new)
-    _rank_delete(R, old)
+    k, j, _ = _rank_locate(R, old)
+    _rank_replace_at(R, k, j, old, new)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _rank_replace_at(R, k0, j0, old, new):
+    """:func:`_rank_replace` with ``old`` at position ``j0`` of logical chunk ``k0`` (from
+    :func:`_rank_locate` / :func:`_rank_weight_at`, the structure unchanged since). When
+    ``new`` belongs to the same chunk the values between the two positions shift by one (no
+    count changes); otherwise ``old`` is deleted there and ``new`` inserted."""
+    if old == new:
+        return
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    nc = meta[0]
+    k1 = _first_chunk(top, nc, new, True)
+    if k1 == nc:
+        k1 = nc - 1
+    if k1 != k0:
+        if _rank_delete_at(R, k0, j0):
+            _rank_insert(R, new)  # the chunks moved: search again
+        else:  # only chunk k0 changed, its largest value down: k1 is still new's chunk
+            _rank_insert_at(R, k1, new)
+        return
+    p = lid[k0]
+    m = cnt[p]
+    j1 = _bound(V, p, m, new, True)
+    hull = FV.shape[0] > 0
+    if j1 > j0:  # new goes up: values j0 + 1 .. j1 - 1 move down one place
+        for a in range(j0, j1 - 1):
+            V[p, a] = V[p, a + 1]
+        if hull:
+            for a in range(j0, j1 - 1):
+                FV[p, a] = FV[p, a + 1]
+        j1 -= 1
+    else:  # new goes down: values j1 .. j0 - 1 move up one place
+        for a in range(j0, j1, -1):
+            V[p, a] = V[p, a - 1]
+        if hull:
+            for a in range(j0, j1, -1):
+                FV[p, a] = FV[p, a - 1]
+    V[p, j1] = new
+    if hull:
+        FV[p, j1] = _fterm(fpar, new)
+    top[k0] = V[p, m - 1]
+    _tree_leaf(R, k0)
 
 
 @njit(cache=True)
