@@ -49,8 +49,8 @@ import numpy as np
 from numba import njit
 
 from .oracles import CHI2, _weights_sorted_ws
-from .rank_oracle import (_fterm, _rank_alloc, _rank_build, _rank_count, _rank_replace,
-                          _rank_values, chunk_size)
+from .rank_oracle import (_fterm, _rank_alloc, _rank_build, _rank_count, _rank_locate,
+                          _rank_replace, _rank_values, chunk_size)
 
 MAX_NEWTON = 64   #: Newton iterations before a query gives up (the caller runs the full PAV)
 KL_RANGE = 600.0  #: a KL table spanning more than 2 KL_RANGE nu is left to the full PAV
@@ -108,7 +108,7 @@ def _cpart(Shi, fpar, k, s):
     return -s * Shi[k]
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _prefix_F(R, k):
     """Sum of the terms of the ``k`` smallest losses."""
     if k == 0:
@@ -121,7 +121,7 @@ def _prefix_F(R, k):
     return acc
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _range_F(R, k0, k1):
     """Sum of the terms of the losses of ranks ``k0 + 1 .. k1`` (1-based), summed over the
     covering chunks and tree nodes (no difference of prefix sums)."""
@@ -159,7 +159,7 @@ def _range_F(R, k0, k1):
     return acc + mid + acc2
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _locate(R, e):
     """``(logical chunk, ranks before it, sum of the terms before it)`` of the loss of
     0-based rank ``e``."""
@@ -210,19 +210,23 @@ def _push(sv, sP, sF, sb, h, v, P, Fp, lb, best):
     return h
 
 
-@njit(cache=True, _nrt=False)
-def _search(R, s, klo, khi, best, kbest, ybest, sv, sP, sF, sb):
-    """Minimise ``G_s(k) = Y(k) - A S(k) - s W(k)`` over ``k`` in ``[klo, khi]``, starting
-    from a known point (``best = G_s(kbest)``, ``ybest = Y(kbest)``); a point replaces it
-    only when strictly lower. Returns ``(best, kbest, ybest, leaves scanned)``."""
+@njit(cache=True, _nrt=False, inline="always")
+def _search(R, s, r, zlo, bl, pl, yl, br, pr, yr, sv, sP, sF, sb):
+    """Minimise ``G_s(k) = Y(k) - A S(k) - s W(k)`` on both sides of rank ``r`` in one
+    descent of the tree: over ``k`` in ``[0, r - 1]`` (the left side, from the known point
+    ``bl = G_s(pl)``, ``yl = Y(pl)``) and over ``k`` in ``[zlo, n]`` (the right side, from
+    ``br``, ``pr``, ``yr``); a point replaces a side's best only when strictly lower. A node
+    is pruned when its bound beats neither best of the sides it reaches; the path to ``r``
+    and ``r``'s chunk, which both sides need, are visited once. Returns ``(bl, pl, yl, br,
+    pr, yr, leaves scanned)``."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     size = meta[4]
     scanned = 0
-    if klo == 0 and 0.0 < best:  # the origin
-        best = 0.0
-        kbest = 0
-        ybest = 0.0
-    h = 0
+    if 0.0 < bl:  # the origin (the left side always reaches it)
+        bl = 0.0
+        pl = 0
+        yl = 0.0
+    khl = r - 1
     sv[0] = 1
     sP[0] = 0
     sF[0] = 0.0
@@ -233,50 +237,73 @@ def _search(R, s, klo, khi, best, kbest, ybest, sv, sP, sF, sb):
         v = sv[h]
         P = sP[h]
         Fp = sF[h]
-        if sb[h] >= best:
-            continue
         m = tc[v]
-        if v >= size:  # a chunk: scan its points inside [klo, khi]
+        # the points P + 1 .. P + m: the sides they reach, the best the bound must beat
+        thr = -np.inf
+        if P + 1 <= khl:
+            thr = bl
+        if P + m >= zlo and br > thr:
+            thr = br
+        if sb[h] >= thr:
+            continue
+        if v >= size:  # a chunk: scan its points on either side
             p = lid[v - size]
             scanned += 1
             acc = Fp
-            t0 = klo - P if klo > P else 1
-            for t in range(1, t0):
-                acc += FV[p, t - 1]
-            t1 = khi - P if khi - P < m else m
-            for t in range(t0, t1 + 1):
+            t1 = m
+            for t in range(1, t1 + 1):
                 acc += FV[p, t - 1]
                 k = P + t
-                g = acc + _cpart(Shi, fpar, k, s)
-                if g < best:
-                    best = g
-                    kbest = k
-                    ybest = acc
+                if k <= khl:
+                    g = acc + _cpart(Shi, fpar, k, s)
+                    if g < bl:
+                        bl = g
+                        pl = k
+                        yl = acc
+                elif k >= zlo:
+                    g = acc + _cpart(Shi, fpar, k, s)
+                    if g < br:
+                        br = g
+                        pr = k
+                        yr = acc
             continue
         a = 2 * v
         b = a + 1
         ma = tc[a]
-        # children: their point ranges [P + 1, P + ma] and [P + ma + 1, P + m]
+        mb = m - ma
+        # children: their point ranges [P + 1, P + ma] and [P + ma + 1, P + m], the best of
+        # the sides each reaches
+        ta = -np.inf
+        if ma > 0:
+            if P + 1 <= khl:
+                ta = bl
+            if P + ma >= zlo and br > ta:
+                ta = br
+        tb = -np.inf
+        if mb > 0:
+            if P + ma + 1 <= khl:
+                tb = bl
+            if P + m >= zlo and br > tb:
+                tb = br
         la = np.inf
         lb = np.inf
-        if ma > 0 and P + ma >= klo and P + 1 <= khi:
+        if ta > -np.inf:
             la = _node_bound(Shi, fpar, s, P, Fp, ma, tF[a], tlo[a], thi[a])
-        mb = m - ma
-        if mb > 0 and P + m >= klo and P + ma + 1 <= khi:
+        if tb > -np.inf:
             lb = _node_bound(Shi, fpar, s, P + ma, Fp + tF[a], mb, tF[b], tlo[b], thi[b])
         if h + 2 > sv.shape[0]:
-            return np.nan, -1, 0.0, scanned
+            return np.nan, -1, 0.0, np.nan, -1, 0.0, scanned
         # push the child with the larger bound first (the smaller one is searched first)
         if la <= lb:
-            h = _push(sv, sP, sF, sb, h, b, P + ma, Fp + tF[a], lb, best)
-            h = _push(sv, sP, sF, sb, h, a, P, Fp, la, best)
+            h = _push(sv, sP, sF, sb, h, b, P + ma, Fp + tF[a], lb, tb)
+            h = _push(sv, sP, sF, sb, h, a, P, Fp, la, ta)
         else:
-            h = _push(sv, sP, sF, sb, h, a, P, Fp, la, best)
-            h = _push(sv, sP, sF, sb, h, b, P + ma, Fp + tF[a], lb, best)
-    return best, kbest, ybest, scanned
+            h = _push(sv, sP, sF, sb, h, a, P, Fp, la, ta)
+            h = _push(sv, sP, sF, sb, h, b, P + ma, Fp + tF[a], lb, tb)
+    return bl, pl, yl, br, pr, yr, scanned
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _slope(R, p, q, yp, yq):
     """The slope between points ``p < q`` from the quick prefix values (the iteration)."""
     Shi = R[7]
@@ -294,8 +321,7 @@ def _hull_weight(R, x, work, stats):
     scanned."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     sv, sP, sF, sb = work
-    n = meta[3]
-    a = _rank_count(R, x, False)
+    a = _rank_locate(R, x)[2]
     r = a + 1
     fx = _fterm(fpar, x)
     p = a
@@ -323,10 +349,10 @@ def _hull_weight(R, x, work, stats):
             fm = 0.0
         tp = _EPS4 * 4.0 * (abs(yp) + abs(gp - yp) + p * fm)
         tq = _EPS4 * 4.0 * (abs(yq) + abs(gq - yq) + q * fm)
-        g2, p2, yp2, sc1 = _search(R, s, 0, r - 1, gp - tp, p, yp, sv, sP, sF, sb)
-        g3, q2, yq2, sc2 = _search(R, s, zlo, n, gq - tq, q, yq, sv, sP, sF, sb)
+        g2, p2, yp2, g3, q2, yq2, sc = _search(R, s, r, zlo, gp - tp, p, yp, gq - tq, q, yq,
+                                               sv, sP, sF, sb)
         if stats.shape[0] >= 2:
-            stats[1] += sc1 + sc2
+            stats[1] += sc
         if p2 < 0 or q2 < 0 or g2 != g2 or g3 != g3:
             break
         if p2 == p and q2 == q:
