@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 __all__ = ["is_distributed", "world_size", "rank", "all_gather_1d", "all_reduce_sum",
            "ColumnGatherer", "all_reduce_mean_", "Piggyback", "stats_comm_hook",
+           "carrier_dtype",
            "grad_scale"]
 
 
@@ -319,12 +320,35 @@ def _write_grads(params, flat, add):
         pos += n
 
 
+def carrier_dtype(dtype):
+    """The dtype a gradient bucket of ``dtype`` is all-reduced in by :func:`stats_comm_hook`:
+    float32 stays float32 (the statistics travel as three float32 each), anything else is
+    summed in float64."""
+    return torch.float32 if dtype == torch.float32 else torch.float64
+
+
+def _split3(x):
+    """float64 ``x`` as three float32 ``hi + mid + lo`` (exact unless a piece underflows:
+    values below about 1e-23 with more than float32's digits)."""
+    hi = x.to(torch.float32)
+    r = x - hi.to(torch.float64)
+    mid = r.to(torch.float32)
+    lo = (r - mid.to(torch.float64)).to(torch.float32)
+    return torch.cat([hi, mid, lo])
+
+
+def _join3(y):
+    hi, mid, lo = y.to(torch.float64).view(3, -1)
+    return hi + mid + lo
+
+
 def stats_comm_hook(opt, bucket):
     """A DDP communication hook (``ddp.register_comm_hook(opt, stats_comm_hook)``, what
-    ``opt.attach(ddp)`` does): each bucket's gradient is all-reduced in float64, and when the
-    optimizer ``opt`` has posted its step's batch statistics (:class:`Piggyback`,
-    ``opt._piggy``) the first bucket carries them, and every bucket is scaled as the statistics
-    say. Without posted statistics it is DDP's default (the mean over ranks)."""
+    ``opt.attach(ddp)`` does): when the optimizer ``opt`` has posted its step's batch
+    statistics (:class:`Piggyback`, ``opt._piggy``) each bucket's gradient, times the rank's
+    factor, is all-reduced (summed) in :func:`carrier_dtype`, the first bucket carrying the
+    statistics, and every bucket is scaled as the statistics say. Without posted statistics
+    it is DDP's default (the mean over ranks)."""
     buf = bucket.buffer()
     post = getattr(opt, "_piggy", None)
     group = opt._group()
@@ -335,28 +359,36 @@ def stats_comm_hook(opt, bucket):
     n = buf.numel()
     params = bucket.parameters()
     post.buckets.append((None if post.local_ok else buf.to(torch.float64, copy=True), params))
-    grad64 = buf.to(torch.float64) * post.pre
+    cdt = carrier_dtype(buf.dtype)
+    grad = buf.to(cdt) * post.pre.to(cdt)
     first = post.done is None
     if first:
         payload, slot, h = post.payload()
-        flat = torch.cat([grad64, payload])
-        post.gatherer.carried += 8 * payload.numel()   # no collective of its own
+        enc = payload if cdt == torch.float64 else _split3(payload)
+        flat = torch.cat([grad, enc])
+        post.gatherer.carried += enc.element_size() * enc.numel()   # no collective of its own
     else:
-        flat = grad64
+        flat = grad
     fut = dist.all_reduce(flat, group=group, async_op=True).get_future()
 
     def write(flat_sum):
+        g = flat_sum[:n]
         if post.factor is None:           # finish later (complete)
-            post.kept.append((flat_sum[:n].clone(), params))
+            post.kept.append((g.to(torch.float64, copy=True), params))
             return buf
-        buf.copy_((flat_sum[:n] * post.factor).to(buf.dtype))
+        f = post.factor
+        if cdt == torch.float64 or not 1e-30 < float(f) < 1e30:
+            buf.copy_((g.to(torch.float64) * f).to(buf.dtype))
+        else:
+            buf.copy_((g * f.to(cdt)).to(buf.dtype))
         return buf
 
     if first:
         def on_first(f):
             flat_sum = f.value()[0]
             try:
-                got = post.decode(flat_sum[n:], slot, h)
+                rest = flat_sum[n:]
+                got = post.decode(rest if cdt == torch.float64 else _join3(rest), slot, h)
                 if got is not None:
                     post.factor = post.finish(*got)
             except Exception as exc:      # noqa: BLE001  (re-raised in step)

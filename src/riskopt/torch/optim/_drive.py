@@ -146,7 +146,7 @@ def state_tensors(opt):
 
 
 def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None,
-        attach=False, **extra):
+        attach=False, dtype=torch.float64, **extra):
     """Train row ``name`` for ``steps`` steps (this rank's share of each global batch).
 
     ``wrap(module)`` returns what the forward calls (e.g. a DDP wrapper). Returns the
@@ -157,7 +157,7 @@ def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None
     that needed the out-of-range correction (``fixes``); ``extra`` goes to the optimizer
     (e.g. ``process_group=False``).
     """
-    X, y, groups, module = make_problem(seed=seed)
+    X, y, groups, module = make_problem(seed=seed, dtype=dtype)
     model = module if wrap is None else wrap(module)
     kind = ROWS[name][2]
     opt = make_optimizer(name, module.parameters(), X.shape[0], 4, **extra)

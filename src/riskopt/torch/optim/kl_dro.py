@@ -57,7 +57,7 @@ import math
 import torch
 
 from ..._validation import check_positive
-from ..distributed import all_reduce_mean_
+from ..distributed import all_reduce_mean_, carrier_dtype
 from . import _updates
 from ._guard import GuardMixin
 from .base import IndexedStateOptimizer
@@ -202,8 +202,13 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         return w
 
     #: how far (in the exponent) a rank's local shift may be from the previous ``log s``
-    #: for its gradient to be rescaled inside the all-reduce (float64: e^709)
-    _POST_RANGE = 600.0
+    #: for its gradient to be rescaled inside the all-reduce, by the carrier dtype
+    #: (float64: e^709 at most; float32: e^88, and room for the gradient's own size)
+    _POST_RANGE = {torch.float64: 600.0, torch.float32: 40.0}
+
+    def _post_range(self):
+        dt = self.param_groups[0]["params"][0].dtype
+        return self._POST_RANGE[carrier_dtype(dt)]
 
     def _surrogate_posted(self, losses):
         """The surrogate's weights when the losses ride on DDP's all-reduce (:meth:`attach`): local
@@ -216,7 +221,7 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         a = losses.detach().to(lam.device, torch.float64) / lam
         c = a.max() if a.numel() else c0.clone()
         d = c - c0
-        ok = bool(torch.isfinite(d) & (d.abs() <= self._POST_RANGE))
+        ok = bool(torch.isfinite(d) & (d.abs() <= self._post_range()))
         pre = torch.exp(d) if ok else torch.zeros((), dtype=torch.float64, device=lam.device)
         self._post_c0, self._post_c = c0, c
         self._post([losses], [c], pre, local_ok=ok)
@@ -228,7 +233,7 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         w = self._update(table[:, 0])
         log_s, c0 = self._scalars["log_s"], self._post_c0
         c = scalars[:, 0]
-        if bool(((c - c0).abs() > self._POST_RANGE).any() | ~torch.isfinite(c).all()):
+        if bool(((c - c0).abs() > self._post_range()).any() | ~torch.isfinite(c).all()):
             post = self._piggy
             post.fix = True          # a rank sent 0: add its gradient on its own
             self._post_fixes = getattr(self, "_post_fixes", 0) + 1
