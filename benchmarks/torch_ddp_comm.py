@@ -115,7 +115,7 @@ def _worker(rank, path, args):
             total = args.repeats * (args.steps + 3)
             out[f"{name}/{mode}"] = {
                 "calls": 0.0 if g is None else g.calls / total,
-                "bytes": 0.0 if g is None else (g.bytes + g.carried) / total,
+                "bytes": 0.0 if g is None else (g.bytes + getattr(g, "carried", 0)) / total,
                 "gather_s": 0.0 if g is None else g.seconds / total}
     for key, got in blocks.items():
         wall, cpu = zip(*got)
