@@ -2,7 +2,8 @@
 
     python scripts/compare_results.py OLD NEW
 
-OLD and NEW are results folders (each with a results.parquet) or folders holding several of them
+OLD and NEW are results folders (each with a results.parquet, or a view of another folder's:
+riskopt.bench._view) or folders holding several of them
 (compared by name). The long tables are joined on (data set / problem, objective, solver,
 config, seed, recorded point); columns renamed since are mapped (the older per-family tables
 used problem / method / lr / record). Prints, per spec, the number of rows, the rows matched,
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from riskopt.bench._view import has_table, read_table
 
 #: old column -> new column
 RENAME = {"problem": "dataset", "method": "solver_name", "record": "update"}
@@ -55,8 +58,8 @@ def _diff(a, b):
 
 
 def compare(old_dir, new_dir):
-    old = _normalise(pd.read_parquet(Path(old_dir) / "results.parquet"))
-    new = _normalise(pd.read_parquet(Path(new_dir) / "results.parquet"))
+    old = _normalise(read_table(old_dir))  # a folder's own table, or the view it records
+    new = _normalise(read_table(new_dir))
     m = old.merge(new, on=KEYS, how="inner", suffixes=("_old", "_new"))
     row = {"spec": Path(new_dir).name, "rows_old": len(old), "rows_new": len(new),
            "matched": len(m)}
@@ -76,12 +79,11 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=1e-12, help="relative tolerance (exit 1 above)")
     args = ap.parse_args(argv)
     old, new = Path(args.old), Path(args.new)
-    if (old / "results.parquet").exists():
+    if has_table(old):
         pairs = [(old, new)]
     else:
         pairs = [(p, new / p.name) for p in sorted(old.iterdir())
-                 if (p / "results.parquet").exists() and (new / p.name / "results.parquet")
-                 .exists()]
+                 if p.is_dir() and has_table(p) and has_table(new / p.name)]
     rows = [compare(a, b) for a, b in pairs]
     table = pd.DataFrame(rows)
     with pd.option_context("display.width", 200, "display.max_columns", 30):
