@@ -31,6 +31,33 @@ def test_restarted_methods_reach_the_exact_optimum(problem, name, params, update
     assert res.extra["lam"] == pytest.approx(ref.aux[0], rel=0.5)
 
 
+@pytest.mark.parametrize("name", ["rscdro", "rascdro", "scdro", "ascdro"])
+def test_restarted_methods_report_the_stage_average(problem, name):
+    """RSCDRO / RASCDRO report the mean of the current stage's end-of-pass iterates (the
+    iterates themselves unchanged: the state's ``coef`` is the last one); a new stage starts
+    a new mean. SCDRO / ASCDRO (no stages) report the last iterate."""
+    obj, _ = problem
+    solver = ro.solvers.get(name, random_state=0, stage_passes=1.0) if name[0] == "r" \
+        else ro.solvers.get(name, random_state=0)
+    st = solver.init_state(obj)
+    coefs, stages = [], []
+    for _ in range(9):
+        st = solver.update(obj, st)
+        coefs.append(st.coef.copy())
+        stages.append(int(st.counters[1]))
+        reported = solver.point(obj, st)[0]
+        if name[0] != "r":
+            np.testing.assert_array_equal(reported, st.coef)
+            continue
+        same = [c for c, k in zip(coefs, stages) if k == stages[-1]]
+        np.testing.assert_allclose(reported, np.mean(same, axis=0), rtol=1e-12, atol=1e-15)
+    if name[0] == "r":
+        assert len(set(stages)) >= 3           # stages of 1, 2, 4 passes: three means
+        res = solver.run(obj, 9)
+        np.testing.assert_allclose(res.coef, obj.as_coef(solver.point(obj, st)[0]),
+                                   rtol=1e-12, atol=1e-15)
+
+
 def test_recover_solves_the_penalised_objective():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(1000, 4))
@@ -97,8 +124,11 @@ def _kl_defaults():
 def test_defaults_on_fresh_problems(name, updates):
     """Default parameters, 100 passes, six fresh problems (a large radius, i.e. a small
     ``lambda*``, among them): no run diverges (before ``scdro.LAM_FACTOR`` RSCDRO ended at
-    ``lambda``'s lower bound on that shape, relative gap up to 1.0), and the typical run is
-    within 1e-3 of the exact optimum (the issue asks it of every run: not met yet)."""
+    ``lambda``'s lower bound on that shape, relative gap up to 1.0). With the stage average
+    reported (``_KLBase._average``) every RSCDRO run is within 1e-3 of the exact optimum
+    (measured: at most 3.4e-4; the last iterate: 1.3e-3) and RASCDRO's typical run too
+    (measured: at most 8.4e-4, median 1.6e-4; on seed 13, not here, its STORM estimators
+    still run away once: ``benchmarks/results/kl_defaults/stop37.md``)."""
     bench = _kl_defaults()
     gaps = []
     for seed in (11, 12):
@@ -107,5 +137,8 @@ def test_defaults_on_fresh_problems(name, updates):
             ref = obj.reference_solution()
             res = ro.solvers.get(name, random_state=seed).run(obj, updates)
             gaps.append((res.value - ref.value) / ref.value)
-    assert max(gaps) < 1e-2, gaps
-    assert np.median(gaps) < 1e-3, gaps
+    if name == "rscdro":
+        assert max(gaps) < 1e-3, gaps
+    else:
+        assert max(gaps) < 2e-3, gaps
+        assert np.median(gaps) < 5e-4, gaps

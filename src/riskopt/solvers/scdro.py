@@ -31,7 +31,10 @@ average ``s`` instead of a dual vector of size ``n``.
 The restarted variants accept ``mu`` (the ``mu |x|^2 / 2`` of Algorithm 3, default 0: with
 ``l2_reg > 0`` the objective is already strongly convex; a positive ``mu`` biases the solution
 by ``O(mu)``). The paper's stage constants depend on unknown smoothness and variance bounds;
-here the first stage lasts ``stage_passes`` passes and each stage doubles it. ``radius`` (the
+here the first stage lasts ``stage_passes`` passes and each stage doubles it. They report
+(``Result.coef``, callbacks) the average of the current stage's end-of-pass iterates, the
+deterministic form of Algorithm 1's output ``x_tau``, ``tau`` uniform over the stage
+(``_KLBase._average``); the iterates and the restarts are unchanged. ``radius`` (the
 ball ``|w| <= radius_w``, Assumption 1(a)) is optional (``None``: unconstrained).
 
 One :meth:`update` is one pass of ``n // batch_size`` mini-batch steps in one kernel call;
@@ -63,7 +66,9 @@ from .base import Solver, copy_arrays
 class SCDROState(NamedTuple):
     """``coef`` (p, K), ``epoch``, ``rng``, ``lam``; moving averages: ``log_s`` (log of the
     estimate of ``g``), ``v`` (p, K), ``u``; ``started`` (0 before the first step); schedule
-    ``counters`` ``[t, stage, steps into the stage]``; ``bounds`` ``(lo, hi)`` of ``lam``."""
+    ``counters`` ``[t, stage, steps into the stage]``; ``bounds`` ``(lo, hi)`` of ``lam``;
+    the restarted variants' average ``avg`` of the ``avg_n`` iterates (one per pass) of the
+    stage ``avg_stage`` (see ``_KLBase._average``)."""
 
     coef: np.ndarray
     epoch: int
@@ -75,6 +80,9 @@ class SCDROState(NamedTuple):
     started: int
     counters: np.ndarray
     bounds: tuple
+    avg: object = None
+    avg_n: int = 0
+    avg_stage: int = -1
 
 
 class STORMState(NamedTuple):
@@ -94,6 +102,9 @@ class STORMState(NamedTuple):
     started: int
     counters: np.ndarray
     bounds: tuple
+    avg: object = None
+    avg_n: int = 0
+    avg_stage: int = -1
 
 
 class _KLBase(Solver):
@@ -195,8 +206,28 @@ class _KLBase(Solver):
             _k._pass_ma(*self._common(objective, state), indices, a["coef"], lam, logs,
                         a["v"], u, started, a["counters"])
             new = state._replace(log_s=float(logs[0]))
-        return new._replace(epoch=state.epoch + 1, lam=float(lam[0]), u=float(u[0]),
-                            started=int(started[0]), **a)
+        new = new._replace(epoch=state.epoch + 1, lam=float(lam[0]), u=float(u[0]),
+                           started=int(started[0]), **a)
+        return self._average(new) if self._mode == 1 else new
+
+    @staticmethod
+    def _average(state):
+        """The restarted variants report the average of the current stage's iterates (one
+        per pass: the iterate at the end of each pass whose end falls in the stage), not the
+        last iterate. Algorithm 1 of the SCDRO paper returns ``x_tau``, ``tau`` uniform over
+        the stage, and Lemmas 4-5 bound ``(1 / T_k) sum_t E[F_mu(x_t) - F_mu*]``; for a convex
+        ``F`` the average iterate has the same bound (Jensen) without the draw's variance.
+        ``benchmarks/kl_defaults.py``: the last iterate of RSCDRO's defaults ended up to
+        1.6e-3 above the optimum after 100 passes on 12 fresh problems, the stage average
+        at most 3.5e-4. The iterates themselves (and the restarts) are unchanged."""
+        stage = int(state.counters[1])
+        if stage != state.avg_stage or state.avg is None:
+            return state._replace(avg=state.coef.copy(), avg_n=1, avg_stage=stage)
+        n = state.avg_n + 1
+        return state._replace(avg=state.avg + (state.coef - state.avg) / n, avg_n=n)
+
+    def _iterate(self, state):
+        return state.coef if state.avg is None else state.avg
 
     def _finite(self, state):
         return bool(np.all(np.isfinite(state.coef)) and np.isfinite(state.lam))
