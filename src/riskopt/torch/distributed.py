@@ -231,7 +231,7 @@ class Piggyback:
     :func:`stats_comm_hook`): no collective of their own.
 
     ``block``: this rank's rows (``(b, k)`` float64), ``scalars``: a few 0-d float64 tensors
-    per rank, ``pre``: a 0-d float64 factor this rank's gradient is multiplied by before the
+    per rank, ``pre``: a number this rank's gradient is multiplied by before the
     sum, ``finish(table, sizes, offset, scalars)``: called with the gathered rows (as
     :class:`ColumnGatherer` returns them) once the all-reduce is done; returns the common 0-d
     factor of the summed gradient. Every gradient bucket ``g`` becomes
@@ -263,7 +263,7 @@ class Piggyback:
         b, k = self.block.shape
         h = 1 + len(self.scalars)
         slot = h + cap * k
-        dev = self.pre.device
+        dev = self.block.device
         buf = torch.zeros(ws * slot, dtype=torch.float64, device=dev)
         mine = buf[me * slot:(me + 1) * slot]
         mine[0] = b
@@ -293,7 +293,7 @@ class Piggyback:
         error."""
         if self.factor is None and self.error is None:
             try:
-                got = self.gatherer(list(self.block.unbind(1)), self.pre.device,
+                got = self.gatherer(list(self.block.unbind(1)), self.block.device,
                                     scalars=self.scalars)
                 self.factor = self.finish(*got)
             except Exception as exc:       # noqa: BLE001  (re-raised below)
@@ -306,7 +306,7 @@ class Piggyback:
             for raw, params in self.buckets:
                 corr = (raw * self.raw_scale if raw is not None else torch.zeros(
                     sum(p.numel() for p in params), dtype=torch.float64,
-                    device=self.pre.device))
+                    device=self.block.device))
                 dist.all_reduce(corr, group=self.gatherer.group)
                 _write_grads(params, corr, add=True)
 
@@ -360,7 +360,9 @@ def stats_comm_hook(opt, bucket):
     params = bucket.parameters()
     post.buckets.append((None if post.local_ok else buf.to(torch.float64, copy=True), params))
     cdt = carrier_dtype(buf.dtype)
-    grad = buf.to(cdt) * post.pre.to(cdt)
+    grad = buf.to(cdt)
+    if post.pre != 1.0:
+        grad = grad * post.pre
     first = post.done is None
     if first:
         payload, slot, h = post.payload()

@@ -220,11 +220,10 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         lam, c0 = sc["lam"], sc["log_s"]
         a = losses.detach().to(lam.device, torch.float64) / lam
         c = a.max() if a.numel() else c0.clone()
-        d = c - c0
-        ok = bool(torch.isfinite(d) & (d.abs() <= self._post_range()))
-        pre = torch.exp(d) if ok else torch.zeros((), dtype=torch.float64, device=lam.device)
+        d = float(c - c0)          # (numbers: fewer small tensor ops)
+        ok = math.isfinite(d) and abs(d) <= self._post_range()
         self._post_c0, self._post_c = c0, c
-        self._post([losses], [c], pre, local_ok=ok)
+        self._post([losses], [c], math.exp(d) if ok else 0.0, lam.device, local_ok=ok)
         return torch.exp(a - c)
 
     def _finish_posted(self, table, sizes, off, scalars):
@@ -232,8 +231,8 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         gathered losses; returns the common factor of the summed gradient."""
         w = self._update(table[:, 0])
         log_s, c0 = self._scalars["log_s"], self._post_c0
-        c = scalars[:, 0]
-        if bool(((c - c0).abs() > self._post_range()).any() | ~torch.isfinite(c).all()):
+        c0f, rng = float(c0), self._post_range()
+        if any(not (math.isfinite(c) and abs(c - c0f) <= rng) for c in scalars[:, 0].tolist()):
             post = self._piggy
             post.fix = True          # a rank sent 0: add its gradient on its own
             self._post_fixes = getattr(self, "_post_fixes", 0) + 1
@@ -606,7 +605,7 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
             cols = [idx]
             if losses is not None:
                 cols.append(self._losses64(losses, idx))
-            self._post(cols, [], torch.ones((), dtype=torch.float64, device=self.device))
+            self._post(cols, [], 1.0, self.device)
             self._posted = None
             return (self.n_indices * torch.exp(self.gather("log_p", idx))).to(
                 self._default_dtype())
