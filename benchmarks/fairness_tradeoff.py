@@ -11,13 +11,13 @@ losses), group DRO (``risk="cvar:0.5"`` and ``"maxloss"`` of the group-mean loss
 "demographic_parity"`` / ``"equalized_odds"`` at every ``--tols`` value. Test-set metrics by
 ``fairlearn.metrics`` when installed (else :mod:`riskopt.metrics`, the same conventions):
 accuracy, worst-group error, DP and EO differences; fit times (shared, loaded machine: only
-indicative). fairlearn's ``ExponentiatedGradient`` points are read from
-``benchmarks/results/fairness_vs_fairlearn/results.json`` when present (not refitted here).
-Writes ``results.json``, ``results.md`` and ``tradeoff.png`` (test accuracy against the test
-DP / EO difference; a function of the table).
+indicative). With fairlearn installed, its ``ExponentiatedGradient(LogisticRegression(),
+DemographicParity / EqualizedOdds(difference_bound=0.02))`` is fitted on the same split too
+(predictions drawn with ``random_state=0``; rows "fairlearn EG ..."). Writes
+``results.json``, ``results.md`` and the figure ``tradeoff.svg`` (``--figure``: test
+accuracy against the test DP / EO difference; a function of the table; SVG, a text file).
 """
 import argparse
-import json
 import os
 import time
 import warnings
@@ -80,22 +80,45 @@ def run_case(name, attr, tols):
         print(f"  {name}:{attr} {label:<28} {t:7.2f} s acc {row['accuracy']:.4f} wge "
               f"{row['worst_group_error']:.4f} dp {row['dp_difference']:.4f} eo "
               f"{row['eo_difference']:.4f}", flush=True)
+    rows += _fairlearn_rows(X, y, Xt, yt, s, st)
     return {"case": f"{name}:{attr}", "rows": rows}
 
 
-def _fairlearn_points(path):
-    if not os.path.exists(path):
-        return {}
-    with open(path) as fh:
-        data = json.load(fh)
-    return {r["case"]: [row for row in r["rows"] if row["model"].startswith("fairlearn")]
-            for r in data["results"]}
+def _fairlearn_rows(X, y, Xt, yt, s, st, bound=0.02):
+    """fairlearn's reductions at ``bound`` on the same split (none without fairlearn)."""
+    try:
+        from fairlearn import reductions
+    except ImportError:
+        return []
+    from sklearn.linear_model import LogisticRegression
+
+    rows = []
+    for c, cls in (("demographic_parity", "DemographicParity"),
+                   ("equalized_odds", "EqualizedOdds")):
+        t = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            eg = reductions.ExponentiatedGradient(
+                LogisticRegression(max_iter=1000),
+                getattr(reductions, cls)(difference_bound=bound)).fit(
+                    X, y, sensitive_features=s)
+        t = time.perf_counter() - t
+        p = eg.predict(Xt, random_state=0)
+        rows.append({"model": f"fairlearn EG {c} {bound:g}", "constraint": c,
+                     "constraint_tol": bound, "fairlearn": True, "fit_s": t,
+                     "accuracy": float(np.mean(p == yt)),
+                     "worst_group_error": float(worst_group_error(yt, p, st)),
+                     "dp_difference": float(demographic_parity_difference(p, st)),
+                     "eo_difference": float(equalized_odds_difference(yt, p, st)),
+                     "warned": False})
+    return rows
 
 
-def _figure(results, fl, path):
+def _figure(results, path):
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: a small SVG
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(results), 2, figsize=(9, 3.4 * len(results)), squeeze=False)
@@ -103,14 +126,14 @@ def _figure(results, fl, path):
         for j, (c, key, what) in enumerate([("demographic_parity", "dp_difference", "DP"),
                                             ("equalized_odds", "eo_difference", "EO")]):
             ax = axes[i, j]
-            cur = [r for r in res["rows"] if r["constraint"] == c]
+            cur = [r for r in res["rows"] if r["constraint"] == c and not r.get("fairlearn")]
             ax.plot([r[key] for r in cur], [r["accuracy"] for r in cur], "o-", color="C0",
                     label=f"riskopt constraint={c}, tol " + ", ".join(
                         f"{r['constraint_tol']:g}" for r in cur))
             for k, r in enumerate(r for r in res["rows"] if r["constraint"] is None):
                 ax.plot(r[key], r["accuracy"], "s", color=f"C{k + 1}", label=r["model"])
-            for r in fl.get(res["case"], []):
-                if r["constraint"] == c:
+            for r in res["rows"]:
+                if r.get("fairlearn") and r["constraint"] == c:
                     ax.plot(r[key], r["accuracy"], "*", ms=12, color="k",
                             label="fairlearn ExponentiatedGradient (bound 0.02)")
             ax.set_xlabel(f"test {what} difference (fairlearn.metrics, between groups)")
@@ -119,7 +142,8 @@ def _figure(results, fl, path):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
+    root, ext = os.path.splitext(path)
+    tmp = root + ".tmp" + ext
     fig.savefig(tmp, dpi=70)
     plt.close(fig)
     os.replace(tmp, path)
@@ -142,8 +166,8 @@ def main(argv=None):
     ap.add_argument("--cases", default="adult:sex,compas:race")
     ap.add_argument("--tols", default="0.005,0.01,0.02,0.05,0.1")
     ap.add_argument("--out", default="benchmarks/results/fairness_tradeoff")
-    ap.add_argument("--fairlearn-results",
-                    default="benchmarks/results/fairness_vs_fairlearn/results.json")
+    ap.add_argument("--figure", default="tradeoff.svg",
+                    help="the figure's file name in --out (its extension picks the format)")
     args = ap.parse_args(argv)
     tols = [float(t) for t in args.tols.split(",")]
     with threadpool_limits(limits=1):
@@ -152,8 +176,7 @@ def main(argv=None):
     atomic_write_json(os.path.join(args.out, "results.json"),
                       {"meta": {"commit": _git_commit(), "tols": tols}, "results": results})
     atomic_write_text(os.path.join(args.out, "results.md"), _markdown(results))
-    _figure(results, _fairlearn_points(args.fairlearn_results),
-            os.path.join(args.out, "tradeoff.png"))
+    _figure(results, os.path.join(args.out, args.figure))
 
 
 if __name__ == "__main__":

@@ -248,6 +248,14 @@ def test_randomized_predictions_have_the_smoothed_rates_as_expected_rates():
     assert not np.array_equal(draws[0], draws[1])      # a RandomState: new draws per call
     est.set_params(random_state=3)                      # an int: the same draws every call
     np.testing.assert_array_equal(est.predict(X), est.predict(X))
+    before = est.predict(X)
+    import riskopt.fairness as fairness
+    default = fairness.SMOOTHING
+    try:  # the draws use the fit's smoothing_, not the module's value at predict time
+        fairness.SMOOTHING = 0.01
+        np.testing.assert_array_equal(est.predict(X), before)
+    finally:
+        fairness.SMOOTHING = default
     det = ro.RiskClassifier(risk="mean", constraint="demographic_parity").fit(
         X, y, sensitive_features=s)
     np.testing.assert_array_equal(det.predict(X), (det.decision_function(X) > 0).astype(int))

@@ -149,16 +149,20 @@ def _attributes(est, obj, prob, res):
 
 def draw(est, scores):
     """Binary class indices for ``predict``: ``1[z > 0]``, or with ``randomized=True`` a draw
-    of class 1 with probability ``sigmoid(z / riskopt.fairness.SMOOTHING)`` (seeded by the
-    estimator's ``random_state``; an int gives the same draws at every call). The smoothed
-    rate a constraint bounds is then exactly the expected rate of these predictions, so on the
-    training data the constraint holds in expectation for the randomised classifier, with no
-    smoothing gap (``hard_constraint_values_`` is the deterministic rule's)."""
+    of class 1 with probability ``sigmoid(z / tau)``, ``tau`` the fit's ``smoothing_`` (else
+    ``riskopt.fairness.SMOOTHING``; seeded by the estimator's ``random_state``; an int gives
+    the same draws at every call). The smoothed rate a constraint bounds is then exactly the
+    expected rate of these predictions, so on the training data the constraint holds in
+    expectation for the randomised classifier, with no smoothing gap
+    (``hard_constraint_values_`` is the deterministic rule's). The draws cost accuracy where
+    the logits are small: with ``tau = 1`` and the logistic loss they follow the predicted
+    probabilities (``benchmarks/fairness_vs_fairlearn.py``, variant "randomized")."""
     if not getattr(est, "randomized", False):
         return (scores > 0).astype(int)
     from scipy.special import expit
     from sklearn.utils import check_random_state
 
     rng = check_random_state(est.random_state)
-    return (rng.random_sample(scores.shape[0]) < expit(scores / fairness.SMOOTHING)).astype(int)
+    tau = getattr(est, "smoothing_", None) or fairness.SMOOTHING
+    return (rng.random_sample(scores.shape[0]) < expit(scores / tau)).astype(int)
 
