@@ -131,3 +131,16 @@ def require_data(*names):
             ro.datasets.load(name.split("/")[0])
         except ro.datasets.MissingDataError as exc:
             pytest.skip(str(exc))
+
+
+def load_benchmark(name):
+    """The module of the script ``benchmarks/<name>.py`` (benchmarks are scripts, not a
+    package): for tests of a benchmark's own functions."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

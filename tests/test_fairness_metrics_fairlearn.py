@@ -3,6 +3,7 @@ demographic parity ratio, ``method=``, ``agg=``, ``signed=False``) against fairl
 cases (weighted and unweighted, two and four groups)."""
 import numpy as np
 import pytest
+from conftest import load_benchmark
 
 from riskopt import metrics as ro_metrics
 
@@ -89,23 +90,12 @@ def test_sensitive_features_missing_or_twice_is_a_type_error():
         ro_metrics.equal_opportunity_difference(y, yhat, a, method="to_overall")
 
 
-def _bench():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fairness_vs_fairlearn.py"
-    spec = importlib.util.spec_from_file_location("fairness_vs_fairlearn", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_benchmark_verdict_rule():
     """The benchmark's verdict (met / within noise / not met) from the 95 % interval of the
     mean paired difference: Student's t over splits; one split: 1.96 bootstrap sd."""
     from scipy.stats import t as student
 
-    verdict = _bench().verdict
+    verdict = load_benchmark("fairness_vs_fairlearn").verdict
     n = dict(n_test=100, n_train=400)
     acc_ok = np.array([0.01, 0.012, 0.011])
     # violation: far below the goal / straddling it / far above it
