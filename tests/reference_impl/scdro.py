@@ -100,7 +100,9 @@ def storm(obj, W, lam, batches, lr, beta, mode=2, eta_pow=1.0, t0=1.0, stage_len
             s = g + (1 - bet) * (s - ep.sum())
             u = gu + (1 - bet) * (u - (-np.sum(ep * lp) / lamp**2))
             v = gv + (1 - bet) * (v - np.einsum("i,ipk->pk", ep / lamp, gp))
-        if not (g > 0 and s >= bet * g):   # restart the estimators on this batch
+        beyond = (hi is not None and lo is not None and hi > lo and rho > 0 and s > 0
+                  and -lam**2 * u / s > losses.min() + (hi - lo) * rho)
+        if not (g > 0 and s >= bet * g) or beyond:   # restart the estimators on this batch
             M = a.max()
             m = M
             e = np.exp(a - M) / b

@@ -25,7 +25,9 @@ exponents), which cancels in ``z_W = lam v / s`` and ``z_lam = lam u / s + log s
 ``s <- g_B(x_t) + (1 - beta)(s - g_B(x_{t-1}))`` and the same for ``v``, ``u`` (two gradient
 evaluations per step: ``x_t`` and the previous iterate on the same batch), with the safeguard
 a restart of the three estimators on the current batch whenever ``s < beta g_B(x_t)`` (``s``
-must stay positive for ``log s``; it happens when ``lambda`` moves by orders of magnitude).
+must stay positive for ``log s``; it happens when ``lambda`` moves by orders of magnitude),
+and whenever the estimated q-mean of the losses ``-lam^2 u / s`` exceeds the batch's least
+loss by more than Lemma 1's bound ``C = (hi - lo) rho`` (:func:`_beyond_bound`).
 The scale ``m`` is the largest exponent of the current and previous iterate on the batch.
 
 Schedules (``mode``): 0 constant ``(eta, beta)``; 1 stagewise (Algorithm 3): stage ``k = 0,
@@ -217,6 +219,24 @@ def _scaled_terms(X, idx, a, L, D, lam, M, G):
 
 
 @njit(cache=True)
+def _beyond_bound(L, lam, u, s, lo, hi, rho):
+    """Whether the STORM estimators' q-weighted mean loss ``-lam^2 u / s`` (``u``, ``s`` the
+    estimates of ``d_lam g`` and ``g``) exceeds the batch's smallest loss by more than
+    Lemma 1's loss bound ``C = (hi - lo) rho`` (the box ``hi = lambda_0 + C / rho``): the
+    estimators then carry a bias that the ``(1 - beta)`` correction keeps for ~``1 / beta``
+    steps while ``lambda`` follows it (RASCDRO's defaults on a fresh problem, seed 13 of
+    ``benchmarks/kl_defaults.py``: the estimate reached 6.3 with ``C = 2.5`` and
+    ``lambda`` ran from 0.33 to the box's top 5.0 in one pass). False without a box."""
+    if not (hi > lo and rho > 0.0 and s > 0.0):
+        return False
+    lmin = L[0]
+    for j in range(1, L.shape[0]):
+        if L[j] < lmin:
+            lmin = L[j]
+    return -lam * lam * u / s > lmin + (hi - lo) * rho
+
+
+@njit(cache=True)
 def _pass_storm(code, X, y, reg, rho, lo, hi, R, mu, mode, lr, beta, eta_pow, t0, stage_len,
                 batches, W, lamv, Wp, lampv, sv, V, uv, mv, started, counters, prefetch=True):
     """STORM steps over the rows of ``batches`` (module docstring). In place: ``W``, ``lamv``,
@@ -265,9 +285,11 @@ def _pass_storm(code, X, y, reg, rho, lo, hi, R, mu, mode, lr, beta, eta_pow, t0
             for j in range(p):
                 for k in range(K):
                     V[j, k] = G[j, k] + (1.0 - bet) * (V[j, k] - Gp[j, k])
-        if not (sg > 0.0 and sv[0] >= bet * sg):
+        if not (sg > 0.0 and sv[0] >= bet * sg) or _beyond_bound(L, lam, uv[0], sv[0], lo,
+                                                                 hi, rho):
             # the estimate of g is no longer valid (lambda moved by orders of magnitude, or
-            # the STORM correction overshot): restart the estimators on this batch
+            # the STORM correction overshot), or the estimated q-mean of the losses left
+            # Lemma 1's bound: restart the estimators on this batch
             M = amax
             mv[0] = M
             sg, sl = _scaled_terms(X, idx, a, L, D, lam, M, G)
