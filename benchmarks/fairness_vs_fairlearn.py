@@ -287,7 +287,8 @@ def run_case(case, tol, repeats, n_boot, log=print):
         if len(per) > 1:
             out[spec]["splits_all_ok"] = int(np.sum((dv <= GOAL_VIOLATION)
                                                     & (da >= GOAL_ACCURACY)))
-    return {"case": case, "splits": len(per), **per[0][2], "rows": rows, "goal": out}
+    return {"case": case, "splits": len(per), **per[0][2], "rows": rows, "goal": out,
+            "split_rows": [p[0] for p in per] if len(per) > 1 else None}
 
 
 #: the issue's goal: riskopt's test violation at most fairlearn's + 0.005, accuracy at least
