@@ -155,3 +155,30 @@ def test_group_dro_host_path_matches_the_tensor_program(mode, monkeypatch):
         np.testing.assert_allclose(l1.grad.numpy(), l2.grad.numpy(), rtol=0, atol=1e-14)
         np.testing.assert_allclose(host.group_weights.numpy(), dev.group_weights.numpy(),
                                    rtol=0, atol=1e-15)
+
+
+def test_scaled_exp_and_the_shifted_pass_against_numpy():
+    """The call-free exps of the kernels' passes: ``_exp_scaled`` (a polynomial squared s
+    times, 1/2 <= a <= 32) within its 2^s-ulp rounding bound of np.exp (itself < 1 ulp),
+    and ``_stats_shift`` (e updated by exp(delta dn) from the previous pass) equal to a
+    fresh ``_stats`` pass at the new a."""
+    from riskopt._kernels import kl_dro as kk
+    rng = np.random.default_rng(5)
+    dn = -rng.random(4000)
+    dn[:3] = (0.0, -1.0, -0.5)
+    e = np.empty_like(dn)
+    for a in (0.5, 0.5000001, 1.0, 4.1, 16.0, 16.5, 31.9, 32.0):
+        kk._exp_scaled(dn, a, e)
+        ref = np.exp(a * dn)
+        s = math.ceil(math.log2(8 * a))
+        assert np.max(np.abs(e / ref - 1.0)) <= 2.0 ** s * 4 * 2.2e-16, a
+    logn = math.log(dn.size)
+    for a0, delta in ((0.5, 0.125), (4.1, -0.125), (4.1, 1e-9), (20.0, 0.1), (40.0, -0.01)):
+        kk._stats(dn, a0, -0.4, logn, e)
+        got = kk._stats_shift(dn, a0 + delta, delta, -0.4, logn, e)
+        e2 = np.empty_like(dn)
+        want = kk._stats(dn, a0 + delta, -0.4, logn, e2)
+        np.testing.assert_allclose(e, e2, rtol=1e-13)
+        assert abs(got[0] / want[0] - 1.0) <= 1e-13
+        for g, w in zip(got[1:], want[1:]):
+            assert abs(g - w) <= 1e-13 * max(1.0, abs(w)), (a0, delta, got, want)

@@ -55,22 +55,25 @@ def _normalise(losses, dn):
 def _stats(dn, a, m, logn, e):
     """One pass at ``a``: writes ``e = exp(a dn)``; returns ``(sum e, mu, var, k3, lme)`` with
     the moments of ``dn`` under ``e / sum e`` (accumulated about ``m``) and ``lme`` = log mean
-    e (by ``log1p(mean(expm1))`` for ``a < 1/2``)."""
-    n = dn.shape[0]
-    near = a < 0.5
+    e (by ``log1p(mean(expm1))`` for ``a < 1/2``; for ``1/2 <= a <= 32`` ``e`` by
+    :func:`_exp_scaled`)."""
+    if a >= 0.5:
+        if a <= _SCALED_MAX_A:
+            _exp_scaled(dn, a, e)
+        else:
+            for i in range(dn.shape[0]):
+                e[i] = math.exp(a * dn[i])
+        return _moments(dn, e, m, logn)
+    n = dn.shape[0]          # a < 1/2: log mean e by log1p(mean(expm1))
     s0 = 0.0
     sm = 0.0
     s1 = 0.0
     s2 = 0.0
     s3 = 0.0
     for i in range(n):
-        x = a * dn[i]
-        if near:
-            em = math.expm1(x)
-            sm += em
-            ei = 1.0 + em
-        else:
-            ei = math.exp(x)
+        em = math.expm1(a * dn[i])
+        sm += em
+        ei = 1.0 + em
         e[i] = ei
         s0 += ei
         t = dn[i] - m
@@ -83,8 +86,102 @@ def _stats(dn, a, m, logn, e):
     m3 = s3 / s0
     var = max(m2 - m1 * m1, 0.0)
     k3 = m3 - 3.0 * m1 * m2 + 2.0 * m1 * m1 * m1
-    lme = math.log1p(sm / n) if near else math.log(s0) - logn
-    return s0, m + m1, var, k3, lme
+    return s0, m + m1, var, k3, math.log1p(sm / n)
+
+
+#: 1 / k! for the Taylor polynomial of exp on [-1/8, 1/8] (degree 11: 3e-20 relative)
+_INV_FACT = tuple(1.0 / math.factorial(k) for k in range(12))
+#: the largest |a - a_prev| (times |dn| <= 1) for which _stats_shift updates e
+_SHIFT_MAX = 0.125
+
+
+@njit(cache=True)
+def _exp_poly(x):
+    """``exp(x)`` for ``|x| <= 1/8`` by its Taylor polynomial of degree 11 (Horner; error
+    3e-20 relative): no call, so a loop over it vectorises."""
+    p = _INV_FACT[11]
+    p = p * x + _INV_FACT[10]
+    p = p * x + _INV_FACT[9]
+    p = p * x + _INV_FACT[8]
+    p = p * x + _INV_FACT[7]
+    p = p * x + _INV_FACT[6]
+    p = p * x + _INV_FACT[5]
+    p = p * x + _INV_FACT[4]
+    p = p * x + _INV_FACT[3]
+    p = p * x + _INV_FACT[2]
+    p = p * x + _INV_FACT[1]
+    return p * x + _INV_FACT[0]
+
+
+#: the largest a for which _exp_scaled replaces math.exp (2^8 / 8: at most 8 squarings)
+_SCALED_MAX_A = 32.0
+
+
+@njit(cache=True)
+def _exp_scaled(dn, a, e):
+    """``e = exp(a dn)`` for ``dn`` in ``[-1, 0]``, ``0 < a <= 32``: :func:`_exp_poly` of
+    ``a dn / 2^s`` (in ``[-1/8, 0]``, ``s = ceil(log2 8a)``, an exact scaling) squared
+    ``s`` times. The rounding grows ``2^s``-fold: ~20 ulp at ``a = 4``, ~300 (7e-14
+    relative) at ``a = 32``; no call in the loop, so it vectorises (3x faster than
+    ``math.exp`` per element on AVX2)."""
+    s = 0
+    while a > 0.125 * 2.0 ** s:
+        s += 1
+    c = a * 2.0 ** -s
+    for i in range(dn.shape[0]):
+        p = _exp_poly(c * dn[i])
+        q = p * p      # the s squarings as selects (a loop-invariant count: vectorises)
+        p = q if s > 0 else p
+        q = p * p
+        p = q if s > 1 else p
+        q = p * p
+        p = q if s > 2 else p
+        q = p * p
+        p = q if s > 3 else p
+        q = p * p
+        p = q if s > 4 else p
+        q = p * p
+        p = q if s > 5 else p
+        q = p * p
+        p = q if s > 6 else p
+        q = p * p
+        p = q if s > 7 else p
+        e[i] = p
+
+
+@njit(cache=True)
+def _moments(dn, e, m, logn):
+    """``(sum e, mu, var, k3, log(sum e) - log n)``: the moments of ``dn`` under ``e / sum
+    e``, accumulated about ``m``."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    for i in range(dn.shape[0]):
+        ei = e[i]
+        s0 += ei
+        t = dn[i] - m
+        et = ei * t
+        s1 += et
+        s2 += et * t
+        s3 += et * t * t
+    m1 = s1 / s0
+    m2 = s2 / s0
+    m3 = s3 / s0
+    var = max(m2 - m1 * m1, 0.0)
+    k3 = m3 - 3.0 * m1 * m2 + 2.0 * m1 * m1 * m1
+    return s0, m + m1, var, k3, math.log(s0) - logn
+
+
+@njit(cache=True)
+def _stats_shift(dn, a, delta, m, logn, e):
+    """:func:`_stats` at ``a`` from ``e = exp((a - delta) dn)`` (the previous pass, ``a -
+    delta >= 1/2``, ``|delta| <= 1/8``): ``e *= exp(delta dn)`` by the Taylor polynomial
+    of degree 11 (error 3e-20 relative, no ``exp`` call: the loop vectorises); the same
+    moments and ``lme = log(sum e) - log n`` (``a >= 1/2``)."""
+    for i in range(dn.shape[0]):
+        e[i] *= _exp_poly(delta * dn[i])
+    return _moments(dn, e, m, logn)
 
 
 @njit(cache=True)
@@ -186,8 +283,13 @@ def kl_constrained(losses, rho, lam0, a0, q, dn, tol=1e-13):
     lo = 0.0
     s0 = 1.0
     lme = 0.0
+    a_prev = 0.0            # the a at which q holds exp(a dn) (0: none)
     for _ in range(200):
-        s0, mu, var, k3, lme = _stats(dn, a, m, logn, q)
+        if a_prev >= 0.5 and a >= 0.5 and abs(a - a_prev) <= _SHIFT_MAX:
+            s0, mu, var, k3, lme = _stats_shift(dn, a, a - a_prev, m, logn, q)
+        else:
+            s0, mu, var, k3, lme = _stats(dn, a, m, logn, q)
+        a_prev = a
         m = mu
         err = a * mu - lme - rho
         if abs(err) <= tol * max(1.0, rho):
