@@ -30,17 +30,19 @@ from numba import njit
 @njit(cache=True)
 def _normalise(losses, dn):
     """``dn = (l - max l) / span``; returns ``(max l, span)`` (``span = max - min``; ``dn = 0``
-    when ``span = 0``)."""
+    when ``span = 0``; ``span`` NaN when a loss is NaN)."""
     n = losses.shape[0]
     c = losses[0]
     lo = losses[0]
+    nan = False
     for i in range(1, n):
         x = losses[i]
+        nan |= x != x
         if x > c:
             c = x
         if x < lo:
             lo = x
-    span = c - lo
+    span = c - lo if not (nan or c != c) else math.nan
     inv = 1.0 / span if span > 0.0 else 0.0
     for i in range(n):
         dn[i] = (losses[i] - c) * inv
@@ -64,29 +66,13 @@ def _stats(dn, a, m, logn, e):
             for i in range(dn.shape[0]):
                 e[i] = math.exp(a * dn[i])
         return _moments(dn, e, m, logn)
-    n = dn.shape[0]          # a < 1/2: log mean e by log1p(mean(expm1))
-    s0 = 0.0
-    sm = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    for i in range(n):
+    sm = 0.0                 # a < 1/2: log mean e by log1p(mean(expm1))
+    for i in range(dn.shape[0]):
         em = math.expm1(a * dn[i])
         sm += em
-        ei = 1.0 + em
-        e[i] = ei
-        s0 += ei
-        t = dn[i] - m
-        et = ei * t
-        s1 += et
-        s2 += et * t
-        s3 += et * t * t
-    m1 = s1 / s0
-    m2 = s2 / s0
-    m3 = s3 / s0
-    var = max(m2 - m1 * m1, 0.0)
-    k3 = m3 - 3.0 * m1 * m2 + 2.0 * m1 * m1 * m1
-    return s0, m + m1, var, k3, math.log1p(sm / n)
+        e[i] = 1.0 + em
+    s0, mu, var, k3, _ = _moments(dn, e, m, logn)
+    return s0, mu, var, k3, math.log1p(sm / dn.shape[0])
 
 
 #: 1 / k! for the Taylor polynomial of exp on [-1/8, 1/8] (degree 11: 3e-20 relative)
@@ -222,9 +208,12 @@ def _argmax_uniform(dn, q):
 
 @njit(cache=True)
 def kl_penalised(losses, lam, q, dn):
-    """``lam log mean exp(l / lam)``; writes ``q = softmax(l / lam)`` (``dn``: scratch)."""
+    """``lam log mean exp(l / lam)``; writes ``q = softmax(l / lam)`` (``dn``: scratch); NaN
+    for non-finite losses."""
     n = losses.shape[0]
     c, span = _normalise(losses, dn)
+    if not (math.isfinite(c) and math.isfinite(span)):
+        return math.nan             # non-finite losses (the caller checks them)
     if span == 0.0:
         for i in range(n):
             q[i] = 1.0 / n

@@ -105,12 +105,12 @@ class KLDROLoss(_GatherMixin, nn.Module):
         of :mod:`riskopt._kernels.kl_dro` (floats for a 1-D batch, else arrays), the
         constrained root started from the previous call's (``tol``: on ``|KL - rho|``,
         relative to ``max(1, rho)``)."""
-        if self.check_finite:  # (host, eager: no sync)
-            _check_finite_np("losses", l_np)
         b = l_np.shape[-1]
         rows = l_np.reshape(-1, b)
         q = np.empty_like(rows)
-        dn = np.empty(b)
+        dn = self.__dict__.get("_dn")           # scratch, kept for the last b
+        if dn is None or dn.shape[0] != b:
+            dn = self.__dict__["_dn"] = np.empty(b)
         val = np.empty(rows.shape[0])
         lam = np.empty(rows.shape[0])
         for i in range(rows.shape[0]):
@@ -121,10 +121,16 @@ class KLDROLoss(_GatherMixin, nn.Module):
                 val[i], lam[i], a = _kk.kl_constrained(rows[i], self.radius, self.shift_cost,
                                                        self._a_warm, q[i], dn, tol)
                 if math.isnan(val[i]):  # a range that overflows: the NumPy reference
+                    if self.check_finite:   # (or non-finite losses: raise)
+                        _check_finite_np("losses", l_np)
                     val[i], q[i], lam[i] = kl_dro_weights(rows[i], self.shift_cost,
                                                           self.radius)
                 elif 0.0 < a < math.inf:
-                    self._a_warm = a
+                    self.__dict__["_a_warm"] = a   # (not nn.Module.__setattr__: 10 us)
+        # the kernels' value is non-finite for non-finite losses (NaN: the passes; inf: the
+        # range): one check of the values instead of a pass over the losses
+        if self.check_finite and not np.isfinite(val).all():
+            _check_finite_np("losses", l_np)
         if l_np.ndim == 1:
             return float(val[0]), q.reshape(b), float(lam[0])
         shape = l_np.shape[:-1]
@@ -137,7 +143,7 @@ class KLDROLoss(_GatherMixin, nn.Module):
             # root to float32 precision only
             tol = 1e-13 if losses.dtype == torch.float64 else 1e-10
             val, q, lam = self._host(_host_array(losses), tol)
-            self.last_lam = lam if isinstance(lam, float) else torch.from_numpy(lam)
+            self.__dict__["last_lam"] = lam if isinstance(lam, float) else torch.from_numpy(lam)
             return _reduce(_host_attach(losses, val, q), self.reduction)
         if self.gather:
             l_np, _, local = self._gather_losses(losses)
