@@ -14,6 +14,9 @@ checkout (e.g. the code before the change: ``git archive 03ea400d src | tar -x -
 
     python benchmarks/torch_losses_speed.py --label after
     python benchmarks/torch_losses_speed.py --src /tmp/base/src --label before
+
+``--only KLDRO ESRM`` keeps the losses whose name contains one of the texts (a reduced
+table); ``--sizes 8192`` the batch sizes.
 """
 import argparse
 import json
@@ -33,6 +36,8 @@ def _args():
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--block-ms", type=float, default=25.0)
     p.add_argument("--out", default=os.path.join(HERE, "results", "torch_losses_speed"))
+    p.add_argument("--only", nargs="+", default=None, metavar="TEXT",
+                   help="only the losses whose name contains one of these texts")
     return p.parse_args()
 
 
@@ -140,6 +145,8 @@ def main():
     out = {"src": os.path.relpath(os.path.abspath(a.src), os.path.join(HERE, "..")),
            "torch": torch.__version__, "cases": {}}
     for name, make in _cases(ro, rt).items():
+        if a.only and not any(t in name for t in a.only):
+            continue
         per = {}
         for b in a.sizes:
             per[str(b)] = r = _measure(torch, make(), b, a.reps, a.block_ms)

@@ -44,12 +44,10 @@ def _normalise(losses, dn):
             lo = x
     span = c - lo if not (nan or c != c) else math.nan
     inv = 1.0 / span if span > 0.0 else 0.0
+    lo_is = -1.0 if span > 0.0 else 0.0          # exact -1 at the minimum
     for i in range(n):
-        dn[i] = (losses[i] - c) * inv
-    if span > 0.0:  # exact -1 at the minimum
-        for i in range(n):
-            if losses[i] == lo:
-                dn[i] = -1.0
+        x = losses[i]
+        dn[i] = lo_is if x == lo else (x - c) * inv
     return c, span
 
 
