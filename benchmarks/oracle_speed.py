@@ -7,8 +7,9 @@ Every spectrum of issue 31 (CVaR 0.5, ESRM 1, extremile 2, a user spectrum = a c
 a top-decile step, as ``prospect_incremental.py``) without and with a chi2 / KL shift cost
 0.5, plus the ``nu = 0`` selection rows (CVaR 0.1 / 0.3, Mean, MaxLoss), on continuous losses
 (squared Gaussian residuals) and on the same rounded to 2 decimals (many ties). Each timed
-against ``np.sort(losses)`` (medians over ``--repeats`` calls, all in one process, so the
-ratios compare even on a loaded machine; CPU time of the process, ``time.process_time``):
+against ``np.sort(losses)`` (medians over ``--repeats`` calls, all in one process, the
+calls of a row interleaved with ``np.sort`` of the same vector, so the ratios compare even
+on a loaded machine; CPU time of the process, ``time.process_time``):
 
 * sorting oracle: ``oracles.risk_weights``: on heavily tied losses (a sample predicts at most
   n / 4 values) ``oracle_ties`` (``np.sort`` of the values, the PAV on the distinct values, a
@@ -57,14 +58,20 @@ from prospect_incremental import user_spectrum  # noqa: E402
 EPS = np.finfo(float).eps
 
 
-def median_time(f, repeats):
-    f()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.process_time()
+def interleaved_medians(fs, repeats):
+    """Median CPU time of each callable in ``fs`` (None: NaN), the calls interleaved (one
+    of each per round), so a burst of load on a shared machine hits all of them alike."""
+    live = [f for f in fs if f is not None]
+    for f in live:
         f()
-        ts.append(time.process_time() - t0)
-    return float(np.median(ts))
+    ts = [[] for _ in live]
+    for _ in range(repeats):
+        for j, f in enumerate(live):
+            t0 = time.process_time()
+            f()
+            ts[j].append(time.process_time() - t0)
+    med = iter([float(np.median(t)) for t in ts])
+    return [next(med) if f is not None else float("nan") for f in fs]
 
 
 def load_base(src):
@@ -193,12 +200,16 @@ def main():
              "|---|---|---:|---:|---:|---|---:|---:|---:|"]
     rows = []
     for dname, l in data.items():
-        t_sort = median_time(lambda: np.sort(l), args.repeats)
         for risk in risks:
             nu, div = float(risk.shift_cost), risk.div_code
             sigma = np.ascontiguousarray(risk.spectrum(n))
             obj = ro.Objective("squared", risk, X0, y0)
-            t_obj = median_time(lambda: obj.risk_weights(l), args.repeats)
+            plan_b, q_b = (base.selection_plan(sigma), np.empty(n)) if base else (None, None)
+            t_sort, t_base, t_obj = interleaved_medians(
+                [lambda: np.sort(l),
+                 (lambda: base.spectral_risk_weights(l, sigma, nu, div, q_b, plan_b))
+                 if base else None,
+                 lambda: obj.risk_weights(l)], args.repeats)
             v_obj, q_obj = obj.risk_weights(l)
             np.testing.assert_array_equal(risk.weights(l), q_obj)
             q_ms = np.empty(n)
@@ -206,12 +217,8 @@ def main():
             vdiff = abs(v_ms - v_obj) / max(1.0, abs(v_ms))
             assert abs(v_ms - v_obj) <= 8 * n * EPS * (abs(v_ms) + float(np.ptp(l)))
             diff = float(np.max(np.abs(q_ms - q_obj)))
-            t_base, diff_base = float("nan"), float("nan")
+            diff_base = float("nan")
             if base is not None:
-                plan_b, q_b = base.selection_plan(sigma), np.empty(n)
-                t_base = median_time(
-                    lambda: base.spectral_risk_weights(l, sigma, nu, div, q_b, plan_b),
-                    args.repeats)
                 base.spectral_risk_weights(l, sigma, nu, div, q_b, plan_b)
                 diff_base = float(np.max(np.abs(q_b - q_obj)))
             path = path_of(l, sigma, nu, div)
@@ -241,7 +248,7 @@ def main():
     for dname, l in data.items():
         fs = [lambda: np.sort(l), lambda: np.argsort(l), lambda: ko.sorted_order(l),
               (lambda: base.sorted_order(l)) if base else None, lambda: radix_argsort(l)]
-        ts = [median_time(f, args.repeats) if f else float("nan") for f in fs]
+        ts = interleaved_medians(fs, args.repeats)
         stable = np.argsort(l, kind="stable")
         np.testing.assert_array_equal(ko.sorted_order(l)[0], stable)
         np.testing.assert_array_equal(radix_argsort(l), stable)
