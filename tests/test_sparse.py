@@ -41,9 +41,11 @@ def test_objective_keeps_csr_and_matches_dense(risk, intercept):
     assert v1 == pytest.approx(v2, rel=1e-13)
     np.testing.assert_allclose(g1, g2, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(obj.smoothness(), dense.smoothness(), rtol=1e-12)
-    r1 = ro.solvers.LBFGS(tol=1e-10, polish_ties=False).run(obj)
-    r2 = ro.solvers.LBFGS(tol=1e-10, polish_ties=False).run(dense)
-    assert r1.value == pytest.approx(r2.value, rel=1e-9, abs=1e-12)
+    # both fits certified near the optimum through their own duality gap (tests/_certify.py;
+    # measured <= 3.6e-10 relative at tol = 1e-10), not compared with each other
+    for r, what in ((ro.solvers.LBFGS(tol=1e-10, polish_ties=False).run(obj), "sparse"),
+                    (ro.solvers.LBFGS(tol=1e-10, polish_ties=False).run(dense), "dense")):
+        certify.assert_certified(dense, r.coef, rel=3e-9, what=f"the {what} fit")
 
 
 def test_objective_does_not_copy_or_change_the_callers_matrix():
