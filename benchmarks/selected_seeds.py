@@ -25,6 +25,7 @@ The selection itself is not redone (that needs the whole grid): the configuratio
 the committed run chose, and the file says so.
 """
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -80,15 +81,21 @@ def per_seed_table(spec, table, selection):
     return out.sort_values(KEY + ["seed"], kind="stable").reset_index(drop=True)
 
 
-def rerun_selected(spec, folder, jobs=1, argv=None):
+def rerun_selected(spec, folder, jobs=1, argv=None, datasets=None):
     """Rerun the selected configurations of ``folder/selection.csv`` for every seed of
-    ``spec`` and write ``per_seed.csv``, ``per_seed.json`` and ``fstar.json`` into
-    ``folder``; returns the per-seed table."""
+    ``spec`` (only on ``datasets`` if given) and write ``per_seed.csv``, ``per_seed.json`` and
+    ``fstar.json`` into ``folder``; returns the per-seed table."""
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     spec = load_spec(spec)
     out = Path(folder)
     selection = pd.read_csv(out / "selection.csv")
+    if datasets:
+        unknown = set(datasets) - set(spec.datasets)
+        if unknown:
+            raise SystemExit(f"--datasets: {sorted(unknown)} not in the spec {spec.name}")
+        spec = dataclasses.replace(spec, datasets=[d for d in spec.datasets if d in datasets])
+        selection = selection[selection["dataset"].isin(datasets)]
     cells = selected_cells(spec, selection)
     cells_dir = _io.ensure_folder(out / "cells")
     fps = _fingerprint.spec_fingerprints(spec)
@@ -119,7 +126,7 @@ def rerun_selected(spec, folder, jobs=1, argv=None):
         "script": "benchmarks/selected_seeds.py", "argv": argv, "started": started,
         "git_commit": _meta._git_commit(), "versions": _meta._versions(),
         "seconds": time.perf_counter() - t0, "runs": len(cells), "runs_this_invocation": n_run,
-        "seeds": list(spec.seeds),
+        "seeds": list(spec.seeds), "datasets": list(spec.datasets),
         "selection": "the configurations selected by the committed run (selection.csv); "
                      "not re-selected",
         "max_relative_score_drift": float(np.nanmax(drift)) if len(drift) else None,
@@ -136,10 +143,13 @@ def main(argv=None):
     ap.add_argument("--results", default="benchmarks/results",
                     help="folder holding <spec name>/selection.csv (written back there)")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--datasets", default="",
+                    help="comma-separated data sets to rerun (default: every one of the spec)")
     argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)
     spec = load_spec(a.spec)
-    rerun_selected(spec, Path(a.results) / spec.name, a.jobs, argv)
+    rerun_selected(spec, Path(a.results) / spec.name, a.jobs, argv,
+                   [d for d in a.datasets.split(",") if d])
 
 
 if __name__ == "__main__":

@@ -79,3 +79,13 @@ def test_a_selected_configuration_missing_from_the_spec_is_an_error(full, tmp_pa
     sel.to_csv(folder / "selection.csv", index=False)
     with pytest.raises(SystemExit, match="not in the spec"):
         _script().rerun_selected(spec, folder)
+
+
+def test_datasets_restrict_the_rerun_and_unknown_ones_are_refused(full, tmp_path):
+    spec, out = full
+    folder = _selection_only(out, tmp_path)
+    with pytest.raises(SystemExit, match="not in the spec"):
+        _script().rerun_selected(spec, folder, datasets=["energy"])
+    df = _script().rerun_selected(spec, folder, datasets=["yacht"])
+    assert set(df["dataset"]) == {"yacht"} and len(df) == 6
+    assert json.loads((folder / "per_seed.json").read_text())["datasets"] == ["yacht"]
