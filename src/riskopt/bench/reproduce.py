@@ -478,8 +478,17 @@ WHY = {
     ("scdro", "Fig. 2 / 4 (non-convex)"): "protocol and model: a small MLP on 8x8 digits_st "
         "trained from zero (the paper: ResNet20 on CIFAR-ST, 120 epochs with decays, a 5x9 "
         "grid); FastDRO and ERM reach a higher train and test accuracy than SCDRO beyond the "
-        "noise of 3 seeds. The MNIST / CNN version the issue asks for is not built (no GPU, "
-        "2 loaded cores).",
+        "noise of 3 seeds. The MNIST-ST CNN row (next) shows the same ordering.",
+    ("scdro", "Fig. 2 / 4 (non-convex, MNIST-ST CNN)"): "protocol and model: a small CNN "
+        "trained from scratch on MNIST-ST for 16 epochs, 240 steps of 128 (the paper: ResNet20 "
+        "on CIFAR10-ST, 120 epochs, about 24,000 steps): FastDRO (test 79.83 +- 1.0 %, train "
+        "99.41) and ERM (74.9 +- 5.3 / 99.36) end above SCDRO (58.27 +- 11.5 / 92.83) beyond "
+        "the noise of 3 seeds, each at the setting with its lowest final KL objective on seed 0 "
+        "(interior points of the grid: SCDRO lr 0.05, beta 0.5; FastDRO 0.05; ERM 0.1). SCDRO "
+        "also minimises the KL objective itself least (0.65 against FastDRO's 0.15 and ERM's "
+        "0.19 on seed 0) and its worst class reaches 10 % test accuracy (FastDRO 47 %): in "
+        "this short budget its moving-average estimate lags; whether 100x the steps close the "
+        "gap is not tested here (one run is 1-3 min on the loaded CPU).",
 }
 
 
