@@ -76,7 +76,9 @@ def test_tied_oracle_equals_the_merge_sort_oracle(seed, n, kind, spectrum, log_n
         return
     v_ref, q_ref = reference(l, sigma, nu, risk.div_code)
     np.testing.assert_allclose(q, q_ref, rtol=0, atol=1e-12)
-    if kind != "offset":                     # the twin is not translation invariant
+    # the twin is not translation invariant: its KL terms exp(l / nu) overflow for
+    # |l| / nu > 700 (found by hypothesis: n = 1, l = 1e3, nu = 1e-3)
+    if kind != "offset" and not (div == "kl" and nu > 0 and np.max(np.abs(l)) / nu > 500):
         np.testing.assert_allclose(q, tw.weights(l, sigma, nu, div), rtol=0,
                                    atol=1e-12)
     for u in np.unique(l):                   # one weight per value, exactly
@@ -165,3 +167,22 @@ def test_the_fused_paths_equal_the_unfused_oracle_bit_for_bit():
                 assert np.array_equal(q, q_ref)
                 v_ref = ko._risk_sorted(ls, qs, nu, 1)
                 assert abs(v - v_ref) <= 8 * n * EPS * (abs(v_ref) + np.ptp(l) + nu * np.log(n))
+
+
+def test_sorted_order_by_float_keys_is_the_stable_argsort():
+    """``sorted_order`` sorts float64 keys (value bits, low bits = the index, complemented
+    for negative losses) when every loss is finite: exactly ``np.argsort(kind="stable")``
+    also for negative near-equal runs, both zeros, subnormals of both signs, ``n`` a power
+    of two (the last index fills every low bit) and one past it."""
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 3, 8192, 8193):
+        cases = [rng.standard_normal(n), -rng.standard_normal(n) ** 2,
+                 np.round(rng.standard_normal(n), 1),
+                 np.where(rng.random(n) < .5, -5e-324, 5e-324) * rng.integers(0, 3, n),
+                 np.concatenate([[-0.0, 0.0] * 3, rng.standard_normal(n)])[:n],
+                 1.0 + rng.standard_normal(n) * 1e-13, -(1.0 + rng.standard_normal(n) * 1e-13),
+                 np.where(rng.random(n) < .5, -1e-310, 1e-310) * rng.random(n)]
+        for x in cases:
+            order, ls = ko.sorted_order(x)
+            np.testing.assert_array_equal(order, np.argsort(x, kind="stable"))
+            np.testing.assert_array_equal(ls, x[order])

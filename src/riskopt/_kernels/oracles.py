@@ -478,6 +478,50 @@ def _packed_keys(bits, shift, out):
 
 
 @njit(cache=True)
+def _float_keys(bits, shift, out):
+    """Sort keys that ``np.sort`` orders as floats (NumPy's SIMD sort of float64, 2.3 of
+    14.3 ms faster than of uint64 at n = 1e6, ``benchmarks/oracle_speed.py``): the bits of
+    ``x`` (``-0.0`` as ``+0.0``) with their low ``shift`` bits replaced by the index ``i``
+    (``x >= 0``) or by ``2^shift - 1 - i`` (``x < 0``, whose bits order the other way), so
+    losses sharing their high bits stay in index order and the others in value order; the
+    exponent is untouched, so every key is finite. Returns False (nothing of use written)
+    for an infinite or NaN loss (:func:`_packed_keys` then)."""
+    sign = np.uint64(1) << np.uint64(63)
+    lo = (np.uint64(1) << np.uint64(shift)) - np.uint64(1)
+    hi = ~lo
+    for i in range(bits.shape[0]):
+        b = bits[i]
+        if b == sign:
+            b = np.uint64(0)
+        if (b & ~sign) >= np.uint64(0x7FF0000000000000):
+            return False
+        if b & sign:
+            out[i] = (b & hi) | (lo - np.uint64(i))
+        else:
+            out[i] = (b & hi) | np.uint64(i)
+    return True
+
+
+@njit(cache=True)
+def _unpack_float_keys(keys, order, shift, losses, ls):
+    """:func:`_unpack_keys` for the keys of :func:`_float_keys` (sorted as floats)."""
+    n = keys.shape[0]
+    sign = np.uint64(1) << np.uint64(63)
+    lo = (np.uint64(1) << np.uint64(shift)) - np.uint64(1)
+    disorder = False
+    prev = -np.inf
+    for r in range(n):
+        k = keys[r]
+        i = np.int64(lo - (k & lo)) if k & sign else np.int64(k & lo)
+        order[r] = i
+        x = losses[i]
+        ls[r] = x
+        disorder |= x < prev
+        prev = x
+    return disorder
+
+
+@njit(cache=True)
 def _unpack_keys(keys, order, shift, losses, ls):
     """Split the sorted packed keys into ``order`` (``keys``' own memory, as int64: the keys
     are gone after) and ``ls = losses[order]``. Returns True when ``ls`` is out of order
@@ -569,10 +613,11 @@ def _tied_or_none(losses, sigma, nu, div, q):
 def sorted_order(losses, keys=None, ls=None):
     """``(order, losses[order])``: ``order`` is ``np.argsort(losses, kind="stable")``.
 
-    One SIMD sort of 64-bit keys (NumPy's ``np.sort`` of ``uint64``, as fast as ``np.sort``
-    of the floats) instead of an argsort, 3x (unstable) to 8x (stable) slower at n = 1e6: a
-    key is the float's order-preserving bit pattern (:func:`_key`) with its low
-    ``ceil(log2 n)`` bits replaced by the index, so equal losses stay in index order. The
+    One SIMD sort of 64-bit keys (finite losses: ``np.sort`` of float64 keys,
+    :func:`_float_keys`; else of uint64 keys, :func:`_packed_keys`) instead of an argsort,
+    3x (unstable) to 8x (stable) slower at n = 1e6: a key is the float's bit pattern (the
+    order-preserving :func:`_key` for uint64) with its low ``ceil(log2 n)`` bits replaced by
+    the index, so equal losses stay in index order. The
     dropped bits are at most 2^-32 relative for n <= 2^20; runs of losses that close are put
     in order by value afterwards with a stable sort of the nearly sorted values (NumPy's
     timsort), so the result is exactly the stable argsort (NaNs last, ``-0.0`` equal to
@@ -585,11 +630,16 @@ def sorted_order(losses, keys=None, ls=None):
     shift = max(1, (n - 1).bit_length())
     if n > 1 and shift <= 40:
         keys = np.empty(n, dtype=np.uint64) if keys is None else keys
-        _packed_keys(x.view(np.uint64), shift, keys)
-        keys.sort()
         order = keys.view(np.int64)
         ls = np.empty(n) if ls is None else ls
-        if _unpack_keys(keys, order, shift, x, ls) and not _fix_runs(order, ls, 4 * n):
+        if _float_keys(x.view(np.uint64), shift, keys):
+            keys.view(np.float64).sort()
+            disorder = _unpack_float_keys(keys, order, shift, x, ls)
+        else:
+            _packed_keys(x.view(np.uint64), shift, keys)
+            keys.sort()
+            disorder = _unpack_keys(keys, order, shift, x, ls)
+        if disorder and not _fix_runs(order, ls, 4 * n):
             # equal losses are in index order, so a stable sort by value of this nearly
             # sorted sequence is the stable argsort of ``losses`` (timsort: linear on runs)
             sub = np.argsort(ls, kind="stable")
