@@ -3,6 +3,7 @@ per step, replayed on the loss changes of a real pass, by chunk size.
 
     python benchmarks/prospect_oracle_steps.py [--sizes 20000 200000] [--chunks 16 32 64 128]
         [--cases esrm:none esrm:chi2 esrm:kl user:chi2] [--out benchmarks/results/...]
+        [--base-src /path/to/base/checkout/src]
 
 For each case (spectrum : shift cost, the objectives of ``prospect_incremental.py`` part 3)
 and start (the default start and the perturbed optimum, their step sizes), one pass of
@@ -12,7 +13,15 @@ replayed on a fresh oracle built from the pass's initial table, for every chunk 
 
 * ``update``: the replacements alone (``_rank_replace`` / ``_hull_replace``);
 * ``step``: the query of the changing loss's weight, then its replacement: the oracle's whole
-  share of a step (``step - update`` is the query).
+  share of a step (``step - update`` is the query; for ``nu = 0`` the step is the pass's
+  fused one, ``_rank_weight_at`` + ``_rank_replace_at``: the query's search also locates
+  the value the update replaces).
+
+``--base-src``: the rank / hull oracle modules of another checkout (``rank_oracle.py`` and
+``hull_oracle.py`` copied into a temporary package, the rest of ``riskopt`` this one's) replay
+the same loss changes in the same process, the two timed alternately (best of 3 each):
+columns ``before step ns`` and ``after / before`` (the before / after of a change, measured
+side by side).
 
 Cells: CPU nanoseconds per step (``time.process_time``, best of 3, one BLAS thread), the
 Newton iterations and chunks scanned per query, and ``step x n`` as a ratio to one
@@ -37,8 +46,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import prospect_incremental as pi  # noqa: E402
 from riskopt._kernels.hull_oracle import (_hull_build, _hull_replace, _hull_scratch,  # noqa: E402
                                           _hull_weight, _hull_weight_full)
+from riskopt._kernels import hull_oracle, rank_oracle  # noqa: E402
 from riskopt._kernels.rank_oracle import (_rank_alloc, _rank_build, _rank_replace,  # noqa: E402
-                                          _rank_replace_at, _rank_weight, _rank_weight_at)
+                                          _rank_weight)
 from riskopt.bench._meta import _cpu_info, _git_commit, _versions, now  # noqa: E402
 
 
@@ -97,23 +107,60 @@ def record(X, y, sigma, nu, div, lr, reg, idx, w, losses, D, rho, R, work, hst, 
         _replace(nu0, R, sigma, olds[t], news[t])
 
 
-@njit(cache=True)
-def replay(nu0, ls0, sigma, nu, div, R, olds, news, work, hst, query):
-    _build(nu0, ls0, sigma, nu, div, R)
-    acc = 0.0
-    for t in range(olds.shape[0]):
-        if query and nu0:  # as the pass: the query's search locates the update's old value
-            q, k, j = _rank_weight_at(R, sigma, olds[t])
-            acc += q
-            _rank_replace_at(R, k, j, olds[t], news[t])
-            continue
-        if query:
-            acc += _weight(nu0, R, sigma, olds[t], work, hst)
-        _replace(nu0, R, sigma, olds[t], news[t])
-    return acc
+def load_base(src):
+    """The ``rank_oracle`` / ``hull_oracle`` modules of the checkout at ``src`` (its
+    ``riskopt`` source folder), as a temporary package beside this one."""
+    import importlib
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="oracle_steps_")) / "_base_oracles"
+    d.mkdir()
+    (d / "__init__.py").write_text("")
+    for f in ("rank_oracle.py", "hull_oracle.py"):
+        text = (Path(src) / "riskopt" / "_kernels" / f).read_text()
+        (d / f).write_text(text.replace("from .oracles import",
+                                        "from riskopt._kernels.oracles import"))
+    sys.path.insert(0, str(d.parent))
+    return (importlib.import_module("_base_oracles.rank_oracle"),
+            importlib.import_module("_base_oracles.hull_oracle"))
 
 
-def case_rows(name, cost, n, chunks, log):
+def make_replay(rk, ho):
+    """The replay on the modules ``rk`` / ``hull`` (this checkout's or a base's), the same
+    closure for both so that the two compile alike: the replacements alone (``query``
+    False) or the step, the query then the replacement (for ``nu = 0``, where ``rk`` has it,
+    the pass's fused ``_rank_weight_at`` + ``_rank_replace_at``)."""
+    fused = hasattr(rk, "_rank_weight_at")
+
+    @njit
+    def run(nu0, ls0, sigma, nu, div, R, olds, news, work, hst, query):
+        if nu0:
+            rk._rank_build(ls0, sigma, R)
+        else:
+            ho._hull_build(ls0, sigma, nu, div, R)
+        acc = 0.0
+        for t in range(olds.shape[0]):
+            if nu0:
+                if query and fused:
+                    q, k, j = rk._rank_weight_at(R, sigma, olds[t])
+                    acc += q
+                    rk._rank_replace_at(R, k, j, olds[t], news[t])
+                    continue
+                if query:
+                    acc += rk._rank_weight(R, sigma, olds[t])
+                rk._rank_replace(R, olds[t], news[t])
+            else:
+                if query:
+                    q = ho._hull_weight(R, olds[t], work, hst)
+                    acc += ho._hull_weight_full(R, sigma, olds[t]) if q != q else q
+                ho._hull_replace(R, sigma, olds[t], news[t])
+        return acc
+    return run
+
+
+REPLAY = make_replay(rank_oracle, hull_oracle)
+
+
+def case_rows(name, cost, n, chunks, log, base=None):
     obj = pi.spectra_objective(name, cost, n)
     t_full = pi.full_eval_seconds(obj, 11, time.process_time)
     nu, div, sigma = obj.nu, obj.div, obj.sigma
@@ -136,20 +183,33 @@ def case_rows(name, cost, n, chunks, log):
             R = _rank_alloc(n, B, not nu0)
             cell = dict(n=n, spectrum=name, cost=cost, start=start, B=B, full_eval=t_full)
             for lab, query in (("update", False), ("step", True)):
-                ts = []
+                ts, tb = [], []
                 for _ in range(3):
+                    if base is not None and query:  # the base, alternately (same process)
+                        Rb = base[0]._rank_alloc(n, B, not nu0)
+                        hb = np.zeros(2, dtype=np.int64)
+                        wb = base[1]._hull_scratch()
+                        t0 = time.process_time()
+                        base[2](nu0, ls0, sigma, nu, div, Rb, olds, news, wb, hb, True)
+                        tb.append(time.process_time() - t0)
                     hst[:] = 0
                     t0 = time.process_time()
-                    replay(nu0, ls0, sigma, nu, div, R, olds, news, work, hst, query)
+                    REPLAY(nu0, ls0, sigma, nu, div, R, olds, news, work, hst, query)
                     ts.append(time.process_time() - t0)
                 cell[lab + "_ns"] = min(ts) / n * 1e9
+                if tb:
+                    cell["base_step_ns"] = min(tb) / n * 1e9
             cell.update(newton=hst[0] / n, chunks=hst[1] / n,
                         ratio=cell["step_ns"] * 1e-9 * n / t_full)
             rows.append(cell)
+            ab = ""
+            if base is not None:
+                ab = (f" {cell['base_step_ns']:.0f} | "
+                      f"{cell['step_ns'] / cell['base_step_ns']:.2f} |")
             log(f"| {n:,} | {name} | {cost} | {start} | {B} | {t_full * 1e3:.2f} | "
                 f"{cell['update_ns']:.0f} | {cell['step_ns'] - cell['update_ns']:.0f} | "
                 f"{cell['step_ns']:.0f} | {cell['ratio']:.1f} | {cell['newton']:.2f} | "
-                f"{cell['chunks']:.2f} |")
+                f"{cell['chunks']:.2f} |" + ab)
     return rows
 
 
@@ -161,7 +221,13 @@ def main():
                     default=["esrm:none", "esrm:chi2", "esrm:kl", "user:chi2"])
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
                                          "prospect_incremental"))
+    ap.add_argument("--base-src", default=None,
+                    help="the src folder of a checkout whose oracles replay alongside")
     args = ap.parse_args()
+    base = None
+    if args.base_src:
+        rk, ho = load_base(args.base_src)
+        base = (rk, ho, make_replay(rk, ho))
     started, t0 = now(), time.perf_counter()
     lines = []
 
@@ -177,13 +243,14 @@ def main():
         "machine was shared (load in the JSON).")
     log("")
     log("| n | spectrum | cost | start | B | value_grad ms | update ns | query ns | step ns | "
-        "oracle / value_grad | Newton it./query | chunks/query |")
-    log("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        "oracle / value_grad | Newton it./query | chunks/query |"
+        + (" before step ns | after / before |" if base else ""))
+    log("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else ""))
     rows = []
     for n in args.sizes:
         for c in args.cases:
             name, cost = c.split(":")
-            rows += case_rows(name, cost, n, args.chunks, log)
+            rows += case_rows(name, cost, n, args.chunks, log, base)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tag = "_".join(str(n) for n in args.sizes)

@@ -209,7 +209,8 @@ def test_hull_chunk_caps_the_rank_chunk():
 def test_oracle_steps_benchmark_replays_a_pass(tmp_path, monkeypatch):
     # benchmarks/prospect_oracle_steps.py on a tiny table: it writes one row per start and
     # chunk size, with positive per-step costs, and the hull's queries take at least one
-    # Newton iteration and one chunk scan each (no timing is compared: the machine is shared)
+    # Newton iteration and one chunk scan each (no timing is compared: the machine is shared);
+    # --base-src replays a checkout's oracles alongside (here this one's)
     import importlib.util
     import json
     import sys
@@ -221,11 +222,12 @@ def test_oracle_steps_benchmark_replays_a_pass(tmp_path, monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     monkeypatch.setattr(sys, "argv", ["x", "--sizes", "600", "--chunks", "8", "--cases",
-                                      "esrm:none", "esrm:chi2", "--out", str(tmp_path)])
+                                      "esrm:none", "esrm:chi2", "--out", str(tmp_path),
+                                      "--base-src", str(bench.parent / "src")])
     mod.main()
     rows = json.loads((tmp_path / "oracle_steps_600.json").read_text())["rows"]
     assert len(rows) == 4
     for r in rows:
-        assert 0 < r["update_ns"] and r["ratio"] > 0
+        assert 0 < r["update_ns"] and r["ratio"] > 0 and r["base_step_ns"] > 0
         if r["cost"] == "chi2":
             assert r["newton"] >= 1.0 and r["chunks"] >= 1.0

@@ -37,7 +37,7 @@ and the chunks scanned depend on the table (how flat ``G_s`` is near its minimis
 the ranks the last update crossed; no bound is proved here beyond O(n) per query (every
 chunk scanned), which the benchmarks measure: ``benchmarks/prospect_incremental.py`` (whole
 passes) and ``benchmarks/prospect_oracle_steps.py`` (the update and the query of a step apart,
-by chunk size: the query, 1.5-3.5 Newton iterations of two tree searches each, is 60-80% of
+by chunk size: the query, 1.5-3.5 Newton iterations of one tree descent each, is 60-80% of
 the oracle's time, the update the rest). The iteration is capped (``MAX_NEWTON``); a query
 that does not settle returns ``nan`` and the caller uses the O(n) PAV (``_hull_weight_full``).
 

@@ -35,7 +35,13 @@ State ``R = (V, cnt, lid, top, fw, meta, free, Shi, Slo)`` from :func:`_rank_all
 Everything after the allocation runs without reference counting (``_nrt=False``).
 
 Prospect uses it for ``nu = 0`` (``prospect._epoch_prospect_box`` with ``kind = RANK``): a
-step reads ``q_i`` for the sampled index's loss, then replaces that loss in the multiset.
+step reads ``q_i`` for the sampled index's loss, then replaces that loss in the multiset, with
+one search for both (:func:`_rank_weight_at` returns where the loss is, :func:`_rank_replace_at`
+moves it from there: within its chunk when the new value belongs to it, without count
+changes). The step's entry points are compiled without reference counting and not inlined
+into their callers: inlined into a reference-counted caller (the pass), every unpacking of
+``R`` counted the references of its 15 arrays, which cost more than the oracle
+(``benchmarks/prospect_oracle_steps.py --base-src``).
 """
 import numpy as np
 from numba import njit
@@ -264,40 +270,33 @@ def _rank_build(ls, sigma, R):
 @njit(cache=True, _nrt=False, inline="always")
 def _first_chunk(top, nc, x, strict):
     """The first logical chunk whose largest value is ``>= x`` (``> x`` if ``strict``), or
-    ``nc``: a branch-free binary search (the comparison selects the step, no jump to
-    mispredict)."""
-    if nc == 0:
-        return 0
-    base = 0
-    m = nc
-    while m > 1:
-        half = m >> 1
-        t = top[base + half - 1]
-        below = (t <= x) if strict else (t < x)
-        base += half if below else 0
-        m -= half
-    t = top[base]
-    below = (t <= x) if strict else (t < x)
-    return base + (1 if below else 0)
+    ``nc``."""
+    lo = 0
+    hi = nc
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        t = top[mid]
+        if t < x or (strict and t == x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @njit(cache=True, _nrt=False, inline="always")
 def _bound(V, p, m, x, strict):
     """First position in chunk ``p`` (``m`` values) with value ``>= x`` (``> x`` if
-    ``strict``), branch-free as :func:`_first_chunk`."""
-    if m == 0:
-        return 0
-    base = 0
-    w = m
-    while w > 1:
-        half = w >> 1
-        t = V[p, base + half - 1]
-        below = (t <= x) if strict else (t < x)
-        base += half if below else 0
-        w -= half
-    t = V[p, base]
-    below = (t <= x) if strict else (t < x)
-    return base + (1 if below else 0)
+    ``strict``)."""
+    lo = 0
+    hi = m
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        t = V[p, mid]
+        if t < x or (strict and t == x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @njit(cache=True, _nrt=False)
@@ -361,7 +360,7 @@ def _rank_weight(R, sigma, x):
     return _tie_weight(R, sigma, a, _rank_tie(R, k, j, a, x))
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, _nrt=False)
 def _rank_weight_at(R, sigma, x):
     """:func:`_rank_weight` and the location of ``x`` (``(weight, k, j)``) for
     :func:`_rank_replace_at`, when ``x`` is the loss about to change (one search for both)."""
@@ -422,7 +421,8 @@ def _rank_insert(R, x):
 @njit(cache=True, _nrt=False, inline="always")
 def _rank_insert_at(R, k, x):
     """Add the value ``x`` to logical chunk ``k``, the first whose largest value is ``> x``
-    (the last if none is)."""
+    (the last if none is). Returns True when the chunk split (the chunks after it moved up
+    one logical place)."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
     p = lid[k]
@@ -441,8 +441,9 @@ def _rank_insert_at(R, k, x):
     _fw_add(fw, nc, k, 1)
     if m + 1 == V.shape[1]:
         _split(R, k)
-    else:
-        _tree_leaf(R, k)
+        return True
+    _tree_leaf(R, k)
+    return False
 
 
 @njit(cache=True, _nrt=False)
@@ -536,15 +537,23 @@ def _rank_replace(R, old, new):
     if old == new:
         return
     k, j, _ = _rank_locate(R, old)
-    _rank_replace_at(R, k, j, old, new)
+    _replace_at(R, k, j, old, new)
+
+
+@njit(cache=True, _nrt=False)
+def _rank_replace_at(R, k0, j0, old, new):
+    """:func:`_rank_replace` with ``old`` at position ``j0`` of logical chunk ``k0`` (from
+    :func:`_rank_locate` / :func:`_rank_weight_at`, the structure unchanged since)."""
+    _replace_at(R, k0, j0, old, new)
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _rank_replace_at(R, k0, j0, old, new):
-    """:func:`_rank_replace` with ``old`` at position ``j0`` of logical chunk ``k0`` (from
-    :func:`_rank_locate` / :func:`_rank_weight_at`, the structure unchanged since). When
-    ``new`` belongs to the same chunk the values between the two positions shift by one (no
-    count changes); otherwise ``old`` is deleted there and ``new`` inserted."""
+def _replace_at(R, k0, j0, old, new):
+    """The body of :func:`_rank_replace_at` (inlined into the callers that run without
+    reference counting; an inlined helper in a reference-counted caller would count the
+    references of the state's 15 arrays at every unpacking of ``R``). When ``new`` belongs to
+    the same chunk the values between the two positions shift by one (no
+    count changes); otherwise ``new`` is inserted and ``old`` deleted there."""
     if old == new:
         return
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
@@ -552,11 +561,10 @@ def _rank_replace_at(R, k0, j0, old, new):
     k1 = _first_chunk(top, nc, new, True)
     if k1 == nc:
         k1 = nc - 1
-    if k1 != k0:
-        if _rank_delete_at(R, k0, j0):
-            _rank_insert(R, new)  # the chunks moved: search again
-        else:  # only chunk k0 changed, its largest value down: k1 is still new's chunk
-            _rank_insert_at(R, k1, new)
+    if k1 != k0:  # insert, then delete (a split of chunk k1 moves k0 up one place)
+        if _rank_insert_at(R, k1, new) and k0 > k1:
+            k0 += 1
+        _rank_delete_at(R, k0, j0)
         return
     p = lid[k0]
     m = cnt[p]
