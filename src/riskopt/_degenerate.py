@@ -27,9 +27,9 @@ def warn_if_degenerate(est, X, y_enc, W, obj, W_fit):
         Z += W[d]
     risk = est.risk_
     why = None
-    if isinstance(est, ClassifierMixin) and len(np.unique(y_enc)) > 1:
+    if isinstance(est, ClassifierMixin) and np.min(y_enc) != np.max(y_enc):  # (labels 0..K-1)
         pred = (Z[:, 0] > 0) if Z.shape[1] == 1 else np.argmax(Z, axis=1)
-        if np.unique(pred).size == 1:
+        if np.all(pred == pred[0]):
             why = (f"it predicts the single class {est.classes_[int(pred[0])]} on all "
                    f"{n} training rows")
         elif float(np.max(np.ptp(Z - Z[:, :1], axis=0) if Z.shape[1] > 1

@@ -42,6 +42,8 @@ FAIRNESS_CONSTRAINTS = {
 
 #: parameter sets (class, ((name, type, value), ...)) that passed scikit-learn's validation
 _VALID_PARAMS = set()
+#: the key entry of a constrained name that ``est`` lacks
+_ABSENT = object()
 
 
 def validate_once(est, validate):
@@ -50,8 +52,10 @@ def validate_once(est, validate):
     small default fit (1,000 x 8), paid again by every clone of a grid search. Unhashable
     values (a ``solver_params`` dict) are always validated."""
     try:
+        # (a constrained name that is not a parameter of this class, e.g. ``randomized`` of a
+        # RiskRegressor, is absent: scikit-learn's validation skips it too)
         key = (type(est), tuple((k, type(v), v) for k, v in sorted(
-            (k, getattr(est, k)) for k in est._parameter_constraints)))
+            (k, getattr(est, k, _ABSENT)) for k in est._parameter_constraints)))
         hash(key)
     except (TypeError, AttributeError):
         key = None

@@ -29,6 +29,7 @@ two outer steps reach the exact tie set (a certified gap of 3e-13 on the synthet
 continuation otherwise (a wrong window costs time, never accuracy).
 """
 import numpy as np
+from scipy.linalg import LinAlgError
 
 from .._kernels import crossover as _kc
 
@@ -92,8 +93,8 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     whether a model solve ran out of ``qp_iter`` (e.g. a massive tie); ``None`` if
     the spectrum is not a box, ``nu > 0``, ``p > MAX_FEATURES`` or ``H`` is not positive
     definite."""
-    from ._dual import _box_spectrum, _losses_derivs_z, _rows, _xt_vec, curvature, \
-        dual_bound, tri_solve, weighted_gram
+    from ._dual import _box_spectrum, _losses_derivs_z, _rows, _xt_vec, chol_lower, \
+        curvature, dual_bound, tri_solve, weighted_gram
 
     sigma = objective.sigma
     if not _box_spectrum(sigma) or objective.nu != 0 or objective.p > MAX_FEATURES:
@@ -134,8 +135,8 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         if not (np.all(np.isfinite(H)) and np.all(np.isfinite(g)) and np.all(np.isfinite(Aw))):
             return best if best["q"] is not None else None  # overflow (e.g. unscaled data)
         try:
-            L = np.linalg.cholesky(H)
-        except np.linalg.LinAlgError:
+            L = chol_lower(H)
+        except LinAlgError:
             return best if best["q"] is not None else None
         C = tri_solve(L, Aw.T)
         c_fix = tri_solve(L, g)

@@ -30,6 +30,17 @@ def chol_solve(H, b):
     return x
 
 
+def chol_lower(H):
+    """The lower Cholesky factor ``L`` (``H = L L'``, upper triangle zero) of a symmetric
+    positive definite ``H`` (finite) by LAPACK's ``dpotrf`` directly (``np.linalg.cholesky``
+    without its error-state and wrapping overhead, a noticeable share of a small crossover
+    step). Raises ``LinAlgError`` if ``H`` is not positive definite."""
+    L, info = dpotrf(H, lower=1, clean=1)
+    if info != 0:
+        raise LinAlgError(f"dpotrf: the matrix is not positive definite (info {info})")
+    return L
+
+
 def tri_solve(L, B, trans=False):
     """``L^-1 B`` (or ``L^-T B`` with ``trans``) for a lower-triangular ``L`` (finite), by
     LAPACK's ``dtrtrs`` directly (``scipy.linalg.solve_triangular`` without its checks)."""
