@@ -164,9 +164,9 @@ def dual_bound(objective, W, q, penalty=0.0, z=None):
         # halved; no bound (-inf) when the intercept has no finite minimiser (e.g. the weighted
         # samples of a logistic loss are of one class) or the solve does not converge, since
         # the bound needs the intercept at its minimiser
-        der0 = _losses_derivs_z(objective, z)[1]
-        scale = float(q @ np.abs(der0)) + 1e-300
-        g1 = float(q @ der0)
+        ell, der = _losses_derivs_z(objective, z)
+        scale = float(q @ np.abs(der)) + 1e-300
+        g1 = float(q @ der)
         solved = abs(g1) <= 1e-13 * scale
         for _ in range(100):
             if solved:
@@ -176,18 +176,20 @@ def dual_bound(objective, W, q, penalty=0.0, z=None):
                 break
             step = -g1 / h1
             for _ in range(60):
-                g_new = float(q @ _losses_derivs_z(objective, z + c + step)[1])
+                ell_new, der_new = _losses_derivs_z(objective, z + (c + step))
+                g_new = float(q @ der_new)
                 if abs(g_new) < abs(g1):
                     break
                 step *= 0.5
             else:
                 break
-            c, g1 = c + step, g_new
+            c, g1, ell, der = c + step, g_new, ell_new, der_new
             solved = abs(g1) <= 1e-13 * scale
         if not solved:
             return -np.inf, c
-    zc = z + c
-    ell, der = _losses_derivs_z(objective, zc)
+    else:
+        ell, der = _losses_derivs_z(objective, z)
+    # (ell, der: the losses at z + c, the intercept's minimiser; z + (c + step) above)
     Wc = W.copy()
     if objective.fit_intercept:
         Wc[-1] += c
