@@ -75,7 +75,10 @@ def _expected_failed_checks(estimator):
                 "check_sample_weight_equivalence_on_sparse_data": _SW_STOCHASTIC}
     if isinstance(estimator, RiskRegressor) and estimator.tol == 1e-4 \
             and str(estimator.risk) == "cvar:0.1":
-        return {"check_sample_weight_equivalence_on_dense_data": _SW_TOL}
+        # (the sparse variant passed by the luck of identical paths until the ridge start,
+        # stop 37: it now differs by 6e-6 relative in one prediction, as the dense one)
+        return {"check_sample_weight_equivalence_on_dense_data": _SW_TOL,
+                "check_sample_weight_equivalence_on_sparse_data": _SW_TOL}
     return {}
 
 

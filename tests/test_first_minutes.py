@@ -144,6 +144,67 @@ def test_verbose_estimator_announces_a_compilation(monkeypatch, capsys):
     assert f"[RiskRegressor] {_runtime.COMPILE_NOTICE}" in out
 
 
+_COLD_FIT = """
+    import json, numpy as np
+    from numba.core import event
+    names = []
+    class L(event.Listener):
+        def on_start(self, ev):
+            f = getattr(ev.data.get("dispatcher"), "py_func", None)
+            if str(getattr(f, "__module__", "")).startswith("riskopt."):
+                names.append(f.__name__)
+        def on_end(self, ev):
+            pass
+    event.register("numba:compile", L())
+    from riskopt.estimators import RiskClassifier, RiskRegressor
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    RiskClassifier().fit(X, (X[:, 0] + rng.normal(size=300) > 0).astype(int))
+    RiskRegressor().fit(X, X @ np.ones(4) + rng.standard_t(3, size=300))
+    print(json.dumps(names))
+"""
+
+
+@pytest.mark.slow
+def test_a_cold_default_fit_compiles_only_its_own_oracle_cases(tmp_path):
+    """With an empty numba cache, the default ``RiskClassifier`` / ``RiskRegressor`` fits
+    compile the ``nu = 0`` and chi-square oracle kernels only: not the KL PAV, not the general
+    entry point that holds every case (``oracles._gathered`` calls the case's kernel), not
+    the tied oracle for the equal losses at ``w = 0`` (``oracle_ties.equal_risk_weights``)
+    and not the K-output loss path (the cold first fit, issue 29 item 3)."""
+    r = _python(_COLD_FIT, env={"NUMBA_CACHE_DIR": str(tmp_path)}, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    names = set(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert {"_risk_weights_nu0", "_chi2_gathered"} <= names, names
+    assert not names & {"_risk_weights_gathered", "_weights_sorted_ws", "_kl_gathered",
+                        "_kl_weights_linear", "_penalty", "_risk_sorted", "_loss_deriv",
+                        "_losses_derivs_z", "_tied"}, names
+
+
+def test_validated_parameters_are_not_validated_again(monkeypatch):
+    """A second fit with the same parameter values skips scikit-learn's parameter validation
+    (``_estimator_params.validate_once``), also for a class that lacks one of the shared
+    constrained names (``randomized``: the fairness parameters of the classifier only)."""
+    from sklearn.base import BaseEstimator
+
+    from riskopt import _estimator_params
+    from riskopt.estimators import RiskClassifier, RiskRegressor
+
+    calls = []
+    real = BaseEstimator._validate_params
+    monkeypatch.setattr(BaseEstimator, "_validate_params",
+                        lambda self: (calls.append(type(self).__name__), real(self))[1])
+    monkeypatch.setattr(_estimator_params, "_VALID_PARAMS", set())
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 3))
+    for _ in range(2):
+        RiskRegressor(risk="mean", l2_reg=0.01).fit(X, X[:, 0])
+        RiskClassifier(risk="mean", l2_reg=0.01).fit(X, (X[:, 1] > 0).astype(int))
+    assert calls == ["RiskRegressor", "RiskClassifier"]
+    with pytest.raises(ValueError, match="l2_reg"):  # a new value is still validated
+        RiskRegressor(risk="mean", l2_reg=-1.0).fit(X, X[:, 0])
+
+
 def test_warmup_compiles_then_has_nothing_to_do():
     from riskopt._warmup import warmup
 

@@ -47,6 +47,30 @@ def test_newton_matches_cvxpy_and_its_bound_is_below_the_optimum(loss, fit_inter
     assert res["value"] == pytest.approx(obj.value(res["coef"]), rel=1e-14)
 
 
+@pytest.mark.parametrize("k,risk", list(enumerate(RISKS)), ids=lambda r: str(r))
+def test_the_ridge_start_reaches_the_certified_optimum(k, risk):
+    """``mean_start`` (the Newton solver from ``w = 0`` with the squared loss): the first step
+    is the mean problem's minimiser, ridge regression, kept only when it lowers ``F``; the run
+    still ends at cvxpy's optimum within its own certificate, ``value0`` is ``F(w0)`` and the
+    step is counted."""
+    X, y = data("squared", 50, 4, 60 + k)
+    obj = ro.Objective("squared", risk, X, y, l2_reg=1.0 / 50, fit_intercept=True)
+    _, v_cvx = cvxpy_spectral_minimum(obj)
+    res = nt.newton(obj, obj.zeros(), rtol=1e-10, mean_start=True)
+    assert res["converged"], res["message"]
+    assert res["bound"] <= v_cvx + 1e-9 * abs(v_cvx) <= res["value"] + 2e-9 * abs(v_cvx)
+    assert res["value"] - res["bound"] <= 1e-10 * abs(res["value"])
+    assert res["value0"] == obj.value(obj.zeros())
+    assert res["n_iter"] >= 1
+    mean = nt._mean_start(obj, np.zeros(obj.p), np.zeros(obj.n))[0]
+    ridge = ro.Objective("squared", ro.Mean(), X, y, l2_reg=1.0 / 50, fit_intercept=True)
+    g = ridge.value_grad(ridge.as_coef(mean))[1]  # its gradient on the mean problem: ~0
+    # (up to the float32 Gram matrix of the Newton model)
+    assert np.linalg.norm(g) <= 1e-4 * np.linalg.norm(ridge.value_grad(ridge.zeros())[1])
+    one = nt.newton(obj, obj.zeros(), rtol=1e-10, max_iter=1, mean_start=True)
+    assert one["n_iter"] <= 1  # max_iter = 1: no room for the ridge step
+
+
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 def test_certificate_is_a_lower_bound_at_any_point(loss):
     obj = _obj(loss, ro.CVaR(0.2), True, 7)

@@ -186,3 +186,28 @@ def test_sorted_order_by_float_keys_is_the_stable_argsort():
             order, ls = ko.sorted_order(x)
             np.testing.assert_array_equal(order, np.argsort(x, kind="stable"))
             np.testing.assert_array_equal(ls, x[order])
+
+
+@pytest.mark.parametrize("top", [0.6931471805599453, 0.0, -3.25, 1e8])
+def test_equal_losses_in_numpy_equal_the_tied_kernel(top):
+    """``equal_risk_weights`` (all losses equal, the fits' ``w = 0``; NumPy, so that a first
+    fit compiles no tied-oracle kernel) gives the tied kernel's weights and value (one group:
+    the same operations) for ``nu = 0``, chi-square and KL, and declines for losses that are
+    not all equal or not finite; the oracles take it from the first equal sample on."""
+    n = 1000
+    l = np.full(n, top)
+    for risk in (ro.ESRM(1.0), ro.Extremile(2.0), ro.CVaR(0.2)):
+        sigma = np.ascontiguousarray(risk.spectrum(n))
+        for nu, div in ((0.0, 0), (1e-3, 0), (0.5, 0), (1e-3, 1), (0.5, 1)):
+            q, q_ref = np.empty(n), np.empty(n)
+            v = kt.equal_risk_weights(l, sigma, nu, div, q)
+            v_ref = kt.tied_risk_weights(l, sigma, nu, div, q_ref)
+            assert v_ref is not None
+            assert abs(v - v_ref) <= 4 * EPS * max(abs(top), 1.0), (v, v_ref)
+            assert np.allclose(q, q_ref, rtol=4 * EPS, atol=0)
+            q2 = np.empty(n)
+            assert ko.risk_weights(l, sigma, nu, div, q2) == v and np.array_equal(q2, q)
+    q = np.empty(n)
+    sigma = np.full(n, 1.0 / n)
+    assert kt.equal_risk_weights(np.r_[l[:-1], top + 1.0], sigma, 0.0, 0, q) is None
+    assert kt.equal_risk_weights(np.full(n, np.inf), sigma, 0.0, 0, q) is None

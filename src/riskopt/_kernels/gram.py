@@ -12,10 +12,11 @@ from numba import njit
 
 
 @njit(cache=True)
-def pool_row_sums(X, rows, vals, pid, n_pools):
-    """``(n_pools, p)`` float64: ``out[pid[k]] += vals[k] * X[rows[k]]`` for every ``k``."""
+def pool_row_sums(X, rows, vals, pid, out):
+    """``out[pid[k]] += vals[k] * X[rows[k]]`` for every ``k`` (``out``: ``(n_pools, p)``
+    float64, zeros from the caller: no array is made here, one kernel less to compile in a
+    first fit)."""
     p = X.shape[1]
-    out = np.zeros((n_pools, p))
     for k in range(rows.shape[0]):
         i = rows[k]
         b = pid[k]
@@ -26,13 +27,13 @@ def pool_row_sums(X, rows, vals, pid, n_pools):
 
 
 @njit(cache=True)
-def pool_runs(order, ls, q, sigma, scale, thr):
+def pool_runs(order, ls, q, sigma, scale, thr, starts, ends):
     """Pools of a chi-square oracle solution (``riskopt.objectives._newton._pools``): maximal
     runs (length >= 2) of consecutive sorted samples off their ``sigma`` rank with equal
-    ``q - l scale`` (to 64 ulps). ``ls`` are the sorted losses; returns ``(starts, ends)``."""
+    ``q - l scale`` (to 64 ulps). ``ls`` are the sorted losses; writes the runs
+    ``[starts[b], ends[b])`` (int64 arrays of length >= n // 2 + 1 from the caller) and
+    returns their number."""
     n = order.shape[0]
-    starts = np.empty(n // 2 + 1, dtype=np.int64)
-    ends = np.empty(n // 2 + 1, dtype=np.int64)
     eps64 = 64.0 * 2.220446049250313e-16
     m = 0
     run = -1  # start of the current run, -1 if none
@@ -56,7 +57,7 @@ def pool_runs(order, ls, q, sigma, scale, thr):
         starts[m] = run
         ends[m] = n
         m += 1
-    return starts[:m].copy(), ends[:m].copy()
+    return m
 
 
 @njit(cache=True)

@@ -22,14 +22,14 @@ LOGISTIC = 2
 MULTINOMIAL = 3
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _log1pexp(z):
     if z > 0.0:
         return z + math.log1p(math.exp(-z))
     return math.log1p(math.exp(z))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sigmoid(z):
     if z >= 0.0:
         return 1.0 / (1.0 + math.exp(-z))

@@ -47,7 +47,7 @@ EPS = float(np.finfo(np.float64).eps)
 BOX_SAMPLE = 4096
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _tie_mean(sigma, a, m):
     """``mean(sigma[a:a + m])``, the weight of a tie of ``m`` losses at ranks ``a, ...`` for
     ``nu = 0``; every ``nu = 0`` oracle sums a tie through it (the same bits)."""
@@ -361,7 +361,7 @@ def _box_chi2_root(losses, c, tot, A, lo, hi, t, maxit):
     return np.nan, maxit
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _clamp_value(v, top, m, span, n, nu):
     """The clamp of a ``nu > 0`` risk value into ``[mean, mean + span^2 / (8 nu)]`` (``m = sum
     (l - top)``; why: ``oracles._risk_sorted``, which clamps through it too)."""

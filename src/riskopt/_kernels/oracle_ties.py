@@ -28,6 +28,7 @@ argsort path then runs) for more values than that, NaN or infinite losses, a spa
 overflows, and a KL table too wide for the linear domain.
 """
 import math
+import threading
 
 import numpy as np
 from numba import njit
@@ -42,8 +43,23 @@ TIES_SAMPLE = 2048
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-@njit(cache=True)
 def few_values(losses, bits, max_groups):
+    """:func:`_few_values` with this thread's hash tables (zeroed there): no array is made
+    in the kernel, whose allocations were half of its compile time in a first fit."""
+    tables = getattr(_TABLES, "t", None)
+    if tables is None:
+        tables = _TABLES.t = (np.empty(_TABLE_MAX, dtype=np.uint64),
+                              np.empty(_TABLE_MAX, dtype=np.int64))
+    return _few_values(losses, bits, max_groups, tables[0], tables[1])
+
+
+_TABLES = threading.local()
+#: the largest hash table of ``_few_values``: ``4 TIES_SAMPLE`` slots, a power of two
+_TABLE_MAX = 1 << (4 * TIES_SAMPLE - 1).bit_length()
+
+
+@njit(cache=True)
+def _few_values(losses, bits, max_groups, keys, cnt):
     """Whether ``losses`` likely hold at most ``n / max_groups`` distinct values, from
     ``s = min(TIES_SAMPLE, max(256, n / 16))`` evenly spaced losses counted in a hash table
     of ``4 s`` to ``8 s`` slots: Chao's estimate ``d + f1^2 / (2 f2)`` (``d`` distinct values
@@ -58,8 +74,9 @@ def few_values(losses, bits, max_groups):
         bits_h += 1
     size = 1 << bits_h
     mask = np.uint64(size - 1)
-    keys = np.zeros(size, dtype=np.uint64)
-    cnt = np.zeros(size, dtype=np.int64)
+    for h in range(size):  # (keys, cnt: tables of at least size slots, from few_values)
+        keys[h] = 0
+        cnt[h] = 0
     step = n // s
     for j in range(s):
         x = losses[j * step]
@@ -277,6 +294,29 @@ def _tied(losses, ls, sigma, nu, div, q, max_m):
             return np.nan
     _map_back(losses, uv, uq, m, q, np.empty(4 * m + 2, dtype=np.int64))
     return _group_value(uv, first, uq, m, n, nu, div)
+
+
+def equal_risk_weights(losses, sigma, nu, div, q):
+    """:func:`tied_risk_weights` for losses that are all equal (and finite), in NumPy: its
+    one group (``m = 1``) by the same operations (``sigma`` summed in rank order, the weight
+    ``sum / n`` for every divergence, the value ``top - nu D``, clamped as
+    ``_group_value``), so a fit from ``w = 0`` compiles no tied-oracle kernel. None when the
+    losses are not all equal or not finite."""
+    n = losses.shape[0]
+    top = float(losses[0])
+    if not (math.isfinite(top) and np.all(losses == top)):
+        return None
+    v = float(np.cumsum(sigma)[-1]) / n
+    q[:] = v
+    if nu == 0.0:
+        return top
+    if div == 0:
+        e = v - 1.0 / n
+        pen = nu * n * (n * (e * e))
+    else:
+        pen = nu * (n * (v * math.log(n * v))) if v > 0.0 else 0.0
+    val = top - pen  # (_clamp_value into [top, top], to 1e-10 |top|)
+    return top if abs(val - top) > 1e-10 * abs(top) else val
 
 
 def tied_risk_weights(losses, sigma, nu, div, q):

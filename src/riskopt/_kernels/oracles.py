@@ -24,7 +24,7 @@ from numba import njit
 from .oracle_select import (SELECT_MAX_MIDDLE, SelectionPlan,  # noqa: F401 (re-exported)
                             _clamp_value, _tie_mean, box_select_weights, select_risk_weights,
                             selection_plan)
-from .oracle_ties import TIES_MAX_GROUPS, few_values, tied_risk_weights
+from .oracle_ties import TIES_MAX_GROUPS, equal_risk_weights, few_values, tied_risk_weights
 
 #: ``risk_weights`` tries the tied oracle (``oracle_ties``) from this many losses on.
 TIES_MIN_N = 256
@@ -432,11 +432,17 @@ def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
         for r in range(n):
             q[order[r]] = qs[r]
         return _risk_sorted(ls, qs, nu, div)
-    # nu = 0: the weights of _weights_sorted_ws (sigma by rank, averaged over ties) scattered
-    # as they are made, and the value of _risk_sorted in the same pass
-    # (a singleton, the common case, takes sigma[i] directly and the loss is held: a
-    # _tie_mean call and a reload of ls[i] per compare took 19 ms instead of 10 ms at n = 1e6,
-    # benchmarks/oracle_speed.py)
+    return _risk_weights_nu0(order, ls, sigma, q)
+
+
+@njit(cache=True)
+def _risk_weights_nu0(order, ls, sigma, q):
+    """:func:`_risk_weights_gathered` for ``nu = 0``: the weights of _weights_sorted_ws
+    (sigma by rank, averaged over ties) scattered as they are made, and the value of
+    _risk_sorted in the same pass (a singleton, the common case, takes sigma[i] directly and
+    the loss is held: a _tie_mean call and a reload of ls[i] per compare took 19 ms instead
+    of 10 ms at n = 1e6, benchmarks/oracle_speed.py)."""
+    n = ls.shape[0]
     top = ls[n - 1]
     acc = 0.0
     i = np.int64(0)  # (not a literal: one signature of _tie_mean to compile)
@@ -453,8 +459,21 @@ def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
     return top + acc
 
 
+def _gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
+    """:func:`_risk_weights_gathered` from Python (scratch of :func:`_scratch`): the kernel
+    of the case called directly, so that a first fit compiles only the cases its oracle calls
+    use (``nu = 0`` and chi-square: not the KL PAV and the general path, seconds of
+    compilation)."""
+    if nu == 0.0:
+        return _risk_weights_nu0(order, ls, sigma, q)
+    if div == CHI2:
+        n = ls.shape[0]
+        return _chi2_gathered(order, ls, sigma, nu, q, iwork, work[:n], work[n:2 * n], qs)
+    return _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
+
+
 # ------------------------------------------------------------- argsort by packed keys
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _key(b, sign):
     """The order-preserving unsigned key of the float64 with bit pattern ``b``: sign bit set
     for ``x >= 0``, all bits flipped for ``x < 0``; ``-0.0`` gets the key of ``+0.0`` and
@@ -598,14 +617,20 @@ def risk_weights_sorted(losses, sigma, nu, div, q, srt=None):
     if v is not None:
         return v, srt
     _, _, qs, work, iwork = _scratch(losses.shape[0])
-    return _risk_weights_gathered(srt[0], srt[1], sigma, nu, div, q, qs, work, iwork), srt
+    return _gathered(srt[0], srt[1], sigma, nu, div, q, qs, work, iwork), srt
 
 
 def _tied_or_none(losses, sigma, nu, div, q):
     """:func:`oracle_ties.tied_risk_weights` where the sample predicts few values (and it
     does not decline), else None."""
     x = np.ascontiguousarray(losses, dtype=np.float64)
-    if x.shape[0] >= TIES_MIN_N and few_values(x, x.view(np.uint64), TIES_MAX_GROUPS):
+    if x.shape[0] < TIES_MIN_N:
+        return None
+    if x[0] == x[-1] == x[x.shape[0] // 2]:  # all equal? (w = 0): no kernel to compile
+        v = equal_risk_weights(x, sigma, nu, div, q)
+        if v is not None:
+            return v
+    if few_values(x, x.view(np.uint64), TIES_MAX_GROUPS):
         return tied_risk_weights(x, sigma, nu, div, q)
     return None
 
@@ -667,7 +692,7 @@ def risk_weights(losses, sigma, nu, div, q):
         return v
     keys, ls, qs, work, iwork = _scratch(losses.shape[0])
     order, ls = sorted_order(losses, keys, ls)
-    return _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
+    return _gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
 
 
 def spectral_risk_weights(losses, sigma, nu, div, q, plan=None):

@@ -237,7 +237,8 @@ def _xt_vec(X, v):
         rows = np.flatnonzero(v)
         if len(rows) < SPARSE_ROWS * len(v):
             vals = v[rows]
-            B = _kg.pool_row_sums(base, rows, vals, np.zeros(len(rows), dtype=np.int64), 1).T
+            B = _kg.pool_row_sums(base, rows, vals, np.zeros(len(rows), dtype=np.int64),
+                                  np.zeros((1, base.shape[1]))).T
             return (_from_base(X, B, np.array([vals.sum()])) if lin else B)[:, 0]
     return np.asarray(X.T @ v, dtype=np.float64).ravel()
 

@@ -222,9 +222,12 @@ def _pools(ell, q, sigma, scale, srt=None):
     (:func:`riskopt._kernels.oracles.risk_weights_sorted`), else ``ell`` is sorted here."""
     order, ls = _ko.sorted_order(ell) if srt is None else srt
     thr = 1e-9 * float(sigma[-1] - sigma[0])
-    starts, ends = _kg.pool_runs(order, ls, np.ascontiguousarray(q, dtype=np.float64),
-                                 np.ascontiguousarray(sigma, dtype=np.float64), float(scale), thr)
-    return order, starts, ends
+    starts = np.empty(len(order) // 2 + 1, dtype=np.int64)
+    ends = np.empty_like(starts)
+    m = _kg.pool_runs(order, ls, np.ascontiguousarray(q, dtype=np.float64),
+                      np.ascontiguousarray(sigma, dtype=np.float64), float(scale), thr, starts,
+                      ends)
+    return order, starts[:m].copy(), ends[:m].copy()
 
 
 def _pool_members(order, starts, ends):
@@ -247,7 +250,7 @@ def _pool_sums(X, member, vals, pid, n_pools):
 
         n = X.shape[0]
         return _xt_sparse(X, sp.csr_matrix((vals, (member, pid)), shape=(n, n_pools)))
-    B = _kg.pool_row_sums(base, member, vals, pid, n_pools).T
+    B = _kg.pool_row_sums(base, member, vals, pid, np.zeros((n_pools, base.shape[1]))).T
     return _from_base(X, B, np.bincount(pid, weights=vals, minlength=n_pools)) if lin else B
 
 
