@@ -22,8 +22,8 @@ import numpy as np
 from numba import njit
 
 from .oracle_select import (SELECT_MAX_MIDDLE, SelectionPlan,  # noqa: F401 (re-exported)
-                            _clamp_value, _tie_mean, box_select_weights, select_risk_weights,
-                            selection_plan)
+                            _clamp_value, _risk_weights_nu0, _tie_mean, box_select_weights,
+                            select_risk_weights, selection_plan)
 from .oracle_ties import TIES_MAX_GROUPS, equal_risk_weights, few_values, tied_risk_weights
 
 #: ``risk_weights`` tries the tied oracle (``oracle_ties``) from this many losses on.
@@ -433,30 +433,6 @@ def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
             q[order[r]] = qs[r]
         return _risk_sorted(ls, qs, nu, div)
     return _risk_weights_nu0(order, ls, sigma, q)
-
-
-@njit(cache=True)
-def _risk_weights_nu0(order, ls, sigma, q):
-    """:func:`_risk_weights_gathered` for ``nu = 0``: the weights of _weights_sorted_ws
-    (sigma by rank, averaged over ties) scattered as they are made, and the value of
-    _risk_sorted in the same pass (a singleton, the common case, takes sigma[i] directly and
-    the loss is held: a _tie_mean call and a reload of ls[i] per compare took 19 ms instead
-    of 10 ms at n = 1e6, benchmarks/oracle_speed.py)."""
-    n = ls.shape[0]
-    top = ls[n - 1]
-    acc = 0.0
-    i = np.int64(0)  # (not a literal: one signature of _tie_mean to compile)
-    while i < n:
-        x = ls[i]
-        j = i + 1
-        while j < n and ls[j] == x:
-            j += 1
-        w = sigma[i] if j == i + 1 else _tie_mean(sigma, i, j - i)  # (the same value)
-        for r in range(i, j):
-            q[order[r]] = w
-            acc += w * (ls[r] - top)
-        i = j
-    return top + acc
 
 
 def _gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
