@@ -217,3 +217,52 @@ def test_scdro_lambda_stays_in_lemma_1s_box_by_default():
     assert unbounded.lam == 1e3
     with pytest.raises(ValueError, match="loss_bound"):
         SCDRO(torch.nn.Linear(3, 1).parameters(), loss_bound="big")
+
+
+def _run_with_scheduler(cls, lr, factor, steps=6, **kw):
+    """``steps`` steps of ``cls`` on the logistic problem with ``LambdaLR(factor)``."""
+    X, y = _data()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1, bias=False).double()
+    opt = cls(model.parameters(), radius=0.3, lr=lr, beta=0.5, **kw)
+    sched = None if factor is None else torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    batches = np.random.default_rng(1).integers(0, 64, size=(steps, 8))
+    for k, idx in enumerate(batches):
+        idx = torch.from_numpy(idx)
+        losses = bce(model(Xt[idx])[:, 0], yt[idx], reduction="none")
+        args = (losses,)
+        if cls.__name__ == "ASCDRO" and k > 0:
+            out = torch.func.functional_call(model, opt.previous_params(model), (Xt[idx],))
+            args = (losses, bce(out[:, 0], yt[idx], reduction="none"))
+        opt.zero_grad()
+        opt.surrogate(*args).backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+    return model.weight.detach().clone(), opt.lam
+
+
+@pytest.mark.parametrize("name", ["scdro", "rscdro", "ascdro"])
+def test_lr_schedulers_act_on_the_kl_dro_optimizers(name):
+    """The optimizers read the parameter groups' lr at every step (they used the
+    constructor's and ignored a scheduler without a word): a scheduler halving the rate from
+    the start is the optimizer built with half the rate, bit for bit; a rate scheduled to 0
+    after the first step freezes the parameters and lambda; groups with two rates are
+    refused."""
+    from riskopt.torch.optim import ASCDRO
+
+    cls = ASCDRO if name == "ascdro" else SCDRO
+    kw = dict(stage_steps=2) if name == "rscdro" else {}
+    half = _run_with_scheduler(cls, 0.3, lambda t: 0.5, **kw)
+    built = _run_with_scheduler(cls, 0.15, None, **kw)
+    assert torch.equal(half[0], built[0]) and half[1] == built[1]
+    one = _run_with_scheduler(cls, 0.3, None, steps=1, **kw)
+    frozen = _run_with_scheduler(cls, 0.3, lambda t: 1.0 if t == 0 else 0.0, **kw)
+    assert torch.equal(frozen[0], one[0]) and frozen[1] == one[1]
+    full = _run_with_scheduler(cls, 0.3, None, **kw)
+    assert not torch.equal(full[0], one[0])
+    a, b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    with pytest.raises(ValueError, match="one learning rate"):
+        cls([{"params": a.parameters()}, {"params": b.parameters(), "lr": 0.01}], lr=0.1)

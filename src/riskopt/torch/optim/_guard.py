@@ -54,7 +54,7 @@ read. :meth:`GuardMixin.compile` compiles them with ``torch.compile(fullgraph=Tr
 stays eager around them is the host bookkeeping: the index checks, the step counters and
 schedules, the finiteness check of the input and this guard (at its cadence). Compiling
 ``opt.step`` itself is not supported (Dynamo treats an optimizer's Python state as
-constant).
+constant): ``torch.compile(opt.step)`` raises a ``RuntimeError`` that says so.
 """
 import collections
 import math
@@ -380,9 +380,18 @@ class GuardMixin:
                            for k, v in g.items()}
         return g
 
-    @staticmethod
-    def _closure(closure):
-        """The loss of ``step``'s optional closure (evaluated with gradients), or None."""
+    def _closure(self, closure):
+        """The loss of ``step``'s optional closure (evaluated with gradients), or None.
+
+        Every ``step`` starts here: under ``torch.compile(opt.step)`` (Dynamo tracing) it
+        raises instead of letting the trace freeze the optimizer's Python state (the
+        counters, schedules and flags), which gave wrong numbers without a word."""
+        if torch.compiler.is_compiling():
+            raise RuntimeError(
+                f"torch.compile of {type(self).__name__}.step is not supported: the trace "
+                "would treat the optimizer's Python state (step counters, schedules) as "
+                "constant. Call opt.compile() instead: it compiles the step's tensor "
+                "updates with fullgraph=True and keeps the bookkeeping eager")
         if closure is None:
             return None
         with torch.enable_grad():

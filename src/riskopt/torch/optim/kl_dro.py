@@ -72,6 +72,23 @@ class _KLWindow:
     def _window_value(self, items):
         return _kl_dro_value(items, self.radius, self.shift_cost).mean()
 
+    def _group_lr(self):
+        """The learning rate of the parameter groups, read at every step (so that a
+        ``torch.optim.lr_scheduler`` scheduler acts; the RSCDRO / ASCDRO schedules multiply
+        it). The update takes one rate for all parameters and ``lambda``: groups with
+        different rates are refused, not silently given the constructor's."""
+        lrs = {g["lr"] for g in self.param_groups if not g.get("previous_iterate")}
+        if len(lrs) != 1:
+            raise ValueError(f"{type(self).__name__} uses one learning rate for all its "
+                             f"parameters and lambda; the parameter groups have "
+                             f"{sorted(lrs)}")
+        (lr,) = lrs
+        lr = float(lr)
+        if not (math.isfinite(lr) and lr >= 0.0):
+            raise ValueError(f"{type(self).__name__}: the parameter groups' lr must be finite "
+                             f"and >= 0, got {lr}")
+        return lr
+
 
 class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
     r"""SCDRO (Algorithm 1) and, with ``stage_steps``, RSCDRO (Algorithm 3).
@@ -84,6 +101,9 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
     shift_cost : float >= 0, default 1e-3
         :math:`\lambda_0` (the lower bound of ``lambda``; the paper's 1e-3).
     lr : float, default 0.1
+        The step size of the parameters and ``lambda``. It is the parameter groups' ``lr``,
+        read at every step: a ``torch.optim.lr_scheduler`` scheduler acts on it (and
+        ``stage_steps`` halves what it sets); one rate for all groups.
     beta : float in (0, 1], default 0.1
         Rate of the moving averages.
     lam_init : float, default 1.0
@@ -139,20 +159,22 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
                          "loss_max": torch.tensor(0.0, dtype=torch.float64, device=dev)}
         self._t, self._started, self._pending = 0, False, False
         self._init_guard(process_group, on_divergence, check_every, blowup, rise)
+        self._group_lr()
 
     def _extra_tensors(self):
         return tuple(self._scalars.values())
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self):
+        lr = self._group_lr()
         if self.stage_steps is None:
-            return self.lr0, self.beta0
+            return lr, self.beta0
         t, k, length = self._t, 0, float(self.stage_steps)
         while t >= length:
             t -= length
             k += 1
             length *= 2
-        return self.lr0 * 2.0 ** -k, self.beta0 * 2.0 ** -k
+        return lr * 2.0 ** -k, self.beta0 * 2.0 ** -k
 
     @property
     def lam(self):
@@ -306,8 +328,10 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
     which cancels in the step, and the estimator of ``d_w g`` as its ratio ``v / s`` to the
     one of ``g`` (in at least float32: scale-free, so nothing overflows, even in float16); the estimators restart on the current batch
     when ``s < beta g_B(x_t)`` (``s`` must stay positive). ``eta_t = lr / (1 + t/t0)^(1/3)``, ``beta_t = beta (eta_t / lr)^2``
-    (Theorem 2) unless ``stage_steps`` is given. Same numbers as the linear-model kernel
-    ``riskopt._kernels.scdro._pass_storm`` (tested step by step).
+    (Theorem 2) unless ``stage_steps`` is given; ``lr`` there is the parameter groups' rate,
+    read at every step, so a ``torch.optim.lr_scheduler`` scheduler scales ``eta_t``. Same
+    numbers as the linear-model kernel ``riskopt._kernels.scdro._pass_storm`` (tested step by
+    step).
     """
 
     def __init__(self, params, radius=0.5, shift_cost=None, lr=0.1, beta=0.5, t0=100.0,
@@ -350,6 +374,7 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         self.add_param_group({"params": self._prev, "lr": 0.0, "previous_iterate": True})
         self._t, self._started, self._pending, self._aliased = 0, False, None, False
         self._init_guard(process_group, on_divergence, check_every, blowup, rise)
+        self._group_lr()
 
     @property
     def lam(self):
@@ -381,9 +406,11 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
             t, k, length = self._t, 0, float(self.stage_steps)
             while t >= length:
                 t, k, length = t - length, k + 1, 2 * length
-            return self.lr0 * 2.0 ** (-0.5 * k), min(1.0, self.beta0 * 2.0 ** -k)
-        eta = self.lr0 / (1.0 + self._t / self.t0) ** (1.0 / 3.0)
-        return eta, min(1.0, self.beta0 * (eta / self.lr0) ** 2)
+            return self._group_lr() * 2.0 ** (-0.5 * k), min(1.0, self.beta0 * 2.0 ** -k)
+        lr = self._group_lr()
+        decay = (1.0 + self._t / self.t0) ** (1.0 / 3.0)
+        eta = lr / decay
+        return eta, min(1.0, self.beta0 * ((eta / lr) if lr > 0 else 1.0 / decay) ** 2)
 
     def surrogate(self, losses, losses_prev=None):
         """Rescale the estimators, prepare ``s`` and ``u``, and return the scalar whose
