@@ -38,10 +38,10 @@ Prospect uses it for ``nu = 0`` (``prospect._epoch_prospect_box`` with ``kind = 
 step reads ``q_i`` for the sampled index's loss, then replaces that loss in the multiset, with
 one search for both (:func:`_rank_weight_at` returns where the loss is, :func:`_rank_replace_at`
 moves it from there: within its chunk when the new value belongs to it, without count
-changes). The step's entry points are compiled without reference counting and not inlined
-into their callers: inlined into a reference-counted caller (the pass), every unpacking of
-``R`` counted the references of its 15 arrays, which cost more than the oracle
-(``benchmarks/prospect_oracle_steps.py --base-src``).
+changes). The step's entry points are compiled without reference counting and are called,
+not inlined, from the pass (a precaution: inlined into a reference-counted caller, each
+unpacking of ``R`` may count the references of its 15 arrays; not isolated by a measurement,
+see notes/stop37/i31a.md).
 """
 import numpy as np
 from numba import njit
@@ -549,9 +549,8 @@ def _rank_replace_at(R, k0, j0, old, new):
 
 @njit(cache=True, _nrt=False, inline="always")
 def _replace_at(R, k0, j0, old, new):
-    """The body of :func:`_rank_replace_at` (inlined into the callers that run without
-    reference counting; an inlined helper in a reference-counted caller would count the
-    references of the state's 15 arrays at every unpacking of ``R``). When ``new`` belongs to
+    """The body of :func:`_rank_replace_at`, inlined only into callers that run without
+    reference counting (see the module docstring). When ``new`` belongs to
     the same chunk the values between the two positions shift by one (no
     count changes); otherwise ``new`` is inserted and ``old`` deleted there."""
     if old == new:
