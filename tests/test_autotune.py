@@ -32,6 +32,7 @@ class _BlowUp(ro.solvers.Prospect):
         return state
 
 
+@pytest.mark.slow  # 18 s warm, 91 s from a fresh clone (stop 37)
 def test_picks_a_finite_step_by_the_papers_rule():
     _, _, obj = _problem()
     res = autotune("prospect", obj, max_epochs=300, random_state=0)

@@ -324,6 +324,7 @@ def _check_outputs(out_dir, n_cells):
     return table, meta
 
 
+@pytest.mark.slow  # 40 s warm (stop 37); the real-data quick spec stays in the default suite
 def test_bundled_synthetic_quick_spec_through_the_cli(tmp_path, capsys):
     """The bundled quick spec end to end: a chunk, dry-run counts, resume, figures, replot."""
     out_dir = tmp_path / "q"

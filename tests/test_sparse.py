@@ -155,6 +155,7 @@ def test_sparse_paths_that_densify_say_so():
         RiskRegressor(risk="cvar:0.5").fit(X, y, groups=np.arange(80) % 2)
 
 
+@pytest.mark.slow  # 31 s warm (stop 37)
 def test_sparse_fit_memory_is_order_nnz():
     # 20,000 x 20,000 at 1e-4 density: 40,000 stored values (under 1 MiB); a dense design
     # would take 3.2 GB, so any densification (or an n x d temporary) fails this bound
