@@ -1,0 +1,139 @@
+r"""PG-SMD2 (Rafique et al. 2021) and SPD (Namkoong & Duchi 2016): the primal-dual baseline of
+the SCDRO paper (``../shared/papers/scdro_kl_constrained_dro.txt``) for the KL-constrained
+problem of :mod:`riskopt.torch.optim.kl_dro`, with an ``n``-dimensional dual table (split from
+that module; imported as ``riskopt.torch.optim.PGSMD2``).
+"""
+import math
+
+import torch
+
+from ..._validation import check_positive
+from . import _updates
+from .base import IndexedStateOptimizer
+from .kl_dro import _KLWindow
+
+__all__ = ["PGSMD2"]
+
+
+class PGSMD2(_KLWindow, IndexedStateOptimizer):
+    r"""PG-SMD2 (Rafique et al. 2021) / SPD (Namkoong & Duchi 2016, ``gamma=None``): the
+    primal-dual baseline of the SCDRO paper with the ``n``-dimensional dual ``p`` (a table on
+    the parameters' device, in ``state_dict``): the primal step uses the importance-weighted
+    gradient ``n p_i grad l_i / b`` of the batch (the weights come from :meth:`weights`), the
+    dual a mirror-ascent step ``log p_i += dual_lr n l_i / b`` (and ``log p *= 1 - dual_lr
+    lambda_0``) followed by the KL-Bregman projection on the ball -- O(n) per step, which is the
+    cost the paper's Fig. 5 shows. PG-SMD2 adds ``(w - w_c) / gamma`` with the center ``w_c``
+    moved to ``w`` every ``center_every`` steps. Usage::
+
+        opt = PGSMD2(model.parameters(), n=len(data), radius=0.5, lr=0.1, dual_lr=1e-3)
+        for x, y, idx in loader:
+            losses = F.cross_entropy(model(x), y, reduction="none")
+            opt.zero_grad()
+            (opt.weights(idx) * losses).sum().backward()
+            opt.step(indices=idx, losses=losses.detach())
+    """
+
+    def __init__(self, params, n, radius=0.5, shift_cost=1e-3, lr=0.1, dual_lr=1e-3,
+                 gamma=10.0, center_every=None, **guard):
+        check_positive("radius", radius)
+        check_positive("shift_cost", shift_cost, allow_zero=True)
+        check_positive("lr", lr)
+        check_positive("dual_lr", dual_lr)
+        if gamma is not None:
+            check_positive("gamma", gamma)
+        super().__init__(params, dict(lr=float(lr)), n_indices=n, **guard)
+        self.radius, self.shift_cost, self.dual_lr = float(radius), float(shift_cost), dual_lr
+        self.gamma, self.center_every = gamma, center_every
+        self.add_indexed_state("log_p", fill=-math.log(self.n_indices),
+                               dtype=torch.float64)
+        self._steps = 0
+        self._posted = None
+
+    def weights(self, indices, losses=None):
+        """``n p_i / b`` for the batch (constants for the primal surrogate; ``b`` the global
+        batch size, times the world size under DDP, which averages the gradients).
+
+        After :meth:`attach` the indices (and ``losses``, the batch's detached losses, when
+        given here: the same as :meth:`step`'s) ride on DDP's all-reduce: the weights are
+        ``n p_i`` and the hook divides the summed gradient by the global ``b``."""
+        idx = self.check_indices(indices)
+        if self._can_post():
+            cols = [idx]
+            if losses is not None:
+                cols.append(self._losses64(losses, idx))
+            self._post(cols, [], 1.0, self.device)
+            self._posted = None
+            return (self.n_indices * torch.exp(self.gather("log_p", idx))).to(
+                self._default_dtype())
+        b, scale = idx.numel(), 1.0
+        if self._group() is not None:     # the global batch size (one small collective)
+            table, sizes, _ = self._gather([idx], self.device)
+            b, scale = table.shape[0], float(len(sizes))
+        return self._kernel(_updates.pgsmd2_weights)(
+            self.indexed_state("log_p"), idx, self.n_indices * scale, max(b, 1),
+            self._default_dtype())
+
+    def _losses64(self, losses, indices):
+        losses = torch.as_tensor(losses).detach().to(self.device, torch.float64)
+        if losses.shape != indices.shape:
+            raise ValueError("losses and indices must have one entry per sample of the batch")
+        return losses
+
+    def _finish_posted(self, table, sizes, off, scalars):
+        """The hook's end: keep the gathered batch for :meth:`step`; the summed gradient is
+        divided by the global batch size."""
+        self._posted = table if table.shape[1] == 2 else None
+        return torch.full((), 1.0 / max(table.shape[0], 1), dtype=torch.float64,
+                          device=table.device)
+
+    def _update(self, indices, losses=None):
+        if losses is None:
+            raise ValueError("PGSMD2.step needs losses= (the batch's detached losses)")
+        losses = self._losses64(losses, indices)
+        posted = self._piggy
+        self._complete_post()
+        table, self._posted = self._posted, None
+        if table is not None:      # the batch rode on the all-reduce with weights()
+            mine = posted.block
+            if not (torch.equal(mine[:, 0].to(torch.int64), indices)
+                    and torch.equal(mine[:, 1], losses)):
+                raise ValueError("PGSMD2.step: indices / losses differ from weights()'s")
+        else:
+            table, _, _ = self._gather([indices, losses], self.device)
+        indices, losses = table[:, 0].to(torch.int64), table[:, 1]
+        self._check_input_finite(losses, "losses")
+        b = indices.numel()
+        if b == 0:
+            raise ValueError("PGSMD2.step needs a non-empty global batch")
+        live = [(p, group["lr"]) for group in self.param_groups for p in group["params"]
+                if p.grad is not None]
+        for p, _ in live:
+            if self.gamma is not None and "center" not in self.state[p]:
+                self.state[p]["center"] = p.detach().clone()
+        tracked = self._kernel(_updates.pgsmd2_update)(
+            [p for p, _ in live], [p.grad for p, _ in live],
+            [self.state[p].get("center") for p, _ in live], [lr for _, lr in live],
+            self.gamma, self.indexed_state("log_p"), indices, losses, self.n_indices, b,
+            self.dual_lr, self.shift_cost, self.radius)
+        self._track(tracked, window=losses, scale=lambda: losses.abs().mean())
+        self._steps += 1
+        every = self.center_every or max(1, self.n_indices // b)
+        if self.gamma is not None and self._steps % every == 0:
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if "center" in self.state[p]:
+                        self.state[p]["center"].copy_(p.detach())
+
+    def state_dict(self):
+        """:meth:`IndexedStateOptimizer.state_dict` plus ``pgsmd2``: the step counter that
+        drives the centre schedule."""
+        out = super().state_dict()
+        out["pgsmd2"] = {"steps": self._steps}
+        return out
+
+    def load_state_dict(self, state_dict):
+        """Load a :meth:`state_dict` (onto the parameters' device)."""
+        state_dict = dict(state_dict)
+        extra = state_dict.pop("pgsmd2", None)   # None: a checkpoint from before the counter
+        super().load_state_dict(state_dict)
+        self._steps = 0 if extra is None else int(extra["steps"])
