@@ -20,7 +20,8 @@ Gram matrix of the top and window rows) and ``A_V`` the window's loss gradients.
 ``min_q 1/2 |c + C q|^2 - l_V'q``, solved exactly by a primal active-set method
 (:func:`_model_qp`; ``u = -(c + C q)``), in ``O(|V| p)`` per change of the active set.
 
-**Outer step.** ``d = L^-T u``, a backtracking search on ``F`` itself, then the certificate of
+**Outer step.** ``d = L^-T u``, a backtracking search on ``F`` itself (each trial point's
+predictions formed as ``X @ W``, so the certificate holds for them), then the certificate of
 the new point with the model's weights (a valid dual point, :func:`riskopt.objectives._newton.
 dual_bound`). If the step would carry a frozen sample across ``t`` (to first order) the window
 was too narrow: it is doubled and the model solved again. The squared loss is quadratic, so
@@ -51,18 +52,20 @@ QP_ITER_PER_COLUMN = 30
 
 
 def _window(ell, k_top, half):
-    """``(top, win)``: masks of the samples ranked above the window (by loss, descending) and of
-    the window, about ``2 half`` samples around rank ``k_top`` (equal losses at its edges
-    join the window)."""
+    """``(top, widx, n_top)``: the mask of the samples ranked above the window (by loss,
+    descending), the indices of the window (about ``2 half`` samples around rank ``k_top``;
+    equal losses at its edges join it) and the size of the top set. One selection over all the
+    losses (the window's lower edge), one over the samples above it (its upper edge): a
+    two-rank ``np.partition`` of ``n`` losses cost 4x a one-rank one."""
     n = len(ell)
     a, b = max(k_top - half, 0), min(k_top + half, n - 1)
-    neg = -ell
-    kth = sorted({a, b})
-    part = np.partition(neg, kth)
-    hi_edge, lo_edge = -part[a], -part[b]  # losses at ranks a and b
+    part = np.partition(-ell, b)
+    lo_edge = -part[b]  # the loss at rank b
+    hi_edge = lo_edge if a == b else -np.partition(part[:b], a)[a]  # at rank a
     top = ell > hi_edge
-    win = ~top & (ell >= lo_edge)
-    return top, win
+    widx = np.flatnonzero(ell >= lo_edge)
+    widx = widx[ell[widx] <= hi_edge]
+    return top, widx, int(np.count_nonzero(top))
 
 
 def _model_qp(C, c, l_w, q, lo, hi, m, max_iter=None):
@@ -83,17 +86,20 @@ def _model_qp(C, c, l_w, q, lo, hi, m, max_iter=None):
 
 
 def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None, log=None,
-               max_grow=None, qp_iter=None):
+               max_grow=None, qp_iter=None, start=None):
     """Window SQP to the exact optimum of a box-spectrum risk at ``nu = 0`` from ``W`` (module
     docstring), at most ``max_outer`` model solves and ``max_grow`` window doublings (default
     ``MAX_GROW``); ``qp_iter``: a cap on the active-set changes of each model solve (default
-    ``QP_ITER_PER_COLUMN p + 200``), the run ending when one does not finish. Returns ``dict(coef, z, q, bound, value,
-    steps, stuck)``: the point with the smallest certified gap (``q``: its dual point, ``None``
-    with ``bound = -inf`` if no step was taken), ``steps`` the model solves done and ``stuck``
-    whether a model solve ran out of ``qp_iter`` (e.g. a massive tie); ``None`` if
-    the spectrum is not a box, ``nu > 0``, ``p > MAX_FEATURES`` or ``H`` is not positive
-    definite."""
-    from ._dual import _box_spectrum, _losses_derivs_z, _rows, _xt_vec, chol_lower, \
+    ``QP_ITER_PER_COLUMN p + 200``), the run ending when one does not finish. ``z``: the
+    predictions ``X @ W`` and ``start``: ``(ell, der, F, q0)`` at them (losses, derivatives
+    or ``None``, ``F`` and the exact oracle's weights), when the caller has them. Returns ``dict(coef, z,
+    q, bound, value, weights, steps, stuck)``: the point with the smallest certified gap
+    (``z`` its predictions ``X @ coef``, ``weights`` the exact oracle's at it; ``q``: its dual
+    point, ``None`` with ``bound = -inf`` if no step was taken), ``steps`` the model solves
+    done and ``stuck`` whether a model solve ran out of ``qp_iter`` (e.g. a massive tie);
+    ``None`` if the spectrum is not a box, ``nu > 0``, ``p > MAX_FEATURES`` or ``H`` is not
+    positive definite."""
+    from ._dual import _box_spectrum, _losses_derivs_z, _rows, _xt_rows, _xt_vec, chol_lower, \
         curvature, dual_bound, tri_solve, weighted_gram
 
     sigma = objective.sigma
@@ -105,34 +111,43 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         qp_iter = QP_ITER_PER_COLUMN * objective.p + 200
     W = np.asarray(W, dtype=np.float64).reshape(-1).copy()
     z = np.asarray(X @ W, dtype=np.float64).ravel() if z is None else z
-    ell, der = _losses_derivs_z(objective, z)
-    # q0: the exact weights at W (the oracle that gives F), a feasible vertex of the model
-    R, q0 = objective.risk_weights(ell)
-    F = R + objective._reg_value(W.reshape(-1, 1))
+    if start is None:
+        ell, der = _losses_derivs_z(objective, z)
+        # q0: the exact weights at W (the oracle that gives F), a feasible vertex of the model
+        R, q0 = objective.risk_weights(ell)
+        F = R + objective._reg_value(W.reshape(-1, 1))
+    else:
+        ell, der, F, q0 = start
+        if der is None:
+            ell, der = _losses_derivs_z(objective, z)
     k_top = int(np.floor((1.0 - n * lo) / (hi - lo) * (1 + 1e-12)))
     k_top = min(max(k_top, 0), n - 1)
     if half is None:
         half = int(min(max(WINDOW_PER_COLUMN * objective.p, 50), MAX_WINDOW // 2))
     q = None
-    best = {"coef": W.copy(), "z": z, "q": None, "bound": -np.inf, "value": F}
+    best = {"coef": W.copy(), "z": z, "q": None, "bound": -np.inf, "value": F, "weights": q0}
     stuck = False
     grown, step, grow_from = 0, 0, None
     max_grow = MAX_GROW if max_grow is None else max_grow
     while step < max_outer:
         step += 1  # one weighted Gram matrix and one X @ d per pass
-        top, win = _window(ell, k_top, half)
-        widx = np.flatnonzero(win)
+        top, widx, n_top = _window(ell, k_top, half)
         if q is None:
             q = q0
-        qfix = np.where(top, hi, lo)
-        qfix[widx] = 0.0
-        g = _xt_vec(X, qfix * der) + reg * W
+        if lo == 0.0:  # (CVaR) the frozen part's gradient: the top rows only
+            tidx = np.flatnonzero(top)
+            g = _xt_rows(X, tidx, hi * der[tidx]) + reg * W
+        else:
+            qfix = np.where(top, hi, lo)
+            qfix[widx] = 0.0
+            g = _xt_vec(X, qfix * der) + reg * W
         qh = np.where(top, hi, lo)
         qh[widx] = np.clip(q[widx], lo, hi)
         H = weighted_gram(X, qh * curvature(objective.loss, y, z))
         H[np.diag_indices_from(H)] += reg + 1e-13 * max(1.0, float(np.trace(H)) / len(W))
         Aw = _rows(X, widx) * der[widx][:, None]
-        if not (np.all(np.isfinite(H)) and np.all(np.isfinite(g)) and np.all(np.isfinite(Aw))):
+        # one finiteness test (a sum is inf or nan when an entry is)
+        if not np.isfinite(float(H.sum()) + float(g.sum()) + float(Aw.sum())):
             return best if best["q"] is not None else None  # overflow (e.g. unscaled data)
         try:
             L = chol_lower(H)
@@ -141,40 +156,47 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         C = tri_solve(L, Aw.T)
         c_fix = tri_solve(L, g)
         l_w = ell[widx]
-        m_w = 1.0 - hi * np.count_nonzero(top) - lo * (n - np.count_nonzero(top) - len(widx))
+        m_w = 1.0 - hi * n_top - lo * (n - n_top - len(widx))
         qi = q0[widx]
         if grow_from is not None:  # the narrower window's solution (same total) as the start
             pos = np.searchsorted(widx, grow_from[0])
             qi[pos] = grow_from[1]
-        elif step > 1 and np.all(q[top] >= hi) and np.all(q[~top & ~win] <= lo):
-            qi = q[widx].copy()  # the last model's weights: its active set is nearly right
+        elif step > 1:
+            bottom = ~top
+            bottom[widx] = False
+            if np.all(q[top] >= hi) and np.all(q[bottom] <= lo):
+                qi = q[widx].copy()  # the last model's weights: its active set is nearly right
         u, qw, ok, t = _model_qp(C, c_fix, l_w, qi, lo, hi, m_w, qp_iter)
         grow_from = None
         if not ok:  # the model's optimum was not reached: no step
             stuck = True
             break
         d = tri_solve(L, u, trans=True)
-        Xd = np.asarray(X @ d, dtype=np.float64).ravel()
-        if ok and 2 * half < min(n, MAX_WINDOW) and grown < max_grow:
+        # the full step's exact predictions (as X @ W is formed everywhere: the certificate
+        # holds for them), and X d from them
+        W1 = W + d
+        z1 = np.asarray(X @ W1, dtype=np.float64).ravel()
+        if 2 * half < min(n, MAX_WINDOW) and grown < max_grow:
             # the model froze the samples outside the window: if its step moves one of them
             # across its threshold (to first order) the window is too narrow
-            v = ell + der * Xd
+            v = ell + der * (z1 - z)
             tol = 1e-9 * max(1.0, abs(t))
-            bottom = ~top & ~win
-            if np.any(v[top] < t - tol) or np.any(v[bottom] > t + tol):
+            cross = np.where(top, v < t - tol, v > t + tol)
+            cross[widx] = False
+            if np.any(cross):
                 half, grown = 2 * half, grown + 1
                 grow_from = (widx, qw)
                 continue
         s = 1.0  # backtracking on F itself
         for _ in range(30):
-            W1 = W + s * d
-            z1 = z + s * Xd
             ell1, der1 = _losses_derivs_z(objective, z1)
             R1, q1 = objective.risk_weights(ell1)
             F1 = R1 + objective._reg_value(W1.reshape(-1, 1))
             if F1 <= F:
                 break
             s *= 0.5
+            W1 = W + s * d
+            z1 = np.asarray(X @ W1, dtype=np.float64).ravel()
         else:
             break
         W, z, ell, der, F, q0 = W1, z1, ell1, der1, F1, q1
@@ -185,18 +207,12 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         if q is None:
             break
         bound, _ = dual_bound(objective, W, q, 0.0, z)
-        if F - bound <= accept * max(abs(F), 1e-12):
-            # the proof on exact predictions (z drifts by the updates z + s X d)
-            z = np.asarray(X @ W, dtype=np.float64).ravel()
-            ell, der = _losses_derivs_z(objective, z)
-            R, q0 = objective.risk_weights(ell)
-            F = R + objective._reg_value(W.reshape(-1, 1))
-            bound, _ = dual_bound(objective, W, q, 0.0, z)
         if log is not None:
             log.append((step, len(widx), int(np.count_nonzero((qw > lo) & (qw < hi))), ok, s,
                         (F - bound) / max(abs(F), 1e-12)))
         if F - bound < best["value"] - best["bound"] or best["q"] is None:
-            best = {"coef": W.copy(), "z": z, "q": q, "bound": float(bound), "value": float(F)}
+            best = {"coef": W.copy(), "z": z, "q": q, "bound": float(bound), "value": float(F),
+                    "weights": q0}
         if F - bound <= accept * max(abs(F), 1e-12):
             break
     best["steps"], best["stuck"] = step, stuck

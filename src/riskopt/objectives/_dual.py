@@ -145,26 +145,35 @@ GRAM_BLOCK = 8192
 def _intercept_index(objective):
     return objective.p - 1 if objective.fit_intercept else None
 
-def _losses_derivs_z(objective, z):
-    ell = np.empty(objective.n)
-    der = np.empty(objective.n)
-    objective._kl._losses_derivs_1(objective.loss.code, objective.y,
-                                   np.ascontiguousarray(z, dtype=np.float64).reshape(-1), ell, der)
+def _losses_derivs_z(objective, z, y=None):
+    """Losses and derivatives at the predictions ``z`` (of the targets ``y``: a subset of
+    the objective's, matching ``z``; all of them by default)."""
+    z = np.ascontiguousarray(z, dtype=np.float64).reshape(-1)
+    ell = np.empty(z.shape[0])
+    der = np.empty(z.shape[0])
+    objective._kl._losses_derivs_1(objective.loss.code, objective.y if y is None else y, z,
+                                   ell, der)
     return ell, der
 
 def dual_bound(objective, W, q, penalty=0.0, z=None):
     """Lower bound on ``min F`` from the dual point ``q`` (module docstring), evaluated at
-    ``W`` after the intercept is minimised out: ``(bound, intercept_shift)``."""
+    ``W`` after the intercept is minimised out: ``(bound, intercept_shift)``. Only the
+    samples with ``q_i != 0`` are read when they are fewer than ``SPARSE_ROWS`` of all (the
+    tail of a CVaR, whose other weights are 0)."""
     W = np.asarray(W, dtype=np.float64).reshape(-1)
     z = objective.X @ W if z is None else z
-    y = objective.y
+    rows = np.flatnonzero(q)
+    if len(rows) < SPARSE_ROWS * len(q):  # the support of q only
+        q, z, y = q[rows], z[rows], objective.y[rows]
+    else:
+        rows, y = None, objective.y
     c = 0.0
     if objective.fit_intercept:
         # damped 1-D Newton on the convex G_q(w, b): a step that does not reduce |dG/db| is
         # halved; no bound (-inf) when the intercept has no finite minimiser (e.g. the weighted
         # samples of a logistic loss are of one class) or the solve does not converge, since
         # the bound needs the intercept at its minimiser
-        ell, der = _losses_derivs_z(objective, z)
+        ell, der = _losses_derivs_z(objective, z, y)
         scale = float(q @ np.abs(der)) + 1e-300
         g1 = float(q @ der)
         solved = abs(g1) <= 1e-13 * scale
@@ -176,7 +185,7 @@ def dual_bound(objective, W, q, penalty=0.0, z=None):
                 break
             step = -g1 / h1
             for _ in range(60):
-                ell_new, der_new = _losses_derivs_z(objective, z + (c + step))
+                ell_new, der_new = _losses_derivs_z(objective, z + (c + step), y)
                 g_new = float(q @ der_new)
                 if abs(g_new) < abs(g1):
                     break
@@ -188,12 +197,14 @@ def dual_bound(objective, W, q, penalty=0.0, z=None):
         if not solved:
             return -np.inf, c
     else:
-        ell, der = _losses_derivs_z(objective, z)
+        ell, der = _losses_derivs_z(objective, z, y)
     # (ell, der: the losses at z + c, the intercept's minimiser; z + (c + step) above)
     Wc = W.copy()
     if objective.fit_intercept:
         Wc[-1] += c
-    g = _xt_vec(objective.X, q * der) + objective.reg * Wc
+    qd = q * der
+    g = (_xt_vec(objective.X, qd) if rows is None else _xt_rows(objective.X, rows, qd)) \
+        + objective.reg * Wc
     val = float(q @ ell) + objective._reg_value(Wc.reshape(-1, 1)) - penalty
     return val - 0.5 * _scaled_sq(g, objective.reg), c
 
@@ -231,15 +242,22 @@ def _xt_vec(X, v):
     ``SPARSE_ROWS`` of the entries are non-zero (the tail of a CVaR, the weights of the other
     samples are 0) one numba pass over those rows of a dense (or ``LinearDesign`` over dense)
     ``X``; the product otherwise."""
+    rows = np.flatnonzero(v)
+    if len(rows) < SPARSE_ROWS * len(v):
+        return _xt_rows(X, rows, v[rows])
+    return np.asarray(X.T @ v, dtype=np.float64).ravel()
+
+def _xt_rows(X, rows, vals):
+    """``X[rows].T @ vals`` (float64 ``(p,)``): one numba pass over those rows of a dense (or
+    ``LinearDesign`` over dense) ``X``; a product with the scattered ``vals`` otherwise."""
     lin = getattr(X, "_is_linear_design", False)
     base = X.base if lin else X
     if isinstance(base, np.ndarray):
-        rows = np.flatnonzero(v)
-        if len(rows) < SPARSE_ROWS * len(v):
-            vals = v[rows]
-            B = _kg.pool_row_sums(base, rows, vals, np.zeros(len(rows), dtype=np.int64),
-                                  np.zeros((1, base.shape[1]))).T
-            return (_from_base(X, B, np.array([vals.sum()])) if lin else B)[:, 0]
+        B = _kg.pool_row_sums(base, rows, vals, np.zeros(len(rows), dtype=np.int64),
+                              np.zeros((1, base.shape[1]))).T
+        return (_from_base(X, B, np.array([vals.sum()])) if lin else B)[:, 0]
+    v = np.zeros(X.shape[0])
+    v[rows] = vals
     return np.asarray(X.T @ v, dtype=np.float64).ravel()
 
 #: largest share of non-zero entries for which ``_xt_vec`` reads only those rows

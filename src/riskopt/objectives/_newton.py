@@ -317,13 +317,15 @@ EARLY_STEPS = 2
 EARLY_QP_PER_COLUMN = 20.0
 
 
-def _crossover(objective, W, z, bound, rel_goal, budget, max_grow=None, qp_iter=None):
+def _crossover(objective, W, z, bound, rel_goal, budget, max_grow=None, qp_iter=None,
+               start=None):
     """``(point, steps, stuck)``: :func:`riskopt.objectives._crossover.box_newton` from ``W``
-    with at most ``budget`` model solves; ``point`` its result when certified within
+    with at most ``budget`` model solves (``start``: its losses, derivatives, ``F`` and exact
+    weights at ``W``, when known); ``point`` its result when certified within
     ``rel_goal`` (with the better of its bound and ``bound``), else ``None``; ``stuck`` when
     the crossover cannot run or a model solve did not finish."""
     xo = _xo.box_newton(objective, W, z, accept=rel_goal, max_grow=max_grow, qp_iter=qp_iter,
-                        max_outer=min(_xo.MAX_OUTER, budget))
+                        max_outer=min(_xo.MAX_OUTER, budget), start=start)
     if xo is None:
         return None, 0, True
     ok = xo["value"] - max(bound, xo["bound"]) <= rel_goal * max(abs(xo["value"]), 1e-12)
@@ -536,11 +538,11 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
             # tried again once its model got stuck (a massive tie: adult CVaR 0.1, w* = 0,
             # 15 stuck tries of 0.12 s) or it failed XO_MAX_FAILS times
             xo_hit, k, stuck = _crossover(objective, W, z, bound, max(rtol, accept or rtol),
-                                          max_iter - it)
+                                          max_iter - it, start=(ell, None, F, qF))
             it += k
             xo_fails = XO_MAX_FAILS if stuck else xo_fails + (xo_hit is None)
         if xo_hit is not None:  # certified within the goal: its point ends the run
-            W, z, F, qF = xo_hit["coef"], xo_hit["z"], xo_hit["value"], None
+            W, z, F, qF = xo_hit["coef"], xo_hit["z"], xo_hit["value"], xo_hit["weights"]
             if xo_hit["bound"] >= bound:
                 bound, nu_used = xo_hit["bound"], "crossover"
             if F < best_F:
