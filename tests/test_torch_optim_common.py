@@ -65,7 +65,7 @@ def _worker(rank, path, names):
         info = {}
         out[f"attach{k}"] = (*D.run(name, ATTACH_STEPS, rank, 2, info=info, attach=True,
                                     wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m),
-                                    **kw), info["comm_calls"], info["fixes"])
+                                    **kw), info["comm_calls"], info["fixes"], info["carried"])
     for name, lr in RISING:       # the start rule decides the same on every rank
         info = {}
         with warnings.catch_warnings(record=True):
@@ -160,12 +160,17 @@ def test_ddp_matches_one_process_run(name, ddp):
 def test_ddp_with_the_statistics_on_the_all_reduce_matches_one_process_run(k, ddp):
     name, kw = ATTACH_CASES[k]
     p, s, _ = D.run(name, ATTACH_STEPS, **kw)
-    (p0, s0, _, calls, fixes), (p1, s1, _, _, _) = ddp[0][f"attach{k}"], ddp[1][f"attach{k}"]
+    (p0, s0, _, calls, fixes, carried), (p1, s1, *_) = (ddp[0][f"attach{k}"],
+                                                         ddp[1][f"attach{k}"])
     assert torch.equal(p0, p1) and torch.equal(s0, s1)
     # float64: to 1e-10; a float32 model (the gradients summed in float32, the statistics
-    # as three float32 each): to float32's rounding over the steps (eps 1.2e-7)
+    # as one float32 each: float32 losses, indices < 2**24): to float32's rounding over the
+    # steps (eps 1.2e-7)
     tol = 1e-10 if kw.get("dtype") is None else 1e-5
     assert _rel(p0, p) <= tol and _rel(s0, s) <= tol
+    if kw.get("dtype") is not None:      # the same numbers as the float64 case, 4 bytes each
+        wide = ddp[0][f"attach{ATTACH_CASES.index((name, {}))}"][5]
+        assert carried > 0 and 2 * carried == wide
     # no gather of its own but where a rank's batch outgrows every earlier one (header,
     # then the rows): the first step and the growth of rank 0's batches (7, 7, 6, 9, 1, ...);
     # PG-SMD2's first step also gathers in step() (weights() gathered the indices alone)

@@ -240,11 +240,17 @@ class Piggyback:
     The rows travel zero-padded to ``capacity`` rows per rank (the gatherer's, the same on
     every rank). When a rank has more rows, or ``finish`` raises, the summed gradient is kept
     (float64) and :meth:`complete` finishes the step with a separate gather.
+
+    ``exact32``: every number posted (rows, scalars, the row count) is a float32 number (e.g.
+    the losses of a float32 model, indices below ``2**24``), so that a float32 bucket carries
+    each as one float32 instead of three; it must be the same on every rank (the poster
+    decides it from dtypes and sizes only).
     """
 
-    def __init__(self, gatherer, block, scalars, pre, finish, local_ok=True):
+    def __init__(self, gatherer, block, scalars, pre, finish, local_ok=True, exact32=False):
         self.gatherer, self.block, self.scalars = gatherer, block, list(scalars)
         self.pre, self.finish, self.local_ok = pre, finish, local_ok
+        self.exact32 = exact32
         self.factor = None          # the common factor, once known
         self.done = None            # the future of the bucket that carries the rows
         self.kept = []              # (summed float64 gradient, parameters) to finish later
@@ -366,7 +372,8 @@ def stats_comm_hook(opt, bucket):
     first = post.done is None
     if first:
         payload, slot, h = post.payload()
-        enc = payload if cdt == torch.float64 else _split3(payload)
+        enc = (payload if cdt == torch.float64 else
+               payload.to(cdt) if post.exact32 else _split3(payload))
         flat = torch.cat([grad, enc])
         post.gatherer.carried += enc.element_size() * enc.numel()   # no collective of its own
     else:
@@ -390,7 +397,9 @@ def stats_comm_hook(opt, bucket):
             flat_sum = f.value()[0]
             try:
                 rest = flat_sum[n:]
-                got = post.decode(rest if cdt == torch.float64 else _join3(rest), slot, h)
+                got = post.decode(rest if cdt == torch.float64 else
+                                  rest.to(torch.float64) if post.exact32 else _join3(rest),
+                                  slot, h)
                 if got is not None:
                     post.factor = post.finish(*got)
             except Exception as exc:      # noqa: BLE001  (re-raised in step)

@@ -155,8 +155,8 @@ def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None
     ``(model, optimizer)`` state dicts after ``save_at`` steps; ``info`` (a dict) receives
     the number of collectives the optimizer's gathers issued (``comm_calls``) and, with
     ``attach`` (the statistics carried on DDP's all-reduce: ``opt.attach(model)``), the steps
-    that needed the out-of-range correction (``fixes``); ``extra`` goes to the optimizer
-    (e.g. ``process_group=False``).
+    that needed the out-of-range correction (``fixes``) and the bytes carried on it
+    (``carried``); ``extra`` goes to the optimizer (e.g. ``process_group=False``).
     """
     X, y, groups, module = make_problem(seed=seed, dtype=dtype)
     model = module if wrap is None else wrap(module)
@@ -172,6 +172,7 @@ def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None
     if info is not None:
         info["comm_calls"] = opt.comm_calls
         info["fixes"] = getattr(opt, "_post_fixes", 0)
+        info["carried"] = getattr(opt._gatherer, "carried", 0)
         info["grad_reduces"] = getattr(opt, "_grad_reduces", 0)
         info["guard"] = guard_summary(opt)
     flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])

@@ -65,6 +65,10 @@ from ._guard import GuardMixin
 __all__ = ["SCDRO", "ASCDRO"]
 
 
+#: the loss dtypes whose values are float32 numbers
+_F32_EXACT = (torch.float32, torch.float16, torch.bfloat16)
+
+
 class _KLWindow:
     """The start rule's estimate for the KL-DRO optimizers: the window keeps the batches'
     losses, valued at the check (:func:`_kl_dro_value`)."""
@@ -242,10 +246,16 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         lam, c0 = sc["lam"], sc["log_s"]
         a = losses.detach().to(lam.device, torch.float64) / lam
         c = a.max() if a.numel() else c0.clone()
+        # float32 losses: the shift c rounded to a float32 number, so that everything posted
+        # travels as one float32 each in a float32 bucket (any shift cancels)
+        exact32 = losses.dtype in _F32_EXACT
+        if exact32:
+            c = c.to(torch.float32).to(torch.float64)
         d = float(c - c0)          # (numbers: fewer small tensor ops)
         ok = math.isfinite(d) and abs(d) <= self._post_range()
         self._post_c0, self._post_c = c0, c
-        self._post([losses], [c], math.exp(d) if ok else 0.0, lam.device, local_ok=ok)
+        self._post([losses], [c], math.exp(d) if ok else 0.0, lam.device, local_ok=ok,
+                   exact32=exact32)
         return torch.exp(a - c)
 
     def _finish_posted(self, table, sizes, off, scalars):

@@ -10,7 +10,7 @@ import torch
 from ..._validation import check_positive
 from . import _updates
 from .base import IndexedStateOptimizer
-from .kl_dro import _KLWindow
+from .kl_dro import _F32_EXACT, _KLWindow
 
 __all__ = ["PGSMD2"]
 
@@ -61,7 +61,10 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
             cols = [idx]
             if losses is not None:
                 cols.append(self._losses64(losses, idx))
-            self._post(cols, [], 1.0, self.device)
+            # indices below 2**24 and float32 losses are float32 numbers (one each)
+            exact32 = self.n_indices <= 2 ** 24 and (
+                losses is None or torch.as_tensor(losses).dtype in _F32_EXACT)
+            self._post(cols, [], 1.0, self.device, exact32=exact32)
             self._posted = None
             return (self.n_indices * torch.exp(self.gather("log_p", idx))).to(
                 self._default_dtype())
