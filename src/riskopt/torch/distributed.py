@@ -181,32 +181,42 @@ class ColumnGatherer:
         extra = [] if scalars is None else [    # numbers or 0-d tensors (no host sync)
             torch.as_tensor(v, dtype=torch.float64).reshape(()).to(dev) for v in scalars]
         h = 1 + len(extra)
-        block = (torch.stack(cols, 1).to(dev) if k
-                 else torch.zeros((b, 0), dtype=torch.float64, device=dev))
-        while True:
+        block = (torch.stack(cols, 1).to(dev) if k > 1 else cols[0].to(dev).unsqueeze(1)
+                 if k else torch.zeros((b, 0), dtype=torch.float64, device=dev))
+        count = torch.full((1,), float(b), dtype=torch.float64, device=dev)
+        head = torch.cat([count, torch.stack(extra)]) if extra else count
+        while True:      # (a few small ops: each costs more than its arithmetic here)
             cap = self.capacity
-            buf = torch.zeros(h + cap * k, dtype=torch.float64, device=dev)
-            buf[0] = b
-            if extra:
-                buf[1:h] = torch.stack(extra)
             r = min(b, cap)
+            pieces = [head]
             if r and k:
-                buf[h:h + r * k] = block[:r].reshape(-1)
-            parts = [torch.empty_like(buf) for _ in range(ws)]
+                pieces.append(block[:r].reshape(-1))
+            if (cap - r) * k:
+                pieces.append(torch.zeros((cap - r) * k, dtype=torch.float64, device=dev))
+            buf = torch.cat(pieces) if len(pieces) > 1 else head
+            got = torch.empty(ws * buf.numel(), dtype=torch.float64, device=dev)
             t0 = time.perf_counter()
-            dist.all_gather(parts, buf, group=group)
+            _all_gather_single(got, buf, group=group)
             self.seconds += time.perf_counter() - t0
             self.calls += 1
             self.bytes += 8 * buf.numel() * ws
-            sizes = [int(x) for x in torch.stack([p[0] for p in parts]).tolist()]
+            parts = got.view(ws, buf.numel())
+            sizes = [int(x) for x in parts[:, 0].tolist()]
             if max(sizes) <= cap or k == 0:
                 break
             self.capacity = max(sizes)
-        table = torch.cat([p[h:h + s * k].reshape(s, k) for p, s in zip(parts, sizes)])
+        if all(s == cap for s in sizes):          # every rank's rows fill its slot
+            table = parts[:, h:].reshape(ws * cap, k)
+        else:
+            table = torch.cat([parts[i, h:h + s * k].reshape(s, k) for i, s in enumerate(sizes)])
         out = (table.to(device), sizes, sum(sizes[:me]))
         if scalars is None:
             return out
-        return (*out, torch.stack([p[1:h] for p in parts]).to(device))
+        return (*out, parts[:, 1:h].to(device))
+
+
+#: ``all_gather_single(output, input, group=)`` (torch >= 2.12; before, under its old name)
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def all_reduce_mean_(tensors, group=None):

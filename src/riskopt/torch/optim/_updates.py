@@ -58,7 +58,7 @@ def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, l
         factor = torch.where(norm > max_norm, max_norm / norm, torch.ones_like(norm))
         for p in params:
             p.mul_(factor)
-    lam = (lam - lr * (u + mu * lam)).clamp(min=lam_lo)
+    lam = (lam - lr * (u + mu * lam if mu else u)).clamp(min=lam_lo)
     if lam_hi is None:      # Lemma 1 with C = the largest loss met so far
         lam_hi = (lam_lo + loss_max.clamp(min=0.0) / radius).clamp(min=lam_lo)
         return u, torch.minimum(lam, lam_hi)
@@ -110,6 +110,12 @@ def ascdro_update(params, prevs, grads, prev_grads, voss, s_old, s, u, m, lam, l
     the plain gradient at a restart), the previous iterate set to the parameters, the step
     ``w -= lr (lambda v / s + mu w)`` and the projected step of ``lambda``
     (``lam_hi <= lam_lo``: ``lambda`` fixed). Returns ``(new v / s list, lambda)``."""
+    live = [i for i, g in enumerate(grads) if g is not None]
+    dts = {params[i].dtype for i in live}
+    if len(dts) == 1 and dts <= {torch.float32, torch.float64}:
+        return _ascdro_update_foreach(params, prevs, grads, prev_grads, voss, s_old, s, u,
+                                      m, lam, lr, beta, mu, restart, started, rho, lam_lo,
+                                      lam_hi, live, dts.pop())
     new_voss = []
     for p, g, gp, vos in zip(params, grads, prev_grads, voss):
         if g is None:
@@ -128,6 +134,44 @@ def ascdro_update(params, prevs, grads, prev_grads, voss, s_old, s, u, m, lam, l
         if vos is not None:
             step = (lam.to(vos.dtype) * vos).to(p.dtype)
             p.add_(step + mu * p if mu else step, alpha=-lr)
+    if lam_hi > lam_lo:
+        lam = (lam - lr * (zl + mu * lam)).clamp(lam_lo, lam_hi)
+    return new_voss, lam
+
+
+def _ascdro_update_foreach(params, prevs, grads, prev_grads, voss, s_old, s, u, m, lam, lr,
+                           beta, mu, restart, started, rho, lam_lo, lam_hi, live, dt):
+    """:func:`ascdro_update` when every parameter with a gradient has the one dtype ``dt``
+    (float32 or float64, the estimator's own): the same operations, in the same order, one
+    ``torch._foreach_*`` call each over the parameters (the ``torch.where`` of the restart
+    per parameter)."""
+    G = [grads[i] for i in live]
+    V = G
+    storm = [i for i in live if voss[i] is not None] if started else []
+    if storm:
+        keep = [j for j, i in enumerate(live) if voss[i] is not None]
+        T = torch._foreach_mul([voss[i] for i in storm], s_old.to(dt))
+        gps = [prev_grads[i] for i in storm]
+        if any(gp is not None for gp in gps):
+            torch._foreach_sub_(T, [torch.zeros_like(G[j]) if gp is None else gp
+                                    for j, gp in zip(keep, gps)])
+        torch._foreach_mul_(T, 1 - beta)
+        torch._foreach_add_(T, [G[j] for j in keep])
+        V = list(G)
+        for j, t in zip(keep, T):
+            V[j] = torch.where(restart, G[j], t)
+    V = torch._foreach_div(V, s.to(dt))
+    new_voss = [None] * len(params)
+    for i, v in zip(live, V):
+        new_voss[i] = v
+    zl = lam * u / s + torch.log(s) + m + rho
+    torch._foreach_copy_(prevs, params)      # the previous iterate
+    if live:
+        P = [params[i] for i in live]
+        steps = torch._foreach_mul(V, lam.to(dt))
+        if mu:
+            torch._foreach_add_(steps, torch._foreach_mul(P, mu))
+        torch._foreach_add_(P, steps, alpha=-lr)
     if lam_hi > lam_lo:
         lam = (lam - lr * (zl + mu * lam)).clamp(lam_lo, lam_hi)
     return new_voss, lam
@@ -262,27 +306,36 @@ def alexr2_inner(params, prevs, anchors, grads, eta, nu, wd):
     """ALEXR2's inner step ``z <- (z / eta + w_t / nu - G) / (1 / eta + 1 / nu)`` (``G`` the
     gradient, zero where None, plus ``wd z``); the previous iterate set to ``z``."""
     a = 1.0 / eta + 1.0 / nu
-    for p, q, w, g in zip(params, prevs, anchors, grads):
-        q.copy_(p)
-        G = torch.zeros_like(p) if g is None else g
-        if wd:
-            G = G + wd * p
-        p.copy_((p / eta + w / nu - G) / a)
+    if not params:
+        return
+    torch._foreach_copy_(prevs, params)
+    G = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+    if wd:
+        G = torch._foreach_add(G, torch._foreach_mul(params, wd))
+    z = torch._foreach_div(params, eta)         # (p / eta + w / nu - G) / a, one call each
+    torch._foreach_add_(z, torch._foreach_div(anchors, nu))
+    torch._foreach_sub_(z, G)
+    torch._foreach_div_(z, a)
+    torch._foreach_copy_(params, z)
 
 
 def alexr2_outer(params, prevs, anchors, vs, m2s, lr, beta, nu, adam, c1, c2, betas2, eps):
     """ALEXR2's outer step: ``G_t = (w_t - z_K) / nu``, the momentum / Adam-type step from
     the anchor, and the anchor and the previous iterate set to ``w_{t+1}``."""
-    for p, q, w, v, m2 in zip(params, prevs, anchors, vs, m2s):
-        Gt = (w - p) / nu
-        p.copy_(w)
-        v.mul_(1.0 - beta).add_(Gt, alpha=beta)
-        if adam:
-            _adam_step(p, v, m2, Gt, lr, c1, c2, betas2, eps)
-        else:
-            p.sub_(v, alpha=lr)
-        w.copy_(p)
-        q.copy_(p)
+    if not params:
+        return
+    Gt = torch._foreach_sub(anchors, params)
+    torch._foreach_div_(Gt, nu)
+    torch._foreach_copy_(params, anchors)
+    torch._foreach_mul_(vs, 1.0 - beta)
+    torch._foreach_add_(vs, Gt, alpha=beta)
+    if adam:
+        for p, v, m2, g in zip(params, vs, m2s, Gt):
+            _adam_step(p, v, m2, g, lr, c1, c2, betas2, eps)
+    else:
+        torch._foreach_sub_(params, vs, alpha=lr)
+    torch._foreach_copy_(anchors, params)
+    torch._foreach_copy_(prevs, params)
 
 
 # ---------------------------------------------------------------------------- OOA
