@@ -18,6 +18,9 @@ block of each counts) and report
 * for the optimizers that can carry their statistics on DDP's gradient all-reduce
   (``opt.attach(ddp)``: SCDRO, PG-SMD2), a row ``(attach)``: no collective of their own (a
   DDP model of its own, the same weights); its bytes are those carried on the all-reduce;
+* a row "one bare all-gather": a collective of a typical gather's size (the header and three
+  float64 columns of the rank's rows) and nothing else, as a ratio to the SGD step: the
+  floor of what an optimizer's own gather adds (latency and the wait for the other rank);
 * the same optimizer with ``process_group=False`` (no gather: the local, inexact state),
   so that ``time / time_local`` isolates what the gathers cost. The optimizers' own extra
   work (ASCDRO's and the MSVR methods' second forward pass at the previous iterate) is in
@@ -90,7 +93,18 @@ def _worker(rank, path, args):
         (0.5 * (ddp(X[idx])[:, 0] - y[idx]) ** 2).mean().backward()
         sgd.step()
 
-    blocks = {"sgd": []}      # (wall, cpu) per block
+    # the floor of any gather: one bare collective of a typical gather's size (a header and
+    # three columns of the rank's rows, float64), no other work, timed like the steps
+    bare_in = torch.zeros(1 + 3 * args.batch, dtype=torch.float64)
+    bare_out = torch.empty(WORLD * bare_in.numel(), dtype=torch.float64)
+    out["bare"] = {"calls": 1.0, "bytes": 8.0 * bare_out.numel(), "gather_s": 0.0}
+
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def bare_gather():       # (not riskopt's: the script also runs against an older src)
+        gather(bare_out, bare_in)
+
+    blocks = {"sgd": [], "bare": []}      # (wall, cpu) per block
     for name in args.rows:
         kind = D.ROWS[name][2]
         opts = {mode: (D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
@@ -106,6 +120,7 @@ def _worker(rank, path, args):
             blocks[f"{name}/{mode}"] = []
         for _ in range(args.repeats):    # interleaved: the machine's load drifts
             blocks["sgd"].append(_timed(sgd_step, args.steps))
+            blocks["bare"].append(_timed(bare_gather, args.steps))
             for mode, (opt, model, mod) in opts.items():
                 blocks[f"{name}/{mode}"].append(_timed(
                     lambda: D.drive_step(kind, opt, model, mod, X, y, groups, local_batch()),
@@ -163,7 +178,8 @@ def report(args, out_dir):
                 "collectives_per_step": ex["calls"], "bytes_per_step": ex["bytes"],
                 "gather_ms_per_step": 1e3 * ex["gather_s"]}
 
-    rows = [row("SGD (plain DDP)", sgd)]
+    rows = [row("SGD (plain DDP)", sgd), row("one bare all-gather, no step (the floor of a "
+                                              "gather's cost)", out["bare"])]
     for name in args.rows:
         rows.append(row(name, out[f"{name}/exact"], out[f"{name}/local"]))
         if f"{name}/hook" in out:
