@@ -26,14 +26,25 @@ import math
 import numpy as np
 from numba import njit
 
+#: LLVM flags of the sum passes (:func:`_moments`, :func:`_mean`): reassociation lets the
+#: loop vectorizer run the sums as SIMD reductions (4-5x faster than the scalar chain at
+#: b = 8192), contraction makes FMAs. No ``nnan`` / ``ninf``: a NaN or inf still reaches
+#: the sums. The order of the additions is fixed by the compiled vector width (no peeling
+#: for alignment: a misaligned copy gives the same bits), so a call is deterministic.
+_SUMS = {"reassoc", "contract"}
+#: LLVM flags of the polynomial exps (:func:`_exp_poly`): contraction makes the Horner
+#: steps FMAs (one rounding instead of two; no reassociation).
+_POLY = {"contract"}
+
 
 @njit(cache=True)
 def _normalise(losses, dn):
     """``dn = (l - max l) / span``; returns ``(max l, span)`` (``span = max - min``; ``dn = 0``
-    when ``span = 0``; ``span`` NaN when a loss is NaN)."""
+    when ``span = 0``; ``span`` NaN when a loss is NaN). ``losses`` float64 or float32
+    (read as float64: the same ``dn`` as for a float64 copy)."""
     n = losses.shape[0]
-    c = losses[0]
-    lo = losses[0]
+    c = np.float64(losses[0])
+    lo = np.float64(losses[0])
     nan = False
     for i in range(1, n):
         x = losses[i]
@@ -79,7 +90,7 @@ _INV_FACT = tuple(1.0 / math.factorial(k) for k in range(12))
 _SHIFT_MAX = 0.125
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_POLY)
 def _exp_poly(x):
     """``exp(x)`` for ``|x| <= 1/8`` by its Taylor polynomial of degree 11 (Horner; error
     3e-20 relative): no call, so a loop over it vectorises."""
@@ -101,6 +112,25 @@ def _exp_poly(x):
 _SCALED_MAX_A = 32.0
 
 
+def _squared_poly_loop(s):
+    """The loop of :func:`_exp_scaled` for ``s`` squarings: ``e = _exp_poly(c dn) ** (2 **
+    s)``. ``s`` is a constant of the closure, so the squarings unroll and the loop
+    vectorises (a runtime count did not: 35 vs 9 us at b = 8192, nor did the eight
+    squarings as selects: 17 us)."""
+    @njit(cache=True, fastmath=_POLY)
+    def loop(dn, c, e):
+        for i in range(dn.shape[0]):
+            p = _exp_poly(c * dn[i])
+            for _ in range(s):
+                p = p * p
+            e[i] = p
+    return loop
+
+
+_SQ0, _SQ1, _SQ2, _SQ3, _SQ4, _SQ5, _SQ6, _SQ7, _SQ8 = (_squared_poly_loop(s)
+                                                         for s in range(9))
+
+
 @njit(cache=True)
 def _exp_scaled(dn, a, e):
     """``e = exp(a dn)`` for ``dn`` in ``[-1, 0]``, ``0 < a <= 32``: :func:`_exp_poly` of
@@ -112,28 +142,27 @@ def _exp_scaled(dn, a, e):
     while a > 0.125 * 2.0 ** s:
         s += 1
     c = a * 2.0 ** -s
-    for i in range(dn.shape[0]):
-        p = _exp_poly(c * dn[i])
-        q = p * p      # the s squarings as selects (a loop-invariant count: vectorises)
-        p = q if s > 0 else p
-        q = p * p
-        p = q if s > 1 else p
-        q = p * p
-        p = q if s > 2 else p
-        q = p * p
-        p = q if s > 3 else p
-        q = p * p
-        p = q if s > 4 else p
-        q = p * p
-        p = q if s > 5 else p
-        q = p * p
-        p = q if s > 6 else p
-        q = p * p
-        p = q if s > 7 else p
-        e[i] = p
+    if s == 0:
+        _SQ0(dn, c, e)
+    elif s == 1:
+        _SQ1(dn, c, e)
+    elif s == 2:
+        _SQ2(dn, c, e)
+    elif s == 3:
+        _SQ3(dn, c, e)
+    elif s == 4:
+        _SQ4(dn, c, e)
+    elif s == 5:
+        _SQ5(dn, c, e)
+    elif s == 6:
+        _SQ6(dn, c, e)
+    elif s == 7:
+        _SQ7(dn, c, e)
+    else:
+        _SQ8(dn, c, e)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_SUMS)
 def _moments(dn, e, m, logn):
     """``(sum e, mu, var, k3, log(sum e) - log n)``: the moments of ``dn`` under ``e / sum
     e``, accumulated about ``m``."""
@@ -157,7 +186,7 @@ def _moments(dn, e, m, logn):
     return s0, m + m1, var, k3, math.log(s0) - logn
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_POLY)
 def _stats_shift(dn, a, delta, m, logn, e):
     """:func:`_stats` at ``a`` from ``e = exp((a - delta) dn)`` (the previous pass, ``a -
     delta >= 1/2``, ``|delta| <= 1/8``): ``e *= exp(delta dn)`` by the Taylor polynomial
@@ -166,6 +195,15 @@ def _stats_shift(dn, a, delta, m, logn, e):
     for i in range(dn.shape[0]):
         e[i] *= _exp_poly(delta * dn[i])
     return _moments(dn, e, m, logn)
+
+
+@njit(cache=True, fastmath=_SUMS)
+def _mean(dn):
+    """``mean(dn)`` (a SIMD sum: :data:`_SUMS`)."""
+    m = 0.0
+    for i in range(dn.shape[0]):
+        m += dn[i]
+    return m / dn.shape[0]
 
 
 @njit(cache=True)
@@ -254,10 +292,7 @@ def kl_constrained(losses, rho, lam0, a0, q, dn, tol=1e-13):
             if lam0 > 0.0:  # inactive: the penalised value at lam0
                 return c + lam0 * (math.log(k) - logn), lam0, math.inf
             return c, 0.0, math.inf
-    m = 0.0
-    for i in range(n):
-        m += dn[i]
-    m /= n
+    m = _mean(dn)
     if 0.0 < a0 < hi:
         a = a0
     else:

@@ -10,8 +10,8 @@ from ..._validation import check_int, check_positive
 from ...objectives.kl_dro import kl_dro_weights
 from .. import _oracles as _to
 from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_dot, _check_choice,
-                      _check_finite_np, _check_losses, _check_value_finite, _host_array,
-                      _host_attach, _host_eager, _reduce)
+                      _check_finite_np, _check_losses, _check_value_finite, _host_attach,
+                      _host_eager, _host_out, _host_view, _reduce)
 
 __all__ = ["KLDROLoss", "kl_dro"]
 
@@ -100,41 +100,49 @@ class KLDROLoss(_GatherMixin, nn.Module):
             return val, torch.from_numpy(q), lam
         return torch.from_numpy(val), torch.from_numpy(q), torch.from_numpy(lam)
 
-    def _host(self, l_np, tol=1e-13):
-        """``(value, q, lam)`` of every row of the float64 array ``l_np`` by the numba kernels
-        of :mod:`riskopt._kernels.kl_dro` (floats for a 1-D batch, else arrays), the
-        constrained root started from the previous call's (``tol``: on ``|KL - rho|``,
-        relative to ``max(1, rho)``)."""
+    def _host(self, l_np, tol=1e-13, q=None):
+        """``(value, q, lam)`` of every row of the float64 or float32 array ``l_np`` by the
+        numba kernels of :mod:`riskopt._kernels.kl_dro` (floats for a 1-D batch, else arrays;
+        ``q`` float64, into ``q`` if given), the constrained root started from the previous
+        call's (``tol``: on ``|KL - rho|``, relative to ``max(1, rho)``)."""
         b = l_np.shape[-1]
-        rows = l_np.reshape(-1, b)
-        q = np.empty_like(rows)
         dn = self.__dict__.get("_dn")           # scratch, kept for the last b
         if dn is None or dn.shape[0] != b:
             dn = self.__dict__["_dn"] = np.empty(b)
+        if l_np.ndim == 1:
+            q = np.empty(b) if q is None else q
+            val, lam = self._row(l_np, q, dn, tol, l_np)
+            return val, q, lam
+        rows = l_np.reshape(-1, b)
+        q = np.empty(rows.shape) if q is None else q.reshape(rows.shape)
         val = np.empty(rows.shape[0])
         lam = np.empty(rows.shape[0])
         for i in range(rows.shape[0]):
-            if self.radius is None:
-                val[i] = _kk.kl_penalised(rows[i], self.shift_cost, q[i], dn)
-                lam[i] = self.shift_cost
-            else:
-                val[i], lam[i], a = _kk.kl_constrained(rows[i], self.radius, self.shift_cost,
-                                                       self._a_warm, q[i], dn, tol)
-                if math.isnan(val[i]):  # a range that overflows: the NumPy reference
-                    if self.check_finite:   # (or non-finite losses: raise)
-                        _check_finite_np("losses", l_np)
-                    val[i], q[i], lam[i] = kl_dro_weights(rows[i], self.shift_cost,
-                                                          self.radius)
-                elif 0.0 < a < math.inf:
-                    self.__dict__["_a_warm"] = a   # (not nn.Module.__setattr__: 10 us)
-        # the kernels' value is non-finite for non-finite losses (NaN: the passes; inf: the
-        # range): one check of the values instead of a pass over the losses
-        if self.check_finite and not np.isfinite(val).all():
-            _check_finite_np("losses", l_np)
-        if l_np.ndim == 1:
-            return float(val[0]), q.reshape(b), float(lam[0])
+            val[i], lam[i] = self._row(rows[i], q[i], dn, tol, l_np)
         shape = l_np.shape[:-1]
         return val.reshape(shape), q.reshape(l_np.shape), lam.reshape(shape)
+
+    def _row(self, row, q, dn, tol, l_np):
+        """``(value, lam)`` of one row (writes its weights ``q``); ``l_np``: all the losses,
+        checked for NaN / inf when the value is not finite."""
+        if self.radius is None:
+            val = _kk.kl_penalised(row, self.shift_cost, q, dn)
+            lam = self.shift_cost
+        else:
+            val, lam, a = _kk.kl_constrained(row, self.radius, self.shift_cost,
+                                             self._a_warm, q, dn, tol)
+            if math.isnan(val):  # a range that overflows: the NumPy reference
+                if self.check_finite:   # (or non-finite losses: raise)
+                    _check_finite_np("losses", l_np)
+                val, q[:], lam = kl_dro_weights(np.asarray(row, dtype=np.float64),
+                                                self.shift_cost, self.radius)
+            elif 0.0 < a < math.inf:
+                self.__dict__["_a_warm"] = a   # (not nn.Module.__setattr__: 10 us)
+        # the kernels' value is non-finite for non-finite losses (NaN: the passes; inf: the
+        # range): one check of the value instead of a pass over the losses
+        if self.check_finite and not math.isfinite(val):
+            _check_finite_np("losses", l_np)
+        return val, lam
 
     def forward(self, losses):
         _check_losses(losses, allow_empty=self.gather, batched=not self.gather)
@@ -142,7 +150,7 @@ class KLDROLoss(_GatherMixin, nn.Module):
             # CPU, eager: the numba kernels, one autograd node; float32 losses need the
             # root to float32 precision only
             tol = 1e-13 if losses.dtype == torch.float64 else 1e-10
-            val, q, lam = self._host(_host_array(losses), tol)
+            val, q, lam = self._host(_host_view(losses), tol, _host_out(self, losses))
             self.__dict__["last_lam"] = lam if isinstance(lam, float) else torch.from_numpy(lam)
             return _reduce(_host_attach(losses, val, q), self.reduction)
         if self.gather:
