@@ -1,6 +1,7 @@
 """The numba KL-DRO kernels (``riskopt._kernels.kl_dro``: the CPU path of ``KLDROLoss``)
 against the NumPy reference ``riskopt.objectives.kl_dro.kl_dro_weights``, and the one-node
-autograd attachment of the host losses (``_HostDanskin``)."""
+autograd attachment of the host losses (``_host_attach``: a dot for a 1-D batch,
+``_HostDanskin`` for rows and half precision)."""
 import math
 
 import numpy as np
@@ -182,3 +183,109 @@ def test_scaled_exp_and_the_shifted_pass_against_numpy():
         assert abs(got[0] / want[0] - 1.0) <= 1e-13
         for g, w in zip(got[1:], want[1:]):
             assert abs(g - w) <= 1e-13 * max(1.0, abs(w)), (a0, delta, got, want)
+
+
+def test_float32_losses_are_read_as_their_float64_copy():
+    """The KL kernels read float32 losses without a copy (the torch host path passes the
+    tensor's own memory): value, weights, multiplier and root bit for bit those of the
+    float64 copy, for every branch (penalised small / large a, constrained warm / cold)."""
+    from riskopt._kernels import kl_dro as kk
+    rng = np.random.default_rng(6)
+    for t in range(40):
+        l32 = (rng.random(int(rng.integers(2, 3000))) * 10 ** rng.uniform(-2, 2)).astype(
+            np.float32)
+        l64 = l32.astype(np.float64)
+        n = l32.shape[0]
+        q32, q64, dn = np.empty(n), np.empty(n), np.empty(n)
+        lam = float(np.ptp(l64)) * 10 ** rng.uniform(-1.5, 1.5)
+        assert kk.kl_penalised(l32, lam, q32, dn) == kk.kl_penalised(l64, lam, q64, dn)
+        assert np.array_equal(q32, q64)
+        a0 = (0.0, 2.0)[t % 2]
+        got = kk.kl_constrained(l32, 0.3, 0.0, a0, q32, dn, 1e-10)
+        assert got == kk.kl_constrained(l64, 0.3, 0.0, a0, q64, dn, 1e-10)
+        assert np.array_equal(q32, q64)
+
+
+def test_simd_sums_do_not_depend_on_the_alignment():
+    """The kernels' reassociated (SIMD) sums add in an order fixed by the code, not by where
+    the arrays start: a copy at another address (8 bytes off) gives the same bits."""
+    from riskopt._kernels import kl_dro as kk
+    rng = np.random.default_rng(7)
+    l = rng.random(1001) * 5
+    buf = np.empty(l.size + 1)
+    off = buf[1:]
+    off[:] = l
+    for src in (l, off):
+        q, dn = np.empty(l.size), np.empty(l.size)
+        res = kk.kl_constrained(src, 0.4, 0.0, 0.0, q, dn, 1e-13)
+        if src is l:
+            want, qw = res, q.copy()
+        else:
+            assert res == want and np.array_equal(q, qw)
+    e = np.exp(3.0 * (dn - 1.0))
+    e_off = np.empty(e.size + 1)[1:]
+    e_off[:] = e
+    dn_off = np.empty(dn.size + 1)[1:]
+    dn_off[:] = dn
+    assert kk._moments(dn, e, -0.3, 2.0) == kk._moments(dn_off, e_off, -0.3, 2.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_host_path_value_gradient_and_kept_buffers(dtype):
+    """The CPU eager path of a 1-D batch: the value is the oracle's (float64: exactly), the
+    gradient its weights (one C++ autograd node, no Python ``Function``), and the buffers the
+    losses keep between calls do not leak into an earlier graph: two forwards, then the two
+    backwards in reverse order, each batch gets its own weights; a retained graph gives the
+    same gradient twice."""
+    from riskopt._kernels import oracles as ko
+    rng = np.random.default_rng(8)
+    esrm = ro.ESRM(1.0, shift_cost=0.5)
+    for crit in (SpectralRiskLoss(esrm), SpectralRiskLoss(ro.CVaR(0.2)),
+                 KLDROLoss(radius=0.5), KLDROLoss(shift_cost=0.7)):
+        ls = [torch.tensor(rng.random(500) * 3, dtype=dtype, requires_grad=True)
+              for _ in range(2)]
+        rs = [crit(l) for l in ls]
+        assert rs[0].grad_fn.name() == "DotBackward0"
+        for l, r in reversed(list(zip(ls, rs))):
+            r.backward(retain_graph=True)
+            g = l.grad.clone()
+            l.grad = None
+            r.backward()
+            assert torch.equal(l.grad, g) and g.dtype == dtype
+            l64 = l.detach().double().numpy()
+            if isinstance(crit, KLDROLoss):
+                w = kl_dro_weights(l64, crit.shift_cost, crit.radius)[1]
+            else:
+                w = crit.risk.weights(l64)
+            if dtype == torch.float64:
+                np.testing.assert_allclose(g.numpy(), w, rtol=0, atol=1e-12)
+            else:
+                np.testing.assert_allclose(g.numpy(), w, rtol=1e-6, atol=0)
+        if dtype == torch.float64 and isinstance(crit, SpectralRiskLoss):
+            l64 = ls[0].detach().numpy().copy()
+            q = np.empty(500)
+            b = crit.risk
+            v = ko.spectral_risk_weights(l64, np.ascontiguousarray(b.spectrum(500)),
+                                         float(b.shift_cost), b.div_code, q)
+            assert rs[0].item() == v
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_host_copy_counts_nan_and_inf(dtype):
+    """The spectral host path copies float32 losses to float64 and counts their NaN / inf
+    in one pass (``_kernels.host_copy``): the copy is exact, the count right, and the loss
+    names it; a finite batch whose sum overflows is not flagged."""
+    from riskopt._kernels import host_copy as kh
+    rng = np.random.default_rng(9)
+    npdt = {torch.float32: np.float32, torch.float64: np.float64}[dtype]
+    src = (rng.normal(size=1000) * 1e30).astype(npdt)
+    src[[3, 500, 999]] = (np.nan, np.inf, -np.inf)
+    dst = np.empty(1000)
+    assert kh.copy_count_nonfinite(src, dst) == 3 and kh.count_nonfinite(src) == 3
+    assert np.array_equal(dst, src.astype(np.float64), equal_nan=True)
+    with pytest.raises(ValueError, match="losses contain 3 NaN or infinite"):
+        SpectralRiskLoss(ro.CVaR(0.2))(torch.from_numpy(src))
+    big = np.full(16, np.finfo(src.dtype).max, dtype=src.dtype)
+    assert kh.count_nonfinite(big) == 0 and kh.copy_count_nonfinite(big, np.empty(16)) == 0
+    assert SpectralRiskLoss(ro.CVaR(0.5))(torch.from_numpy(big)).item() == float(big[0])

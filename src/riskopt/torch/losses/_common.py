@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from ... import risks as _risks
+from ..._kernels import host_copy as _kh
 from ..._validation import check_finite
 from .. import distributed as _dist
 
@@ -141,8 +142,9 @@ def _attach_dot(losses, q, value=None, scale=1.0):
 class _HostDanskin(torch.autograd.Function):
     """The risks ``value`` (a NumPy array, computed on the host) with gradient ``q`` (the
     oracle's weights, a tensor of the losses' shape: Danskin). Used on CPU tensors in eager
-    mode only, where it is the cheapest attachment measured (one autograd node, whose
-    backward is ``g * q``; ``benchmarks/torch_losses_speed.py``)."""
+    mode for ``(..., b)`` rows and half-precision losses (one autograd node, whose backward
+    is ``g * q``); a 1-D float32 / float64 batch takes the cheaper C++ node of
+    :func:`_host_attach`."""
 
     @staticmethod
     def forward(ctx, losses, value, q):
@@ -158,22 +160,39 @@ class _HostDanskin(torch.autograd.Function):
 _NP_WORK = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def _host_array(losses, owner=None):
+def _host_array(losses):
     """The detached CPU losses as a contiguous float64 NumPy array (no torch op for float32
-    / float64 losses; contiguous float64 losses: a view). With ``owner`` (a module) the
-    float64 copy of float32 losses goes to a buffer kept in ``owner`` for the last shape
-    (valid until the next call: for an oracle's input only)."""
+    / float64 losses)."""
     t = losses.detach()
     if t.dtype not in _NP_WORK:
         t = t.to(torch.float64)
-    a = t.numpy()
-    if owner is None or a.dtype == np.float64:
-        return np.ascontiguousarray(a, dtype=np.float64)
-    buf = owner.__dict__.get("_host64")
-    if buf is None or buf.shape != a.shape:
-        buf = owner.__dict__["_host64"] = np.empty(a.shape)
-    np.copyto(buf, a)
-    return buf
+    return np.ascontiguousarray(t.numpy(), dtype=np.float64)
+
+
+def _host_checked(losses, owner, check):
+    """The detached CPU losses as a contiguous float64 NumPy array for an oracle: a view of
+    contiguous float64 losses, the copy of contiguous float32 ones in a buffer kept in
+    ``owner`` (a module) for the last shape (valid until its next call: an oracle's input
+    only), else :func:`_host_array`. With ``check``: ``ValueError`` on NaN / inf, counted
+    in the same pass as the copy (:mod:`riskopt._kernels.host_copy`)."""
+    t = losses.detach()
+    if t.dtype not in _NP_WORK or not t.is_contiguous():
+        a = _host_array(t)
+        if check:
+            _check_finite_np("losses", a)
+        return a
+    src = t.numpy()
+    if src.dtype == np.float64:
+        a = src
+        bad = _kh.count_nonfinite(src.reshape(-1)) if check else 0
+    else:
+        a = owner.__dict__.get("_host64")
+        if a is None or a.shape != src.shape:
+            a = owner.__dict__["_host64"] = np.empty(src.shape)
+        bad = _kh.copy_count_nonfinite(src.reshape(-1), a.reshape(-1))
+    if check and bad:
+        raise ValueError(f"losses contain {bad} NaN or infinite value(s)")
+    return a
 
 
 def _host_view(losses):
@@ -195,13 +214,6 @@ def _host_out(owner, losses):
     if buf is None or buf.shape != tuple(losses.shape):
         buf = owner.__dict__["_q64"] = np.empty(tuple(losses.shape))
     return buf
-
-
-def _finite_or_raise(l_np):
-    """Raise ``ValueError`` if ``l_np`` holds a NaN / inf: one SIMD sum (finite sum: every
-    entry finite), the count only when it is not."""
-    if not math.isfinite(np.add.reduce(l_np, axis=None)):
-        _check_finite_np("losses", l_np)
 
 
 def _host_attach(losses, value, q, scale=1.0):

@@ -11,8 +11,8 @@ from ..._kernels import oracles as _ko
 from ..._validation import check_int, check_positive
 from .. import distributed as _dist
 from .. import _oracles as _to
-from ._common import (_GatherMixin, _as_index_tensor, _check_losses, _host_array,
-                      _host_attach, _host_eager)
+from ._common import (_GatherMixin, _as_index_tensor, _check_losses, _host_attach,
+                      _host_eager, _host_out, _host_view)
 
 __all__ = ["GroupDROLoss"]
 
@@ -154,13 +154,13 @@ class GroupDROLoss(_GatherMixin, nn.Module):
         m = self.n_groups
         means = np.empty(m)
         counts = np.empty(m)
-        code = _kg.group_means(_host_array(losses), g, means, counts)
+        code = _kg.group_means(_host_view(losses), g, means, counts)
         if code == 1:
             raise ValueError(f"groups out of range [0, {m})")
         if code == 2 and self.check_finite:
             raise ValueError("losses contain NaN or infinite value(s)")
         q = self._host_q(means, counts > 0)
-        w = np.empty(g.shape[0])
+        w = _host_out(self, losses)
         return _host_attach(losses, _kg.sample_weights(q, means, counts, g, w), w)
 
     def forward(self, losses, groups):

@@ -7,8 +7,8 @@ from ... import risks as _risks
 from ..._kernels import oracles as _ko
 from .. import _oracles as _to
 from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_dot, _check_choice,
-                      _check_losses, _check_risk, _check_value_finite, _finite_or_raise,
-                      _host_array, _host_attach, _host_eager, _host_out, _reduce)
+                      _check_finite_np, _check_losses, _check_risk, _check_value_finite,
+                      _host_attach, _host_checked, _host_eager, _host_out, _reduce)
 
 __all__ = ["SpectralRiskLoss"]
 
@@ -138,11 +138,12 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         val, q = self._numba_np(np.ascontiguousarray(l64.cpu().numpy()))
         return (val if l64.ndim == 1 else torch.from_numpy(val)), torch.from_numpy(q)
 
-    def _numba_np(self, l_np, q=None):
+    def _numba_np(self, l_np, q=None, checked=False):
         """``(values, q)`` of every row of the float64 array ``l_np`` by the numba oracle
-        (NumPy out, into ``q`` if given; ``values`` a float for a 1-D batch)."""
-        if self.check_finite:
-            _finite_or_raise(l_np)
+        (NumPy out, into ``q`` if given; ``values`` a float for a 1-D batch; ``checked``:
+        the losses were checked for NaN / inf already)."""
+        if self.check_finite and not checked:
+            _check_finite_np("losses", l_np)
         b = l_np.shape[-1]
         sigma = self._spectrum(b)
         plan = self._plan(b, sigma)
@@ -193,7 +194,8 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
             val, q = self._rows(torch.from_numpy(l_np))
             return _attach_dot(losses, q[local], val, self._scale())
         if not self._use_torch(losses):  # CPU, eager: numba, one autograd node
-            val, q = self._numba_np(_host_array(losses, self), _host_out(self, losses))
+            l_np = _host_checked(losses, self, self.check_finite)
+            val, q = self._numba_np(l_np, _host_out(self, losses), checked=True)
             return _reduce(_host_attach(losses, val, q), self.reduction)
         l64 = losses.detach().to(torch.float64)
         val, q = self._rows(l64)
