@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import riskopt as ro
 from riskopt._kernels import oracle_ties as kt
 from riskopt._kernels import oracles as ko
+from riskopt._kernels import sort_keys as sk
 from reference_impl import oracles as tw
 
 EPS = np.finfo(float).eps
@@ -152,13 +153,12 @@ def test_the_fused_paths_equal_the_unfused_oracle_bit_for_bit():
             sigma = np.ascontiguousarray(risk.spectrum(n))
             for nu in (1e-3, 0.5, 30.0):
                 qs, q, q_ref = np.empty(n), np.empty(n), np.empty(n)
-                st_, a, t, ref = (np.empty(n, dtype=np.int64), np.empty(n), np.empty(n),
-                                  np.empty(n))
-                v = ko._chi2_gathered(order, ls, sigma, nu, q, st_, a, t, ref)
+                work, st_ = np.empty(3 * n), np.empty(n, dtype=np.int64)
+                v = ko._chi2_gathered(order, ls, sigma, nu, q, work, st_)
                 ko._weights_sorted(ls, sigma, nu, 0, qs)
                 q_ref[order] = qs
                 assert v == ko._risk_sorted(ls, qs, nu, 0) and np.array_equal(q, q_ref)
-                v = ko._kl_gathered(order, ls, sigma, nu, q, ref, st_, a, t)
+                v = ko._kl_gathered(order, ls, sigma, nu, q, work, st_)
                 work = np.empty(2 * n)
                 if not ko._kl_weights_linear(ls, sigma, nu, qs, work, st_):
                     assert np.isnan(v)
@@ -169,11 +169,14 @@ def test_the_fused_paths_equal_the_unfused_oracle_bit_for_bit():
                 assert abs(v - v_ref) <= 8 * n * EPS * (abs(v_ref) + np.ptp(l) + nu * np.log(n))
 
 
-def test_sorted_order_by_float_keys_is_the_stable_argsort():
+@pytest.mark.parametrize("radix", [False, True])
+def test_sorted_order_by_float_keys_is_the_stable_argsort(radix, monkeypatch):
     """``sorted_order`` sorts float64 keys (value bits, low bits = the index, complemented
     for negative losses) when every loss is finite: exactly ``np.argsort(kind="stable")``
     also for negative near-equal runs, both zeros, subnormals of both signs, ``n`` a power
-    of two (the last index fills every low bit) and one past it."""
+    of two (the last index fills every low bit) and one past it; so does its radix sort
+    of float32 keys for ``n <= RADIX_MAX`` (``radix``)."""
+    monkeypatch.setattr(sk, "RADIX_MAX", sk.RADIX_MAX if radix else 0)
     rng = np.random.default_rng(1)
     for n in (1, 2, 3, 8192, 8193):
         cases = [rng.standard_normal(n), -rng.standard_normal(n) ** 2,

@@ -25,6 +25,8 @@ from .oracle_select import (SELECT_MAX_MIDDLE, SelectionPlan,  # noqa: F401 (re-
                             _clamp_value, _risk_weights_nu0, _tie_mean, box_select_weights,
                             select_risk_weights, selection_plan)
 from .oracle_ties import TIES_MAX_GROUPS, equal_risk_weights, few_values, tied_risk_weights
+from .oracle_fused import (KL_LINEAR_RANGE, _chi2_gathered,  # noqa: F401 (re-exported)
+                           _kl_blocks, _kl_gathered, _kl_weights_linear)
 from .sort_keys import sorted_order  # noqa: F401 (re-exported: the oracles' sort)
 
 #: ``risk_weights`` tries the tied oracle (``oracle_ties``) from this many losses on.
@@ -274,159 +276,17 @@ def _risk_weights_ordered(losses, order, sigma, nu, div, q):
     return _risk_sorted(ls, qs, nu, div)
 
 
-#: ``_kl_weights_linear`` declines when ``(max l - min l) / nu`` exceeds this.
-KL_LINEAR_RANGE = 600.0
-
-
-@njit(cache=True)
-def _kl_blocks(ls, sigma, nu, e, start, A, S):
-    """The KL PAV in the linear domain (see :func:`_kl_weights_linear`): writes the terms
-    ``e`` and the blocks (first rank ``start``, ``A = sum e``, ``S = sum sigma``); returns
-    their number, or -1 when the table is too wide or a product leaves the normal range."""
-    n = ls.shape[0]
-    top = ls[n - 1]
-    if (top - ls[0]) / nu > KL_LINEAR_RANGE:
-        return -1
-    for r in range(n):
-        e[r] = math.exp((ls[r] - top) / nu)
-    k = -1
-    for i in range(n):
-        k += 1
-        start[k] = i
-        A[k] = e[i]
-        S[k] = sigma[i]
-        while k >= 1:
-            if S[k - 1] != 0.0:            # a block without spectrum mass is always pooled
-                if S[k] == 0.0:
-                    break
-                lhs = A[k - 1] * S[k]
-                rhs = A[k] * S[k - 1]
-                if not (lhs > 1e-290 and rhs > 1e-290):
-                    return -1              # too close to underflow: the log form decides
-                if lhs < rhs:
-                    break
-            A[k - 1] += A[k]
-            S[k - 1] += S[k]
-            k -= 1
-    return k + 1
-
-
-@njit(cache=True)
-def _kl_weights_linear(ls, sigma, nu, qs, work, iwork):
-    """The KL PAV of :func:`_weights_sorted_ws` in the linear domain, for a table no wider
-    than ``KL_LINEAR_RANGE nu``: ``e_r = exp((l_(r) - max l) / nu)`` (one exponential per
-    loss, in ``qs``; none underflows), a block keeps ``A = sum e`` and ``S = sum sigma``, two
-    blocks pool iff ``A_{k-1} / S_{k-1} >= A_k / S_k`` (cross-multiplied; a block without
-    spectrum mass always pools), and ``q_r = S_b e_r / A_b``: the same blocks as the log
-    form in exact arithmetic, no ``logaddexp`` per pool. Returns False (nothing written
-    that matters) when the table is too wide or a product leaves the normal range."""
-    n = ls.shape[0]
-    if work.shape[0] < 2 * n or iwork.shape[0] < n:
-        return False
-    start = iwork
-    A = work[:n]
-    S = work[n:2 * n]
-    nb = _kl_blocks(ls, sigma, nu, qs, start, A, S)
-    if nb < 0:
-        return False
-    for b in range(nb):
-        end = start[b + 1] if b < nb - 1 else n
-        f = S[b] / A[b]
-        for r in range(start[b], end):
-            qs[r] = f * qs[r]
-    return True
-
-
-@njit(cache=True)
-def _chi2_gathered(order, ls, sigma, nu, q, start, a, t, ref):
-    """The chi-square branch of :func:`_weights_sorted_ws` (the same blocks and weights,
-    bit for bit, with each block's reference loss kept in ``ref`` instead of re-read
-    through ``start``), its weights scattered to ``q[order]`` and the value of
-    :func:`_risk_sorted` (the same sums in the same order) in the fill pass: no sorted
-    weight vector, two passes fewer (15 instead of 18 ms for ESRM at n = 1e6,
-    ``benchmarks/oracle_speed.py``). ``start`` (int64), ``a``, ``t``, ``ref`` are scratch
-    of length >= n. (The pooling step is written out here, in ``_weights_sorted_ws`` and in
-    ``oracle_ties._chi2_groups``: a shared ``njit`` helper, even ``inline="always"``, made
-    this loop 1.5x slower at n = 1e6.)"""
-    n = ls.shape[0]
-    tnn = 2.0 * n * nu
-    k = -1
-    for i in range(n):
-        k += 1
-        start[k] = i
-        ref[k] = ls[i]
-        a[k] = 0.0
-        t[k] = sigma[i]
-        while k >= 1:
-            c1 = start[k] - start[k - 1]
-            c2 = i + 1 - start[k]
-            # pool iff mean(l - tnn sigma) of block k-1 >= that of block k (times c1 c2)
-            lhs = (ref[k - 1] - ref[k]) * (c1 * c2) + (a[k - 1] * c2 - a[k] * c1)
-            if lhs < tnn * (t[k - 1] * c2 - t[k] * c1):
-                break
-            a[k - 1] += a[k] + c2 * (ref[k] - ref[k - 1])
-            t[k - 1] += t[k]
-            k -= 1
-    top = ls[n - 1]
-    s = 0.0
-    m = 0.0
-    pen = 0.0
-    for b in range(k + 1):
-        end = start[b + 1] if b < k else n
-        cnt = end - start[b]
-        mean_a = a[b] / cnt
-        mean_s = t[b] / cnt
-        rf = ref[b]
-        for r in range(start[b], end):
-            x = ls[r]
-            v = mean_s + ((x - rf) - mean_a) / tnn
-            v = v if v > 0.0 else 0.0
-            q[order[r]] = v
-            d = x - top
-            s += v * d
-            m += d
-            e = v - 1.0 / n
-            pen += e * e
-    return _clamp_value(top + s - nu * n * pen, top, m, top - ls[0], n, nu)
-
-
-@njit(cache=True)
-def _kl_gathered(order, ls, sigma, nu, q, e, start, A, S):
-    """The PAV of :func:`_kl_weights_linear` (the same blocks, bit for bit; ``e`` receives
-    the terms ``exp((l - max l) / nu)``), its weights ``S_b e_r / A_b`` scattered to
-    ``q[order]``, and the value from the blocks: with ``q_r = S_b e_r / A_b``, ``log(n q_r)
-    = log(n S_b / A_b) + (l_r - max l) / nu`` and ``sum_b q_r = S_b``, so ``q.l - nu
-    KL(q)`` is ``max l - nu sum_b S_b log(n S_b / A_b)`` (one logarithm per block instead of
-    one per loss; clamped as :func:`_risk_sorted`). Returns NaN when the linear PAV
-    declines (nothing scattered then)."""
-    n = ls.shape[0]
-    nb = _kl_blocks(ls, sigma, nu, e, start, A, S)
-    if nb < 0:
-        return np.nan
-    top = ls[n - 1]
-    m = 0.0
-    pen = 0.0
-    for b in range(nb):
-        end = start[b + 1] if b < nb - 1 else n
-        f = S[b] / A[b]
-        if S[b] > 0.0:
-            pen += S[b] * math.log(n * f)
-        for r in range(start[b], end):
-            q[order[r]] = f * e[r]
-            m += ls[r] - top
-    return _clamp_value(top - nu * pen, top, m, top - ls[0], n, nu)
-
-
 @njit(cache=True)
 def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
     """:func:`_risk_weights_ordered` given the sorted losses ``ls = losses[order]`` too;
-    ``qs`` (length n), ``work`` and ``iwork`` are scratch space (see :func:`_weights_sorted_ws`)."""
+    ``qs`` (length n), ``work`` and ``iwork`` are scratch space (see :func:`_weights_sorted_ws`;
+    the fused paths of ``oracle_fused`` need ``3 n`` floats)."""
     n = ls.shape[0]
     if nu != 0.0:
-        if div == CHI2 and work.shape[0] >= 2 * n and iwork.shape[0] >= n:
-            return _chi2_gathered(order, ls, sigma, nu, q, iwork, work[:n], work[n:2 * n], qs)
-        if div == KL and work.shape[0] >= 2 * n and iwork.shape[0] >= n:
-            v = _kl_gathered(order, ls, sigma, nu, q, qs, iwork, work[:n], work[n:2 * n])
+        if work.shape[0] >= 3 * n and iwork.shape[0] >= n:
+            if div == CHI2:
+                return _chi2_gathered(order, ls, sigma, nu, q, work, iwork)
+            v = _kl_gathered(order, ls, sigma, nu, q, work, iwork)
             if not math.isnan(v):
                 return v
         _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
@@ -444,8 +304,7 @@ def _gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
     if nu == 0.0:
         return _risk_weights_nu0(order, ls, sigma, q)
     if div == CHI2:
-        n = ls.shape[0]
-        return _chi2_gathered(order, ls, sigma, nu, q, iwork, work[:n], work[n:2 * n], qs)
+        return _chi2_gathered(order, ls, sigma, nu, q, work, iwork)
     return _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
 
 
@@ -458,7 +317,7 @@ def _scratch(n):
     as much as the PAV at n = 2e5. Never returned to a caller."""
     ws = getattr(_SCRATCH, "ws", None)
     if ws is None or ws[0] != n:
-        ws = (n, np.empty(n, dtype=np.uint64), np.empty(n), np.empty(n), np.empty(2 * n),
+        ws = (n, np.empty(n, dtype=np.uint64), np.empty(n), np.empty(n), np.empty(3 * n),
               np.empty(n, dtype=np.int64))
         _SCRATCH.ws = ws
     return ws[1:]

@@ -1,7 +1,9 @@
 """The sort of the batch oracles: ``sorted_order(losses)`` is the stable argsort of the losses
 (and the sorted losses), made by one SIMD ``np.sort`` of 64-bit keys that carry the index in
-their low bits (:func:`sorted_order`). Split from :mod:`riskopt._kernels.oracles`, which
+their low bits, or for small n by a radix sort of float32 keys (:func:`sorted_order`). Split from :mod:`riskopt._kernels.oracles`, which
 re-exports ``sorted_order``."""
+import threading
+
 import numpy as np
 from numba import njit
 
@@ -123,11 +125,114 @@ def _fix_runs(order, ls, limit):
     return True
 
 
+#: :func:`sorted_order` sorts up to this many losses by :func:`_radix_order`.
+RADIX_MAX = 1 << 15
+#: the digits of :func:`_radix_order`: two passes of ``RADIX_BITS`` bits each
+RADIX_BITS = 11
+
+
+@njit(cache=True)
+def _radix_order(x, f32, v, cnt, tmp, order, ls):
+    """The stable argsort of finite ``x`` (``order``, and ``ls = x[order]``) for small n, in
+    one kernel: no ``np.sort`` call, two scatter passes. The key of ``x_i`` is its float32
+    rounding (monotone, ``-0.0`` as ``+0.0``) as an order-preserving uint32, less the least
+    key and shifted right until the span fits ``2 RADIX_BITS`` bits, so the key of a loss
+    never exceeds that of a larger one; an LSD radix sort of the keys (stable, from index
+    order) puts equal keys in index order, and :func:`_fix_runs` puts the runs of equal
+    keys in order by value (exact losses; float32 keeps 24 bits, so such runs are rare but
+    for a span over ``2^22`` float32 steps). Returns False (the caller sorts otherwise) for
+    a NaN / inf loss, one beyond float32's range, or too many moves in :func:`_fix_runs`.
+    ``f32`` (float32), ``v`` (uint32), ``tmp``, ``order`` (int64) and ``ls`` have length n,
+    ``cnt`` (int64) ``2^(RADIX_BITS + 1)``."""
+    n = x.shape[0]
+    lo = np.inf
+    hi = -np.inf
+    ok = True
+    for i in range(n):
+        xi = x[i]
+        f32[i] = xi + 0.0            # (-0.0 + 0.0 = +0.0)
+        ok &= abs(xi) <= 3.4e38      # (False for NaN, inf and beyond float32)
+        lo = min(lo, xi)
+        hi = max(hi, xi)
+    if not ok:
+        return False
+    u = f32.view(np.uint32)
+    sgn = np.uint32(0x80000000)
+    ends = np.empty(2, dtype=np.float32)   # the keys of the least and the largest loss
+    ends[0] = lo + 0.0
+    ends[1] = hi + 0.0
+    ue = ends.view(np.uint32)
+    kmin = ue[0] ^ (np.uint32(np.int32(ue[0]) >> np.int32(31)) | sgn)
+    kmax = ue[1] ^ (np.uint32(np.int32(ue[1]) >> np.int32(31)) | sgn)
+    nb = 1 << RADIX_BITS
+    mask = np.uint32(nb - 1)
+    span = np.uint32(kmax - kmin)
+    s = np.uint32(0)
+    while (span >> s) >= np.uint32(1 << (2 * RADIX_BITS)):
+        s += np.uint32(1)
+    for d in range(2 * nb):
+        cnt[d] = 0
+    for i in range(n):
+        b = u[i]
+        k = ((b ^ (np.uint32(np.int32(b) >> np.int32(31)) | sgn)) - kmin) >> s
+        v[i] = k
+        cnt[k & mask] += 1
+        cnt[nb + (k >> np.uint32(RADIX_BITS))] += 1
+    a = 0
+    c = 0
+    for d in range(nb):
+        t = cnt[d]
+        cnt[d] = a
+        a += t
+        t = cnt[nb + d]
+        cnt[nb + d] = c
+        c += t
+    one_pass = cnt[nb + 1] == n      # every key below 2^RADIX_BITS
+    dst = order if one_pass else tmp
+    for i in range(n):
+        d = v[i] & mask
+        p = cnt[d]
+        dst[p] = i
+        cnt[d] = p + 1
+    if not one_pass:
+        for j in range(n):
+            i = tmp[j]
+            d = nb + (v[i] >> np.uint32(RADIX_BITS))
+            p = cnt[d]
+            order[p] = i
+            cnt[d] = p + 1
+    disorder = False
+    prev = -np.inf
+    for r in range(n):
+        xv = x[order[r]]
+        ls[r] = xv
+        disorder |= xv < prev
+        prev = xv
+    if disorder:
+        return _fix_runs(order, ls, 4 * n)
+    return True
+
+
+_RADIX = threading.local()
+
+
+def _radix_scratch(n):
+    """This thread's scratch of :func:`_radix_order` for ``n`` losses (kept for the last
+    ``n``)."""
+    ws = getattr(_RADIX, "ws", None)
+    if ws is None or ws[0] != n:
+        ws = (n, np.empty(n, dtype=np.float32), np.empty(n, dtype=np.uint32),
+              np.empty(2 << RADIX_BITS, dtype=np.int64), np.empty(n, dtype=np.int64))
+        _RADIX.ws = ws
+    return ws[1:]
+
 
 def sorted_order(losses, keys=None, ls=None):
     """``(order, losses[order])``: ``order`` is ``np.argsort(losses, kind="stable")``.
 
-    One SIMD sort of 64-bit keys (finite losses: ``np.sort`` of float64 keys,
+    Up to ``RADIX_MAX`` finite losses (a torch loss's batch): :func:`_radix_order`, one
+    kernel, no ``np.sort`` call (1.1x ``np.sort`` at n = 8192 against 1.4x for the keys
+    below, both 1.4x at 2^16; loaded machine, one process). Else one SIMD sort of 64-bit keys (finite losses: ``np.sort`` of float64 keys,
     :func:`_float_keys`; else of uint64 keys, :func:`_packed_keys`) instead of an argsort,
     3x (unstable) to 8x (stable) slower at n = 1e6: a key is the float's bit pattern (the
     order-preserving :func:`_key` for uint64) with its low ``ceil(log2 n)`` bits replaced by
@@ -146,6 +251,8 @@ def sorted_order(losses, keys=None, ls=None):
         keys = np.empty(n, dtype=np.uint64) if keys is None else keys
         order = keys.view(np.int64)
         ls = np.empty(n) if ls is None else ls
+        if n <= RADIX_MAX and _radix_order(x, *_radix_scratch(n), order, ls):
+            return order, ls
         if _float_keys(x.view(np.uint64), shift, keys):
             keys.view(np.float64).sort()
             disorder = _unpack_float_keys(keys, order, shift, x, ls)
