@@ -49,6 +49,7 @@ from numba import njit
 import riskopt as ro
 from riskopt._kernels import oracle_select as ks
 from riskopt._kernels import oracles as ko
+from riskopt._kernels import sort_keys as sk
 from riskopt.bench._io import atomic_write_json, atomic_write_text
 from riskopt.bench._meta import _git_commit
 
@@ -95,7 +96,7 @@ def _radix_pass(src_k, src_i, dst_k, dst_i, shift, count):
 
 @njit(cache=True)
 def _radix_argsort(bits):
-    """LSD radix argsort of the order-preserving keys (``oracles._key``) of float64 bits:
+    """LSD radix argsort of the order-preserving keys (``sort_keys._key``) of float64 bits:
     four passes of 16-bit digits over (key, index) pairs, one histogram pass for all four,
     and a pass skipped when its digit is the same for every key."""
     n = bits.shape[0]
@@ -104,7 +105,7 @@ def _radix_argsort(bits):
     i0 = np.empty(n, dtype=np.int64)
     hist = np.zeros((4, 65536), dtype=np.int64)
     for j in range(n):
-        k = ko._key(bits[j], sign)
+        k = sk._key(bits[j], sign)
         k0[j] = k
         i0[j] = j
         for p in range(4):
@@ -168,6 +169,43 @@ def name_of(risk):
         cost = "" if float(risk.shift_cost) == 0 else f", {risk.divergence} {risk.shift_cost:g}"
         return f"user (cubic ramp + top-decile step{cost})"
     return repr(risk)
+
+
+def torch_rows(n, rng, repeats, base):
+    """Issue 28's rows: the oracle that ``SpectralRiskLoss`` calls on a CPU batch
+    (``oracles.spectral_risk_weights``) for ESRM(1, chi2 1) and Extremile(2, KL 0.1), on
+    float64 losses and on a float32 batch as the loss hands it over (the float64 copy
+    included), in microseconds, before / after, against ``np.sort`` of the float64
+    vector."""
+    z = rng.standard_normal(n)
+    l64 = z ** 2
+    l32 = l64.astype(np.float32)
+    out = ["", f"Issue 28's torch-loss oracle rows (``spectral_risk_weights``), n = {n:,}, "
+           "us (ratio to np.sort of the float64 vector):", "",
+           "| risk | input | np.sort us | before us (ratio) | after us (ratio) |",
+           "|---|---|---:|---:|---:|"]
+    for risk in (ro.ESRM(1.0, shift_cost=1.0), ro.Extremile(2.0, shift_cost=0.1,
+                                                             divergence="kl")):
+        nu, div = float(risk.shift_cost), risk.div_code
+        sigma = np.ascontiguousarray(risk.spectrum(n))
+        plan = ko.selection_plan(sigma)
+        plan_b = base.selection_plan(sigma) if base else None
+        q, q_b = np.empty(n), np.empty(n)
+        for name, x in (("float64", l64), ("float32", l32)):
+            def conv(x=x):
+                return np.ascontiguousarray(x, dtype=np.float64)
+            t_sort, t_base, t_new = interleaved_medians(
+                [lambda: np.sort(l64),
+                 (lambda: base.spectral_risk_weights(conv(), sigma, nu, div, q_b, plan_b))
+                 if base else None,
+                 lambda: ko.spectral_risk_weights(conv(), sigma, nu, div, q, plan)],
+                max(repeats, 101))
+            cell = [("-" if t != t else f"{t * 1e6:.1f} ({t / t_sort:.2f}x)")
+                    for t in (t_base, t_new)]
+            out.append(f"| {name_of(risk)} | {name} | {t_sort * 1e6:.1f} | {cell[0]} | "
+                       f"{cell[1]} |")
+            print(out[-1], flush=True)
+    return out
 
 
 def main():
@@ -241,6 +279,7 @@ def main():
             lines += ["", f"Largest ratio of {label}: {worst[key]:.2f}x "
                       f"({worst['losses']}, {worst['risk']}); rows over 3x: "
                       f"{sum(r[key] > 3 for r in rows)} of {len(rows)}."]
+    lines += torch_rows(n, rng, args.repeats, base)
     lines += ["", "Sorting alone (the permutation the sorting oracle needs), ms (ratio to "
               "np.sort):", "", "| losses | np.sort | np.argsort | oracles.sorted_order "
               "(= the stable argsort) | before's sorted_order | LSD radix argsort (numba) |",
