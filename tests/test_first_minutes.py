@@ -327,6 +327,39 @@ def test_scale_floor_preconditions_narrow_columns():
     assert _feature_scaling(rng.normal(size=(500, 3)), True, floor=4e-2) is None
 
 
+@pytest.mark.parametrize("offset", [0.0, 1e2, 1e4, 1e9])
+def test_column_moments_match_the_two_pass_statistics(offset):
+    """The fast column statistics (``E[x^2] - m^2`` from BLAS products) agree with NumPy's
+    two-pass mean and standard deviation to the accuracy of that difference, ``eps (m /
+    s)^2``, and fall back to the two-pass sum where it would cancel: a constant column gets
+    ``s = 0`` exactly, an offset far above the spread is still measured."""
+    from riskopt._scaling import _feature_scaling, _moments, _spread
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(3000, 5)) * np.array([1.0, 1e-3, 1e3, 1.0, 7.0]) + offset
+    X[:, 3] = 7.0 + offset  # constant
+    X = np.ascontiguousarray(X)
+    for intercept in (True, False):
+        s, m = _moments(X, intercept)
+        m_ref = X.mean(axis=0) if intercept else np.zeros(5)
+        s_ref = np.sqrt(((X - m_ref) ** 2).mean(axis=0))
+        np.testing.assert_allclose(m, m_ref, rtol=1e-13, atol=0)
+        ok = s_ref > 0
+        # the one-pass difference is kept only where s > 1e-3 |m| (its error ~eps (m/s)^2
+        # <= 2e-10); elsewhere two-pass, whose own rounding is ~eps |m| / s relative
+        tol = 1e-9 + 1e-13 * np.abs(m_ref[ok]) / s_ref[ok]
+        assert np.all(np.abs(s[ok] - s_ref[ok]) <= tol * s_ref[ok])
+        if intercept:
+            assert s[3] == 0.0
+    m, s = _feature_scaling(X, True)
+    assert m[3] == 7.0 + offset and s[3] == 1.0  # constant: shifted to 0, unit scale
+    y = X[:, 4]
+    top = float(np.max(np.abs(y)))
+    rel = 1e-12 + 1e-13 * abs(float(np.mean(y))) / float(np.std(y))  # (two-pass roundings)
+    assert _spread(y, True, top) == pytest.approx(float(np.std(y)), rel=rel)
+    assert _spread(y, False, top) == pytest.approx(float(np.sqrt(np.mean(y * y))), rel=1e-12)
+
+
 # ----------------------------------------------------------------------------- item 7: the CLI
 def _table(tmp_path, **cols):
     import pandas as pd

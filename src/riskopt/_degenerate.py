@@ -4,6 +4,7 @@ import warnings
 import numpy as np
 from sklearn.base import ClassifierMixin
 
+from ._scaling import _spread
 from .callbacks import DegenerateFitWarning
 from .risks import MaxLoss
 
@@ -38,7 +39,7 @@ def warn_if_degenerate(est, X, y_enc, W, obj, W_fit):
                    "coefficients are ~0; the predicted class is decided by rounding)")
     elif not isinstance(est, ClassifierMixin):
         top = max(float(np.max(np.abs(y_enc))), 1e-300)  # std of y / top: no over/underflow
-        if float(np.std(Z[:, 0] / top)) <= 1e-6 * float(np.std(y_enc / top)):
+        if _spread(Z[:, 0], True, top) <= 1e-6 * _spread(y_enc, True, top):
             why = (f"its predictions are constant ({float(Z[0, 0]):.6g}) on the training "
                    "rows, to 1e-6 of the spread of y")
     if why is not None:
@@ -53,7 +54,8 @@ def warn_if_degenerate(est, X, y_enc, W, obj, W_fit):
         q = getattr(obj, "_solution_weights", None)  # the solver's own (Newton), else here
         if q is None:
             q = obj.weights(obj.as_coef(W_fit))
-        n_eff = 1.0 / float(np.sum(q * q))
+        q = np.ravel(q)
+        n_eff = 1.0 / float(q @ q)
         if n_eff < _DEGENERATE_MIN_SAMPLES:
             warnings.warn(
                 f"{type(est).__name__}(risk={risk}): the fitted objective puts its weight "

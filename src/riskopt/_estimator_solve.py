@@ -57,8 +57,10 @@ class _SolverRuns:
         prev_lr = getattr(self, "lr_", None) if getattr(self, "solver_", None) == name else None
         self.solver_ = name
         params = self._solver_params()
-        # an incompatible solver: the registry's error, listing the solvers that fit
-        _solvers.get(name, **params).check_objective(obj)
+        # an incompatible solver: the registry's error, listing the solvers that fit (not
+        # for the Newton solver that "auto" picked: _solver_name found it applicable)
+        if not (name == "newton" and self.solver == "auto" and not params):
+            _solvers.get(name, **params).check_objective(obj)
         if name == "newton":
             return self._fit_newton(obj, params, coef0)
         if name == "lbfgs":
