@@ -52,6 +52,38 @@ def test_crossover_matches_cvxpy_and_its_bound_is_below_the_optimum(loss, fit_in
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_crossover_reaches_the_optimum_on_every_kind_of_design(loss):
+    """The window model built in one pass over the rows (``_kernels.crossover.window_rows``:
+    a dense design, or the estimators' implicit ``[(X - m) / s, 1]`` over one) and by NumPy
+    (a sparse design) lead to the same optimum, cvxpy's, each certified by its own bound."""
+    import scipy.sparse as sp
+
+    from riskopt._design import LinearDesign
+
+    X, y = data(loss, 60, 3, 5)
+    m, s = np.array([3.0, -1.0, 0.5]), np.array([2.0, 0.5, 4.0])
+    designs = {"dense": (X, True), "sparse": (sp.csr_matrix(X), False),
+               "standardised": (LinearDesign(X * s + m, True, m, s), True)}
+    dense = ro.Objective(loss, ro.CVaR(0.2), X, y, l2_reg=1.0 / 60, fit_intercept=True)
+    _, v_cvx = cvxpy_spectral_minimum(dense)
+    tol = 5e-8 if loss == "logistic" else 1e-9
+    for name, (D, fused) in designs.items():
+        obj = ro.Objective(loss, ro.CVaR(0.2), D, y, l2_reg=1.0 / 60, fit_intercept=True)
+        assert (xc._dense_rows(obj.X) is not None) == fused, name
+        stage1 = nt.newton(obj, obj.zeros(), rtol=1e-8, accept=1.0, max_iter=200)
+        out = xc.box_newton(obj, stage1["coef"], accept=1e-12)
+        assert out["value"] - out["bound"] <= 1e-12 * abs(out["value"]), name
+        assert abs(out["value"] - v_cvx) <= tol * abs(v_cvx), (name, out["value"], v_cvx)
+        assert out["bound"] <= v_cvx + tol * abs(v_cvx), name
+        # the returned predictions and weights are those of the returned point
+        np.testing.assert_array_equal(out["z"], np.asarray(obj.X @ out["coef"]).ravel())
+        R, q = obj.risk_weights(obj.losses(out["coef"]))
+        assert out["value"] == pytest.approx(R + obj._reg_value(out["coef"].reshape(-1, 1)),
+                                             rel=1e-14)
+        np.testing.assert_array_equal(out["weights"], q)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
 def test_crossover_bound_is_a_lower_bound_from_poor_starts(loss):
     """One SQP step from arbitrary points: whatever the step, the returned bound (that of a
     valid dual point) never exceeds the optimum."""

@@ -1,5 +1,6 @@
-"""The window model's active-set QP of the Newton solver's crossover (numba).
+"""The window model of the Newton solver's crossover (numba).
 
+:func:`window_rows` builds the model's pieces from a dense design in one pass over the rows;
 :func:`model_qp` minimises ``1/2 |c + C q|^2 - l'q`` over ``lo <= q <= hi``, ``sum q = m``
 (``riskopt.objectives._crossover._model_qp`` states the method); the slow twin is
 ``_model_qp_twin`` in ``tests/test_crossover.py``.
@@ -136,3 +137,59 @@ def model_qp(C, c, l_w, q0, lo, hi, m, max_iter):
         free[iw] = True  # one at a time (releasing several at once cycled)
     u = -(c + C @ q)
     return u, q, False, t
+
+
+@njit(cache=True)
+def window_rows(X, shift, inv_scale, intercept, ell, der, curv, q, hi, hi_edge, lo_edge):
+    """The window model's pieces for a box spectrum with ``lo = 0`` (CVaR) on the design rows
+    ``z_i = [(X[i] - shift) * inv_scale, 1 (intercept)]`` of a dense ``X``, in one pass over
+    the rows: the top set ``T`` (``ell_i > hi_edge``, weight ``hi``) and the window ``V``
+    (``lo_edge <= ell_i <= hi_edge``, weight ``min(max(q_i, 0), hi)``); the other samples
+    (weight 0) are not read. Returns ``(B, A, widx, tidx, g)``: ``B`` the rows ``sqrt(w_i
+    c_i) z_i`` of ``T`` and ``V`` (``B'B`` is the model's Hessian ``sum w_i c_i z_i z_i'``;
+    ``c = curv``, or 1 when ``curv`` is empty), ``A`` the window's loss gradients ``der_i
+    z_i``, ``widx`` / ``tidx`` the indices of ``V`` and ``T`` (ascending) and ``g = hi sum_T
+    der_i z_i`` (the frozen part's gradient)."""
+    n, d = X.shape
+    p = d + (1 if intercept else 0)
+    n_top, n_win = 0, 0
+    for i in range(n):
+        if ell[i] > hi_edge:
+            n_top += 1
+        elif ell[i] >= lo_edge:
+            n_win += 1
+    B = np.empty((n_top + n_win, p))
+    A = np.empty((n_win, p))
+    widx = np.empty(n_win, dtype=np.int64)
+    tidx = np.empty(n_top, dtype=np.int64)
+    g = np.zeros(p)
+    z = np.empty(p)
+    if intercept:
+        z[d] = 1.0
+    unit = curv.shape[0] == 0
+    r, kw, kt = 0, 0, 0
+    for i in range(n):
+        e = ell[i]
+        top = e > hi_edge
+        if not top and not e >= lo_edge:
+            continue
+        for j in range(d):
+            z[j] = (X[i, j] - shift[j]) * inv_scale[j]
+        w = hi if top else min(max(q[i], 0.0), hi)
+        s = np.sqrt(w * (1.0 if unit else curv[i]))
+        for j in range(p):
+            B[r, j] = s * z[j]
+        r += 1
+        if top:
+            f = hi * der[i]
+            for j in range(p):
+                g[j] += f * z[j]
+            tidx[kt] = i
+            kt += 1
+        else:
+            f = der[i]
+            for j in range(p):
+                A[kw, j] = f * z[j]
+            widx[kw] = i
+            kw += 1
+    return B, A, widx, tidx, g

@@ -52,20 +52,33 @@ QP_ITER_PER_COLUMN = 30
 
 
 def _window(ell, k_top, half):
-    """``(top, widx, n_top)``: the mask of the samples ranked above the window (by loss,
-    descending), the indices of the window (about ``2 half`` samples around rank ``k_top``;
-    equal losses at its edges join it) and the size of the top set. One selection over all the
-    losses (the window's lower edge), one over the samples above it (its upper edge): a
+    """``(hi_edge, lo_edge)``: the losses at ranks ``k_top - half`` and ``k_top + half`` (by
+    loss, descending; clipped to ``[0, n - 1]``). The window is the samples with losses
+    between them (equal losses at its edges join it), the top set those above ``hi_edge``.
+    One selection over all the losses (the lower edge), one over the samples above it: a
     two-rank ``np.partition`` of ``n`` losses cost 4x a one-rank one."""
     n = len(ell)
     a, b = max(k_top - half, 0), min(k_top + half, n - 1)
     part = np.partition(-ell, b)
-    lo_edge = -part[b]  # the loss at rank b
-    hi_edge = lo_edge if a == b else -np.partition(part[:b], a)[a]  # at rank a
-    top = ell > hi_edge
-    widx = np.flatnonzero(ell >= lo_edge)
-    widx = widx[ell[widx] <= hi_edge]
-    return top, widx, int(np.count_nonzero(top))
+    lo_edge = -part[b]
+    hi_edge = lo_edge if a == b else -np.partition(part[:b], a)[a]
+    return hi_edge, lo_edge
+
+
+def _dense_rows(X):
+    """``(base, shift, inv_scale, intercept)`` of a design whose rows
+    :func:`riskopt._kernels.crossover.window_rows` reads (a C-ordered float64 array, or a
+    ``LinearDesign`` over one), else ``None``."""
+    if getattr(X, "_is_linear_design", False):
+        B = X.base
+        parts = (B, X.shift, 1.0 / X.scale, X.intercept)
+    else:
+        B = X
+        p = getattr(X, "shape", (0, 0))[1]
+        parts = (B, np.zeros(p), np.ones(p), False)
+    if isinstance(B, np.ndarray) and B.dtype == np.float64 and B.flags.c_contiguous:
+        return parts
+    return None
 
 
 def _model_qp(C, c, l_w, q, lo, hi, m, max_iter=None):
@@ -92,15 +105,15 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     ``MAX_GROW``); ``qp_iter``: a cap on the active-set changes of each model solve (default
     ``QP_ITER_PER_COLUMN p + 200``), the run ending when one does not finish. ``z``: the
     predictions ``X @ W`` and ``start``: ``(ell, der, F, q0)`` at them (losses, derivatives
-    or ``None``, ``F`` and the exact oracle's weights), when the caller has them. Returns ``dict(coef, z,
-    q, bound, value, weights, steps, stuck)``: the point with the smallest certified gap
+    or ``None``, ``F`` and the exact oracle's weights), when the caller has them. Returns
+    ``dict(coef, z, q, bound, value, weights, steps, stuck)``: the point with the smallest certified gap
     (``z`` its predictions ``X @ coef``, ``weights`` the exact oracle's at it; ``q``: its dual
     point, ``None`` with ``bound = -inf`` if no step was taken), ``steps`` the model solves
     done and ``stuck`` whether a model solve ran out of ``qp_iter`` (e.g. a massive tie);
     ``None`` if the spectrum is not a box, ``nu > 0``, ``p > MAX_FEATURES`` or ``H`` is not
     positive definite."""
-    from ._dual import _box_spectrum, _losses_derivs_z, _rows, _xt_rows, _xt_vec, chol_lower, \
-        curvature, dual_bound, tri_solve, weighted_gram
+    from ._dual import _box_spectrum, _losses_derivs_z, _rows, _xt_vec, chol_lower, curvature, \
+        dual_bound, tri_solve, weighted_gram
 
     sigma = objective.sigma
     if not _box_spectrum(sigma) or objective.nu != 0 or objective.p > MAX_FEATURES:
@@ -124,6 +137,8 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     k_top = min(max(k_top, 0), n - 1)
     if half is None:
         half = int(min(max(WINDOW_PER_COLUMN * objective.p, 50), MAX_WINDOW // 2))
+    fused = _dense_rows(X) if lo == 0.0 else None
+    square = getattr(objective.loss, "name", "") == "squared"  # (curvature 1)
     q = None
     best = {"coef": W.copy(), "z": z, "q": None, "bound": -np.inf, "value": F, "weights": q0}
     stuck = False
@@ -131,21 +146,30 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     max_grow = MAX_GROW if max_grow is None else max_grow
     while step < max_outer:
         step += 1  # one weighted Gram matrix and one X @ d per pass
-        top, widx, n_top = _window(ell, k_top, half)
+        hi_edge, lo_edge = _window(ell, k_top, half)
         if q is None:
             q = q0
-        if lo == 0.0:  # (CVaR) the frozen part's gradient: the top rows only
-            tidx = np.flatnonzero(top)
-            g = _xt_rows(X, tidx, hi * der[tidx]) + reg * W
+        if fused is not None:  # (CVaR, a dense design) one pass over the rows
+            curv = np.empty(0) if square else curvature(objective.loss, y, z)
+            B, Aw, widx, tidx, g = _kc.window_rows(*fused, ell, der, curv, q, hi, hi_edge,
+                                                  lo_edge)
+            g += reg * W
+            H = B.T @ B
         else:
-            qfix = np.where(top, hi, lo)
+            tidx = np.flatnonzero(ell > hi_edge)
+            widx = np.flatnonzero(ell >= lo_edge)
+            widx = widx[ell[widx] <= hi_edge]
+            qfix = np.full(n, lo)
+            qfix[tidx] = hi
             qfix[widx] = 0.0
             g = _xt_vec(X, qfix * der) + reg * W
-        qh = np.where(top, hi, lo)
-        qh[widx] = np.clip(q[widx], lo, hi)
-        H = weighted_gram(X, qh * curvature(objective.loss, y, z))
+            qh = np.full(n, lo)
+            qh[tidx] = hi
+            qh[widx] = np.clip(q[widx], lo, hi)
+            H = weighted_gram(X, qh * curvature(objective.loss, y, z))
+            Aw = _rows(X, widx) * der[widx][:, None]
+        n_top = len(tidx)
         H[np.diag_indices_from(H)] += reg + 1e-13 * max(1.0, float(np.trace(H)) / len(W))
-        Aw = _rows(X, widx) * der[widx][:, None]
         # one finiteness test (a sum is inf or nan when an entry is)
         if not np.isfinite(float(H.sum()) + float(g.sum()) + float(Aw.sum())):
             return best if best["q"] is not None else None  # overflow (e.g. unscaled data)
@@ -162,9 +186,10 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
             pos = np.searchsorted(widx, grow_from[0])
             qi[pos] = grow_from[1]
         elif step > 1:
-            bottom = ~top
+            bottom = np.ones(n, dtype=bool)
+            bottom[tidx] = False
             bottom[widx] = False
-            if np.all(q[top] >= hi) and np.all(q[bottom] <= lo):
+            if np.all(q[tidx] >= hi) and np.all(q[bottom] <= lo):
                 qi = q[widx].copy()  # the last model's weights: its active set is nearly right
         u, qw, ok, t = _model_qp(C, c_fix, l_w, qi, lo, hi, m_w, qp_iter)
         grow_from = None
@@ -181,7 +206,8 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
             # across its threshold (to first order) the window is too narrow
             v = ell + der * (z1 - z)
             tol = 1e-9 * max(1.0, abs(t))
-            cross = np.where(top, v < t - tol, v > t + tol)
+            cross = v > t + tol
+            cross[tidx] = v[tidx] < t - tol
             cross[widx] = False
             if np.any(cross):
                 half, grown = 2 * half, grown + 1
@@ -200,7 +226,8 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         else:
             break
         W, z, ell, der, F, q0 = W1, z1, ell1, der1, F1, q1
-        q = np.where(top, hi, lo)
+        q = np.full(n, lo)
+        q[tidx] = hi
         q[widx] = np.clip(qw, lo, hi)
         q = _restore_total(q, widx[(qw > lo) & (qw < hi)] if np.any((qw > lo) & (qw < hi))
                            else widx, lo, hi)
