@@ -39,7 +39,7 @@ from torch import nn
 
 import riskopt as ro
 from riskopt.torch import KLDROLoss
-from riskopt.torch.optim import SCDRO
+from riskopt.torch.optim import PGSMD2, SCDRO
 
 OUT = Path(__file__).resolve().parent / "results" / "scdro_nonconvex"
 RHO, LAM0, BATCH = 0.5, 1e-3, 128
@@ -52,8 +52,12 @@ GRIDS = {
     "mlp": {"scdro": [(0.03, 0.1), (0.1, 0.1), (0.1, 0.5)], "fastdro": [0.01, 0.03, 0.1],
             "erm": [0.01, 0.03, 0.1]},
     "cnn": {"scdro": [(lr, b) for lr in (0.01, 0.05, 0.1, 0.5) for b in (0.1, 0.5, 0.9)],
-            "fastdro": [0.01, 0.05, 0.1, 0.5], "erm": [0.01, 0.05, 0.1, 0.5]},
+            "fastdro": [0.01, 0.05, 0.1, 0.5], "erm": [0.01, 0.05, 0.1, 0.5],
+            # PG-SMD2: (primal lr, dual lr); the dual grid is the paper's range {1e-5 .. 5e-4}
+            "pgsmd2": [(lr, d) for lr in (0.05, 0.1, 0.5) for d in (1e-5, 1e-4, 5e-4)]},
 }
+#: the methods whose setting is a pair (their grids list tuples)
+PAIRS = ("scdro", "pgsmd2")
 
 
 def make_net(seed, model="mlp", d_in=64):
@@ -77,7 +81,7 @@ def _decay(opt, factor=10.0):
         opt.lr0 /= factor
 
 
-def evaluate(net, X, y, with_kl=False):
+def evaluate(net, X, y, with_kl=False, rho=RHO):
     """Accuracy and the worst class's accuracy (and, ``with_kl``, the KL-DRO objective of the
     cross-entropy losses) from one forward pass."""
     with torch.no_grad():
@@ -88,10 +92,10 @@ def evaluate(net, X, y, with_kl=False):
     if not with_kl:
         return acc, min(per)
     losses = nn.functional.cross_entropy(out, y, reduction="none").double().numpy()
-    return acc, min(per), float(ro.KLDRO(radius=RHO, shift_cost=LAM0).value(losses))
+    return acc, min(per), float(ro.KLDRO(radius=rho, shift_cost=LAM0).value(losses))
 
 
-def train(method, lr, seed, data, epochs, model="mlp", decay_epoch=None):
+def train(method, lr, seed, data, epochs, model="mlp", decay_epoch=None, rho=RHO):
     Xtr, ytr, Xte, yte = data
     net = make_net(seed, model, Xtr.shape[1])
     net(Xtr[:2])  # materialise the lazy layer before the optimiser sees the parameters
@@ -99,10 +103,13 @@ def train(method, lr, seed, data, epochs, model="mlp", decay_epoch=None):
     steps_per_epoch = max(1, n // BATCH)
     if method == "scdro":
         lr, beta = lr
-        opt = SCDRO(net.parameters(), radius=RHO, shift_cost=LAM0, lr=lr, beta=beta)
+        opt = SCDRO(net.parameters(), radius=rho, shift_cost=LAM0, lr=lr, beta=beta)
+    elif method == "pgsmd2":
+        lr, dual_lr = lr
+        opt = PGSMD2(net.parameters(), n=n, radius=rho, shift_cost=LAM0, lr=lr, dual_lr=dual_lr)
     else:
         opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
-        dro = KLDROLoss(radius=RHO, shift_cost=LAM0) if method == "fastdro" else None
+        dro = KLDROLoss(radius=rho, shift_cost=LAM0) if method == "fastdro" else None
     gen = torch.Generator().manual_seed(seed)
     curve = []
     for epoch in range(epochs):
@@ -115,12 +122,17 @@ def train(method, lr, seed, data, epochs, model="mlp", decay_epoch=None):
             opt.zero_grad()
             if method == "scdro":
                 opt.surrogate(losses).backward()
+            elif method == "pgsmd2":
+                (opt.weights(idx) * losses).sum().backward()
             elif method == "fastdro":
                 dro(losses).backward()
             else:
                 losses.mean().backward()
-            opt.step()
-        tr, _, kl = evaluate(net, Xtr, ytr, with_kl=True)
+            if method == "pgsmd2":
+                opt.step(indices=idx, losses=losses.detach())
+            else:
+                opt.step()
+        tr, _, kl = evaluate(net, Xtr, ytr, with_kl=True, rho=rho)
         te, worst = evaluate(net, Xte, yte)
         curve.append({"epoch": epoch + 1, "train_accuracy": tr, "test_accuracy": te,
                       "test_worst_class_accuracy": worst, "kl_objective": kl})
@@ -152,7 +164,15 @@ def main(argv=None):
     p.add_argument("--tune-seeds", type=int, default=None,
                    help="run the grid on the first K seeds only, the others at the chosen "
                         "setting (default: every seed)")
+    p.add_argument("--rho", type=float, default=RHO,
+                   help="radius of the KL ball (default: %(default)s, the paper's Figs. 2 / 4; "
+                        "Table 4: 0.1, 0.5, 1)")
+    p.add_argument("--settings-from", type=Path, default=None,
+                   help="a results.json of this script: run each method at the setting chosen "
+                        "there (no grid) when it has one")
     args = p.parse_args(argv)
+    if args.rho <= 0:
+        p.error(f"--rho must be > 0, got {args.rho}")
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
@@ -162,7 +182,16 @@ def main(argv=None):
             torch.from_numpy(d.X_test).to(dt), torch.from_numpy(d.y_test).long())
     # SCDRO: (lr, beta); constant steps unless --decay-epoch (the stage schedule of RSCDRO
     # decays too fast here; on the MLP lr >= 0.3 drives lambda to its lower bound and diverges)
-    grids = GRIDS[args.model]
+    grids = dict(GRIDS[args.model])
+    unknown = sorted(set(args.methods or ()) - set(grids))
+    if unknown:
+        p.error(f"--methods: {unknown} not among {sorted(grids)} for --model {args.model}")
+    wanted = list(args.methods) if args.methods is not None else list(grids)
+    fixed = {}
+    if args.settings_from is not None:
+        chosen = json.loads(args.settings_from.read_text())["results"]
+        fixed = {m: r["lr"] for m, r in chosen.items() if m in grids}
+        grids.update({m: [tuple(v) if m in PAIRS else v] for m, v in fixed.items()})
     k = len(args.seeds) if args.tune_seeds is None else max(1, min(args.tune_seeds,
                                                                      len(args.seeds)))
     tune, rest = args.seeds[:k], args.seeds[k:]
@@ -175,8 +204,8 @@ def main(argv=None):
         key, part = _key(method, setting, seed), parts[method]
         if key not in part:
             t1 = time.time()
-            part[key] = train(method, tuple(setting) if method == "scdro" else setting, seed,
-                              data, args.epochs, args.model, args.decay_epoch)
+            part[key] = train(method, tuple(setting) if method in PAIRS else setting, seed,
+                              data, args.epochs, args.model, args.decay_epoch, args.rho)
             _write_json(out / f"partial_{method}.json", part)
             print(f"  {method} {setting} seed {seed}: test acc "
                   f"{part[key][-1]['test_accuracy']:.4f} ({time.time() - t1:.0f} s)", flush=True)
@@ -185,11 +214,11 @@ def main(argv=None):
     t0 = time.time()
     results, tuning = {}, {}
     for method, settings in grids.items():
-        if args.methods is not None and method not in args.methods:
+        if method not in wanted:
             continue
         best, tuning[method] = None, []
         for setting in settings:
-            setting = list(setting) if method == "scdro" else setting
+            setting = list(setting) if method in PAIRS else setting
             curves = [run(method, setting, s) for s in tune]
             score = float(np.mean([c[-1]["kl_objective"] for c in curves]))
             tuning[method].append({"setting": setting, "kl_objective": score})
@@ -203,7 +232,7 @@ def main(argv=None):
               f"{np.std([r['test_accuracy'] for r in last]):.4f}"
               f"  worst-class test acc {np.mean([r['test_worst_class_accuracy'] for r in last]):.4f}"
               f"  KL objective (tuning seeds) {best[0]:.4f}", flush=True)
-    if set(results) != set(grids):
+    if args.methods is None and set(results) != set(grids):
         print(f"ran {sorted(results)} only; results.json needs {sorted(grids)}")
         return 0
     argv_used = list(argv) if argv is not None else sys.argv[1:]
@@ -212,7 +241,9 @@ def main(argv=None):
             "decay_epoch": args.decay_epoch, "seeds": args.seeds, "tune_seeds": tune,
             "selection": "the setting with the lowest final KL objective (training set), mean "
                          "over the tuning seeds",
-            "rho": RHO, "lambda_0": LAM0, "batch": BATCH,
+            "rho": args.rho, "lambda_0": LAM0, "batch": BATCH, "methods": wanted,
+            "settings_from": (None if args.settings_from is None else
+                              {"path": str(args.settings_from), "fixed": fixed}),
             "wall_seconds_this_invocation": time.time() - t0, "grids": grids,
             "tuning": tuning, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "results": results}
@@ -228,7 +259,8 @@ def main(argv=None):
         ep = [row["epoch"] for row in r["curves"][0]]
         for ax, key in zip(axes, keys):
             M = np.array([[row[key] for row in c] for c in r["curves"]]) * 100
-            ax.plot(ep, M.mean(0), label=f"{method} (lr, beta = {r['lr']})" if method == "scdro"
+            pair = {"scdro": "lr, beta", "pgsmd2": "lr, dual lr"}.get(method)
+            ax.plot(ep, M.mean(0), label=f"{method} ({pair} = {r['lr']})" if pair
                     else f"{method} (lr={r['lr']:g})")
             ax.fill_between(ep, M.min(0), M.max(0), alpha=0.2)
             ax.set_xlabel(f"epochs (passes over {args.dataset})")
@@ -237,8 +269,9 @@ def main(argv=None):
     axes[0].legend(fontsize=8)
     model = ("64-64-10 MLP" if args.model == "mlp" else "CNN (conv 8, conv 16, linear)")
     decay = "" if args.decay_epoch is None else f", step / 10 at epoch {args.decay_epoch}"
-    fig.suptitle(f"Non-convex KL-DRO (rho={RHO}) on {args.dataset}, {model}{decay}: SCDRO vs "
-                 f"FastDRO vs ERM, mean and min-max over {len(args.seeds)} seeds", fontsize=9)
+    fig.suptitle(f"Non-convex KL-DRO (rho={args.rho:g}) on {args.dataset}, {model}{decay}: "
+                 f"{' vs '.join(m.upper() if m != 'fastdro' else 'FastDRO' for m in results)}, "
+                 f"mean and min-max over {len(args.seeds)} seeds", fontsize=9)
     fig.savefig(out / "curves.png", dpi=100 if args.model == "cnn" else 150)
     print(f"written: {out}/results.json, curves.png ({time.time() - t0:.0f} s)")
     return 0

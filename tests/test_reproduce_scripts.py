@@ -40,6 +40,41 @@ def test_scdro_nonconvex_best_on_train_and_test_or_differs(tmp_path):
     assert sc.check_scdro_nonconvex(tmp_path / "missing") is None
 
 
+def write_rho(folder, rho, acc):
+    write_scdro(folder / f"rho_{rho}", acc)
+    path = folder / f"rho_{rho}" / "results.json"
+    path.write_text(json.dumps({"rho": rho, **json.loads(path.read_text())}))
+
+
+def test_scdro_rho_table_needs_scdro_ahead_at_every_rho(tmp_path):
+    """Table 4: SCDRO's test accuracy above PG-SMD2's and FastDRO's beyond the noise at every
+    rho agrees; one rho where a rival is ahead makes the row differ; a rho folder without all
+    three methods is left out, and no folder at all gives None."""
+    ahead = {"scdro": (0.99, 0.90), "pgsmd2": (0.98, 0.85), "fastdro": (0.98, 0.86)}
+    for rho in (0.1, 0.5, 1.0):
+        write_rho(tmp_path / "a", rho, ahead)
+    write_scdro(tmp_path / "a" / "rho_2.0", {"scdro": (0.5, 0.5), "fastdro": (0.9, 0.9)})
+    ours, verdict = sc.check_scdro_rho_nonconvex(tmp_path / "a")
+    assert verdict == "agrees" and "3 agree, 0 within noise, 0 differ of 3" in ours
+    assert ours.index("rho 0.1:") < ours.index("rho 0.5:") < ours.index("rho 1:")
+    assert "rho 2" not in ours and "3 seeds" in ours
+    for rho in (0.1, 0.5):
+        write_rho(tmp_path / "b", rho, ahead)
+    write_rho(tmp_path / "b", 1.0, {**ahead, "fastdro": (0.98, 0.95)})
+    ours, verdict = sc.check_scdro_rho_nonconvex(tmp_path / "b")
+    assert verdict == "differs" and "rho 1: scdro 90+-0.2, pgsmd2 85+-0.2, fastdro 95" in ours
+    assert sc.check_scdro_rho_nonconvex(tmp_path / "missing") is None
+
+
+def test_the_mnist_rho_row_reads_its_own_folder(tmp_path):
+    for rho in (0.1, 0.5, 1.0):
+        write_rho(tmp_path / "scdro_rho_mnist", rho,
+                  {"scdro": (0.9, 0.6), "pgsmd2": (0.9, 0.7), "fastdro": (0.99, 0.8)})
+    text = rep.build(["scdro"], results_root=tmp_path)
+    assert ("| scdro | Table 4 (rho, MNIST-ST CNN) | `benchmarks/scdro_nonconvex.py` | "
+            "differs |") in text
+
+
 def _runs(objective, stage_of_config, extra_cols, metric, last_col="epoch"):
     """Rows of a tuning/final layout: ``objective[(dataset, method, config)] = value`` at the
     last epoch (the first epoch is 10x worse); the tuning stage has seed 0, the final one
