@@ -54,7 +54,8 @@ GRIDS = {
     "cnn": {"scdro": [(lr, b) for lr in (0.01, 0.05, 0.1, 0.5) for b in (0.1, 0.5, 0.9)],
             "fastdro": [0.01, 0.05, 0.1, 0.5], "erm": [0.01, 0.05, 0.1, 0.5],
             # PG-SMD2: (primal lr, dual lr); the dual grid is the paper's range {1e-5 .. 5e-4}
-            "pgsmd2": [(lr, d) for lr in (0.05, 0.1, 0.5) for d in (1e-5, 1e-4, 5e-4)]},
+            # (the ends of the paper's dual range; primal lr 0.1 and 0.5: no momentum here)
+            "pgsmd2": [(lr, d) for lr in (0.1, 0.5) for d in (1e-5, 5e-4)]},
 }
 #: the methods whose setting is a pair (their grids list tuples)
 PAIRS = ("scdro", "pgsmd2")
@@ -199,6 +200,19 @@ def main(argv=None):
     # invocations with disjoint --methods); results.json is written once every method ran
     parts = {m: (json.loads((out / f"partial_{m}.json").read_text())
                  if (out / f"partial_{m}.json").exists() else {}) for m in grids}
+    reused = []
+    if args.settings_from is not None:  # its runs at the same settings are this run's
+        same = ("dataset", "model", "epochs", "decay_epoch", "rho", "batch", "lambda_0")
+        mine = {"dataset": args.dataset, "model": args.model, "epochs": args.epochs,
+                "decay_epoch": args.decay_epoch, "rho": args.rho, "batch": BATCH,
+                "lambda_0": LAM0}
+        src = json.loads(args.settings_from.read_text())
+        if all(src.get(k) == mine[k] for k in same):
+            for m, r in src["results"].items():
+                if m in parts:
+                    for seed, curve in zip(src["seeds"], r["curves"]):
+                        parts[m].setdefault(_key(m, r["lr"], seed), curve)
+                        reused.append([m, r["lr"], seed])
 
     def run(method, setting, seed):
         key, part = _key(method, setting, seed), parts[method]
@@ -243,7 +257,8 @@ def main(argv=None):
                          "over the tuning seeds",
             "rho": args.rho, "lambda_0": LAM0, "batch": BATCH, "methods": wanted,
             "settings_from": (None if args.settings_from is None else
-                              {"path": str(args.settings_from), "fixed": fixed}),
+                              {"path": str(args.settings_from), "fixed": fixed,
+                               "runs_reused": reused}),
             "wall_seconds_this_invocation": time.time() - t0, "grids": grids,
             "tuning": tuning, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "results": results}
