@@ -225,15 +225,6 @@ EXPERIMENTS = [
                                          skip_objectives=("mean",)),
                notes="adult (Black / White rows) stands in for acs.",
                fallbacks=("sorel_table2_adult_5fold",)),
-    Experiment("sorel", "Tables 8-10 (suboptimality per fold, acs, the paper's grids)",
-               "sorel_table2_adult_paper", _SOREL_SUBOPT,
-               check_best(("sorel", "sorel_minibatch"), share=0.9, skip_objectives=("mean",)),
-               notes="adult (Black / White rows) stands in for acs. The paper's grids (lr "
-                     "1e-4 .. 3e-1, SOREL's C 0.01 .. 10) run on fold 1 with seed 1 "
-                     "(sorel_table2_adult_tune); the settings chosen there for any objective "
-                     "rerun on the 5 folds x 3 seeds (this spec, which selects among them per "
-                     "fold and objective). SGD and SOREL mini-batch (64) as in the paper; "
-                     "LSVRG and Prospect full-batch (no mini-batch version here)."),
     Experiment("sorel", "Sec. 5.3 (OOD, Fig. 4)", "ood_adult",
                "\"models trained with ERM often fail to meet the expected fairness metrics in "
                "other states. However, models trained with CVaR often achieves higher test "
