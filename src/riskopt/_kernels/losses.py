@@ -136,9 +136,14 @@ def _losses_derivs_1(code, y, z, losses, derivs):
             r = zi - y[i]
             derivs[i] = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
             losses[i] = abs(r)
+        elif zi > 0.0:  # _sigmoid and _log1pexp sharing one exp (the same roundings)
+            e = math.exp(-zi)
+            derivs[i] = 1.0 / (1.0 + e) - y[i]
+            losses[i] = zi + math.log1p(e) - y[i] * zi
         else:
-            derivs[i] = _sigmoid(zi) - y[i]
-            losses[i] = _log1pexp(zi) - y[i] * zi
+            e = math.exp(zi)
+            derivs[i] = (e / (1.0 + e) if zi < 0.0 else 0.5) - y[i]
+            losses[i] = math.log1p(e) - y[i] * zi
 
 
 @njit(cache=True)
