@@ -458,3 +458,37 @@ def test_lbfgs_after_an_uncertified_newton_run_shares_max_iter(monkeypatch):
     assert one.solver_ == "newton" and one.n_iter_ == 1
     assert "max_iter = 1 reached at a relative gap" in one.solver_reason_
     assert one.objective_trace_[-1] < one.objective_trace_[0]
+
+
+@pytest.mark.parametrize("c", [2.01, 2.5, 3.0, 4.0, 10.0, 1e6])
+def test_backtracking_lands_on_the_minimum_along_the_line_within_its_safeguards(c):
+    # F(s) = F(0) + slope s + c (-slope) s^2 / 2: c times the curvature the Newton model
+    # predicts (-slope along its step); its minimiser along the line is 1 / c, and the search
+    # backtracks from s = t only when Armijo fails there
+    slope = -3.0
+    for t in (1.0, 0.5, 0.25):
+        rise = slope * t - 0.5 * c * slope * t * t
+        if not rise > 1e-4 * t * slope:
+            continue  # (Armijo holds at t: no backtracking)
+        s = nt._backtrack(t, slope, rise)
+        assert nt.BACKTRACK_MIN * t <= s <= 0.5 * t
+        if nt.BACKTRACK_MIN * t <= 1.0 / c <= 0.5 * t:
+            np.testing.assert_allclose(s, 1.0 / c, rtol=1e-12)
+        for bad in (np.inf, np.nan):  # an overflow along the step: halved
+            assert nt._backtrack(t, slope, bad) == 0.5 * t
+
+
+@pytest.mark.parametrize("risk", [ro.ESRM(1.0), ro.Extremile(2.0)])
+def test_tie_heavy_logistic_fit_is_certified_within_accept(risk):
+    # compas-like: few distinct rows (categorical features), each repeated with random labels:
+    # ties everywhere, the smoothed objective's curvature far above its local Hessian along
+    # the Newton steps (the backtracking interpolates, the stage ends on the Newton decrement);
+    # certified by tests/_certify.py, independent of Newton's own certificate
+    rng = np.random.default_rng(3)
+    rows = rng.integers(0, 3, size=(40, 4)).astype(float)
+    X = rows[rng.integers(0, 40, size=400)]
+    y = (rng.uniform(size=400) < 1.0 / (1.0 + np.exp(-X @ [2.0, -1.0, 0.6, 0.4] + 1.0)))
+    obj = ro.Objective("logistic", risk, X, y.astype(float), l2_reg=1e-3, fit_intercept=True)
+    res = nt.newton(obj, obj.zeros(), rtol=1e-8, accept=1e-6)
+    assert res["rel_gap"] <= 1e-6 and res["bound"] <= res["value"]
+    certify.assert_certified(obj, res["coef"], rel=1e-6, what=f"Newton on {risk!r}")
