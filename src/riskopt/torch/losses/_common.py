@@ -52,7 +52,7 @@ def _host_eager(t):
     synchronisation there, so input checks (NaN, range) run and raise ``ValueError``; on
     any other device and under compile they are skipped (a NaN loss propagates to the risk)
     so that the step never waits for the device."""
-    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+    return not torch.compiler.is_compiling() and t.is_cpu
 
 
 def _check_finite_t(name, t):
