@@ -280,15 +280,16 @@ class Piggyback:
         h = 1 + len(self.scalars)
         slot = h + cap * k
         dev = self.block.device
-        buf = torch.zeros(ws * slot, dtype=torch.float64, device=dev)
-        mine = buf[me * slot:(me + 1) * slot]
-        mine[0] = b
-        if self.scalars:
-            mine[1:h] = torch.stack(self.scalars)
         r = min(b, cap)
+        f64 = dict(dtype=torch.float64, device=dev)
+        # one cat: the zeros before this rank's slot, its header and rows, the zeros after
+        pieces = [torch.zeros(me * slot, **f64), torch.full((1,), float(b), **f64)]
+        if self.scalars:
+            pieces.append(torch.stack(self.scalars))
         if r and k:
-            mine[h:h + r * k] = self.block[:r].reshape(-1)
-        return buf, slot, h
+            pieces.append(self.block[:r].reshape(-1))
+        pieces.append(torch.zeros((cap - r) * k + (ws - 1 - me) * slot, **f64))
+        return torch.cat(pieces), slot, h
 
     def decode(self, flat, slot, h):
         """The gathered rows from the summed payload; None when some rank had more rows
@@ -296,10 +297,14 @@ class Piggyback:
         ws = flat.numel() // slot
         parts = flat.view(ws, slot)
         sizes = [int(x) for x in parts[:, 0].tolist()]
-        k = self.block.shape[1]
-        if max(sizes) > self.gatherer.capacity and k:
+        k, cap = self.block.shape[1], self.gatherer.capacity
+        if max(sizes) > cap and k:
             return None
-        table = torch.cat([parts[r, h:h + s * k].reshape(s, k) for r, s in enumerate(sizes)])
+        if all(s == cap for s in sizes):          # every rank's rows fill its slot
+            table = parts[:, h:].reshape(ws * cap, k)
+        else:
+            table = torch.cat([parts[r, h:h + s * k].reshape(s, k)
+                               for r, s in enumerate(sizes)])
         me = dist.get_rank(self.gatherer.group)
         return table, sizes, sum(sizes[:me]), parts[:, 1:h]
 
@@ -398,6 +403,8 @@ def stats_comm_hook(opt, bucket):
         f = post.factor
         if cdt == torch.float64 or not 1e-30 < float(f) < 1e30:
             buf.copy_((g.to(torch.float64) * f).to(buf.dtype))
+        elif buf.dtype == cdt:
+            torch.mul(g, f.to(cdt), out=buf)
         else:
             buf.copy_((g * f.to(cdt)).to(buf.dtype))
         return buf

@@ -55,6 +55,7 @@ True
 """
 import math
 
+import numpy
 import torch
 
 from ..._validation import check_positive
@@ -245,13 +246,16 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         sc = self._scalars
         lam, c0 = sc["lam"], sc["log_s"]
         a = losses.detach().to(lam.device, torch.float64) / lam
-        c = a.max() if a.numel() else c0.clone()
+        # (numbers, one host read: fewer small tensor ops)
+        c, c0f = torch.stack([a.max(), c0]).tolist() if a.numel() else [float(c0)] * 2
         # float32 losses: the shift c rounded to a float32 number, so that everything posted
-        # travels as one float32 each in a float32 bucket (any shift cancels)
+        # travels as one float32 each in a float32 bucket (any shift cancels; the flag is
+        # the dtype's, the same on every rank; a c beyond float32 arrives as inf and the
+        # others take it for out of range, which the correction handles exactly)
         exact32 = losses.dtype in _F32_EXACT
-        if exact32:
-            c = c.to(torch.float32).to(torch.float64)
-        d = float(c - c0)          # (numbers: fewer small tensor ops)
+        if exact32 and math.isfinite(c) and abs(c) < 3e38:
+            c = float(numpy.float32(c))
+        d = c - c0f
         ok = math.isfinite(d) and abs(d) <= self._post_range()
         self._post_c0, self._post_c = c0, c
         self._post([losses], [c], math.exp(d) if ok else 0.0, lam.device, local_ok=ok,
