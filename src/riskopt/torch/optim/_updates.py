@@ -187,6 +187,8 @@ def kl_ball_log(logp, rho):
     d = (logp - logp.max()).double()
     logn = math.log(logp.numel())
     tol = 1e-13 * max(1.0, rho)
+    if not torch.compiler.is_compiling():
+        return _kl_ball_log_host(d, logn, rho, tol)
 
     def stats(a):
         z = a * d
@@ -229,13 +231,50 @@ def kl_ball_log(logp, rho):
     # (fresh tensors: a carried value must not alias the body's closures, for AOTAutograd)
     state = (torch.zeros((), dtype=torch.int64, device=d.device), a0, 0.0 * one, one.clone(),
              lse1, inside)
-    if torch.compiler.is_compiling():
-        state = while_loop(cond, body, state)
-    else:                   # the same steps, one host read each (cheaper than eager HOP)
-        while bool(cond(*state)):
-            state = body(*state)
-    _, a, _, _, lse, _ = state
+    _, a, _, _, lse, _ = while_loop(cond, body, state)
     return torch.where(inside, d - lse1, a * d - lse)
+
+
+def _kl_ball_log_host(d, logn, rho, tol):
+    """:func:`kl_ball_log` eagerly: the same safeguarded Newton steps, with the scalars (``a``,
+    the bracket, the stopping rule) as Python numbers and one host read of ``(lse, mu, var)``
+    per step; only the ``O(n)`` statistics are tensor operations (about 12 a step, against
+    about 50 with 0-d tensors)."""
+    def stats(a):
+        z = d * a
+        lse = torch.logsumexp(z, 0)
+        q = torch.exp(z - lse)
+        mu = (q * d).sum()
+        lse, mu, var = torch.stack([lse, mu, (q * (d - mu) ** 2).sum()]).tolist()
+        return a * mu - (lse - logn), var, lse
+
+    kl, var1, lse1 = stats(1.0)
+    if kl <= rho:
+        return d - lse1
+    a1 = 1.0 - math.log(kl / rho) * kl / (var1 if var1 > 0 else 1.0)
+    var0 = float(d.var(unbiased=False))
+    a = a1 if var1 > 0 and 0.0 < a1 < 1.0 else (
+        min(math.sqrt(2.0 * rho / var0), 0.5) if var0 > 0 else 0.5)
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        kl, var, lse = stats(a)
+        err = kl - rho
+        done = abs(err) <= tol
+        up = err > 0             # (a NaN error moves lo, as the tensor loop does)
+        if not done:
+            if up:
+                hi = a
+            else:
+                lo = a
+        if done or hi - lo <= 4e-16 * hi:
+            break
+        curv = a * var       # 0 once a underflows (losses of a diverging run)
+        if curv > 0:         # Newton on log KL where KL > 0, on KL otherwise
+            step = a - math.log(kl / rho) * kl / curv if kl > 0 else a - err / curv
+        else:
+            step = math.nan
+        a = step if lo < step < hi else 0.5 * (lo + hi)
+    return d * a - lse
 
 
 def pgsmd2_weights(logp, indices, n, b, dtype):
@@ -248,9 +287,18 @@ def pgsmd2_update(params, grads, centers, lrs, gamma, logp, indices, losses, n, 
     """PG-SMD2's step: the primal step (with the proximal term ``(w - w_c) / gamma``), the
     mirror-ascent step of the dual table ``log p`` and its KL-ball projection. Returns the
     tracked objective (the batch's importance-weighted loss, before the dual step)."""
-    for p, g, c, lr in zip(params, grads, centers, lrs):
-        prox = (p - c) / gamma if gamma is not None else 0.0
-        p.add_(g + prox, alpha=-lr)
+    if params and len(set(lrs)) == 1:      # one foreach call per operation
+        if gamma is None:
+            torch._foreach_add_(params, grads, alpha=-lrs[0])
+        else:
+            prox = torch._foreach_sub(params, centers)
+            torch._foreach_div_(prox, gamma)
+            torch._foreach_add_(prox, grads)
+            torch._foreach_add_(params, prox, alpha=-lrs[0])
+    else:
+        for p, g, c, lr in zip(params, grads, centers, lrs):
+            prox = (p - c) / gamma if gamma is not None else 0.0
+            p.add_(g + prox, alpha=-lr)
     tracked = n / b * (torch.exp(logp.index_select(0, indices)) * losses).sum()
     logp.index_add_(0, indices, dual_lr * n * losses / b)
     if shift_cost > 0:
