@@ -199,7 +199,7 @@ def torch_rows(n, rng, repeats, base):
                  (lambda: base.spectral_risk_weights(conv(), sigma, nu, div, q_b, plan_b))
                  if base else None,
                  lambda: ko.spectral_risk_weights(conv(), sigma, nu, div, q, plan)],
-                max(repeats, 101))
+                max(repeats, 101) if n <= 1 << 16 else repeats)
             cell = [("-" if t != t else f"{t * 1e6:.1f} ({t / t_sort:.2f}x)")
                     for t in (t_base, t_new)]
             out.append(f"| {name_of(risk)} | {name} | {t_sort * 1e6:.1f} | {cell[0]} | "
