@@ -261,6 +261,13 @@ def test_host_path_value_gradient_and_kept_buffers(dtype):
                 np.testing.assert_allclose(g.numpy(), w, rtol=0, atol=1e-12)
             else:
                 np.testing.assert_allclose(g.numpy(), w, rtol=1e-6, atol=0)
+        big = torch.tensor(rng.random(1000) * 3, dtype=dtype, requires_grad=True)
+        crit(big[::2]).backward()  # a strided batch: the copy path, the same node
+        l64 = big.detach()[::2].double().numpy()
+        w = (kl_dro_weights(l64, crit.shift_cost, crit.radius)[1]
+             if isinstance(crit, KLDROLoss) else crit.risk.weights(l64))
+        assert not big.grad[1::2].any()
+        np.testing.assert_allclose(big.grad[::2].numpy(), w, rtol=1e-6, atol=1e-12)
         if dtype == torch.float64 and isinstance(crit, SpectralRiskLoss):
             l64 = ls[0].detach().numpy().copy()
             q = np.empty(500)
