@@ -24,8 +24,10 @@ losses themselves for the KL kernels, which read them), interleaved with the two
 and reports the glue ``loss - mean - oracle``: what the torch side (module call, checks,
 copies, the autograd node and its backward) adds to a ``mean()`` step, in ``mean()``
 steps (a target of issue 28: at most 0.5 at b = 8192). The oracle alone runs with warm
-caches and a branch history of the same four batches, so the glue also holds what the
-oracle costs more inside a step.
+caches and a branch history of the same four batches, so that glue also holds what the
+oracle costs more inside a step; the second measure, "stubbed", times the loss with its
+kernel module replaced by a stand-in that only writes uniform weights (every other line
+of the loss runs) against ``mean()``: the torch side alone.
 """
 import argparse
 import json
@@ -95,9 +97,7 @@ def _oracle_step(crit, xs, it):
     q, dn = np.empty(b), np.empty(b)
     if name == "SpectralRiskLoss" and crit.oracle == "auto":
         from riskopt._kernels import oracles as ko
-        sigma = crit._spectrum(b)
-        plan = crit._plan(b, sigma)
-        nu, div = float(crit.risk.shift_cost), crit.risk.div_code
+        sigma, nu, div, plan = crit._oracle_args(b)
         ls = [x.detach().double().numpy() for x in xs]
         return lambda: ko.spectral_risk_weights(ls[it[0] & 3], sigma, nu, div, q, plan)
     if name == "KLDROLoss" and crit.oracle == "auto":
@@ -107,6 +107,34 @@ def _oracle_step(crit, xs, it):
             return lambda: kk.kl_penalised(ls[it[0] & 3], crit.shift_cost, q, dn)
         return lambda: kk.kl_constrained(ls[it[0] & 3], crit.radius, crit.shift_cost,
                                          crit._a_warm, q, dn, 1e-10)
+    return None
+
+
+def _stubbed(crit, b):
+    """``(module, name, stub)``: the module global of ``crit``'s host path that holds its
+    numba kernels and a stand-in that only writes uniform weights (the glue alone: every
+    other line of the loss runs), or None."""
+    import types
+    name = type(crit).__name__
+    if name == "SpectralRiskLoss" and crit.oracle == "auto":
+        from riskopt.torch.losses import spectral as mod
+
+        def srw(l, sigma, nu, div, q, plan):
+            q.fill(1.0 / b)
+            return 1.0
+        crit._oracle_args(b)  # (the spectrum and plan cached, as in a training loop)
+        return mod, "_ko", types.SimpleNamespace(spectral_risk_weights=srw)
+    if name == "KLDROLoss" and crit.oracle == "auto":
+        from riskopt.torch.losses import kl as mod
+
+        def pen(l, lam, q, dn):
+            q.fill(1.0 / b)
+            return 1.0
+
+        def con(l, rho, lam0, a0, q, dn, tol):
+            q.fill(1.0 / b)
+            return 1.0, 1.0, 0.0
+        return mod, "_kk", types.SimpleNamespace(kl_penalised=pen, kl_constrained=con)
     return None
 
 
@@ -134,20 +162,34 @@ def _measure(torch, crit, b, reps, block_ms, glue=False):
         for _ in range(3):
             f()
     ostep = _oracle_step(crit, xs, it) if glue else None
+    stub = _stubbed(crit, b) if ostep else None
 
     def oracle_step():
         it[0] += 1
         ostep()
 
+    def stub_block(n):
+        mod, attr, fake = stub
+        real = getattr(mod, attr)
+        setattr(mod, attr, fake)
+        try:
+            return _per_call(loss_step, n)
+        finally:
+            setattr(mod, attr, real)
+
     n_l = max(3, int(block_ms * 1e-3 / max(_per_call(loss_step, 3), 1e-7)))
     n_m = max(3, int(block_ms * 1e-3 / max(_per_call(mean_step, 10), 1e-7)))
     n_o = ostep and max(3, int(block_ms * 1e-3 / max(_per_call(oracle_step, 10), 1e-7)))
-    tl, tm, to = [], [], []
+    tl, tm, to, ts = [], [], [], []
+    if stub:
+        stub_block(3)
     for _ in range(reps):
         tl.append(_per_call(loss_step, n_l))
         tm.append(_per_call(mean_step, n_m))
         if ostep:
             to.append(_per_call(oracle_step, n_o))
+        if stub:
+            ts.append(stub_block(n_m))
     loss_us, mean_us = statistics.median(tl) * 1e6, statistics.median(tm) * 1e6
     r = {"loss_us": round(loss_us, 2), "mean_us": round(mean_us, 2),
          "ratio": round(loss_us / mean_us, 2),
@@ -157,6 +199,9 @@ def _measure(torch, crit, b, reps, block_ms, glue=False):
         glue_us = loss_us - mean_us - oracle_us
         r.update(oracle_us=round(oracle_us, 2), glue_us=round(glue_us, 2),
                  glue_in_means=round(glue_us / mean_us, 2))
+    if stub:
+        stub_us = statistics.median(ts) * 1e6 - mean_us
+        r.update(stub_glue_us=round(stub_us, 2), stub_glue_in_means=round(stub_us / mean_us, 2))
     return r
 
 
@@ -183,15 +228,19 @@ def _markdown(res):
         glue = [(name, per) for name, per in info["cases"].items()
                 if any("glue_us" in r for r in per.values())]
         if glue:
-            lines += ["Host glue = loss - mean - oracle alone (us; in mean() steps):", "",
-                      "| loss | " + " | ".join(f"b={b}: oracle, glue (means)" for b in sizes)
+            lines += ["Host glue (us; in mean() steps): oracle alone; loss - mean - oracle; the "
+                      "loss with its kernel stubbed (uniform weights written) - mean:", "",
+                      "| loss | " + " | ".join(f"b={b}: oracle; glue (means); stubbed (means)"
+                                               for b in sizes)
                       + " |", "|---|" + "---|" * len(sizes)]
             for name, per in glue:
                 cells = []
                 for b in sizes:
                     r = per.get(str(b)) or {}
-                    cells.append(f"{r['oracle_us']:.0f}, {r['glue_us']:.0f} "
-                                 f"({r['glue_in_means']:.2f})" if "glue_us" in r else "-")
+                    cells.append(f"{r['oracle_us']:.0f}; {r['glue_us']:.0f} "
+                                 f"({r['glue_in_means']:.2f}); {r['stub_glue_us']:.0f} "
+                                 f"({r['stub_glue_in_means']:.2f})" if "stub_glue_us" in r
+                                 else "-")
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
             lines.append("")
     return "\n".join(lines) + "\n"
@@ -216,6 +265,8 @@ def main():
             per[str(b)] = r = _measure(torch, make(), b, a.reps, a.block_ms, a.glue)
             glue = (f"  oracle {r['oracle_us']:7.1f} us  glue {r['glue_us']:6.1f} us"
                     f" = {r['glue_in_means']:.2f} mean" if "glue_us" in r else "")
+            glue += (f"  stubbed {r['stub_glue_us']:6.1f} us = {r['stub_glue_in_means']:.2f}"
+                     " mean" if "stub_glue_us" in r else "")
             print(f"{name:62s} b={b:5d} loss {r['loss_us']:9.1f} us  mean {r['mean_us']:7.1f}"
                   f" us  ratio {r['ratio']:6.1f}  goal {'met' if r['meets_goal'] else 'NOT'}"
                   + glue, flush=True)

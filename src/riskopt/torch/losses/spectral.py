@@ -123,14 +123,18 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
             return True
         return not _host_eager(l)
 
-    def _plan(self, b, sigma):
-        plan = self._plans.get(b, False)
-        if plan is False:
-            plan = _ko.selection_plan(sigma)
+    def _oracle_args(self, b):
+        """``(sigma, nu, div, plan)``: the numba oracle's arguments for ``b`` losses (the
+        spectrum, shift cost, divergence code and selection plan; kept per ``b``)."""
+        args = self._plans.get(b)
+        if args is None:
+            sigma = self._spectrum(b)
+            args = (sigma, float(self.risk.shift_cost), self.risk.div_code,
+                    _ko.selection_plan(sigma))
             if len(self._plans) > 16:
                 self._plans.clear()
-            self._plans[b] = plan
-        return plan
+            self._plans[b] = args
+        return args
 
     def _numba_rows(self, l64):
         """``(values, q)`` of every row by the numba oracle (host, float64) as tensors;
@@ -145,9 +149,7 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         if self.check_finite and not checked:
             _check_finite_np("losses", l_np)
         b = l_np.shape[-1]
-        sigma = self._spectrum(b)
-        plan = self._plan(b, sigma)
-        nu, div = float(self.risk.shift_cost), self.risk.div_code
+        sigma, nu, div, plan = self._oracle_args(b)
         if q is None:
             q = np.empty(l_np.shape)
         if l_np.ndim == 1:
@@ -188,7 +190,6 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
 
     def forward(self, losses):
         _check_losses(losses, allow_empty=self.gather, batched=not self.gather)
-        nu0 = float(self.risk.shift_cost) == 0.0
         if self.gather:
             l_np, _, local = self._gather_losses(losses)
             val, q = self._rows(torch.from_numpy(l_np))
@@ -202,6 +203,7 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         if self.check_finite:
             _check_value_finite(val, l64)  # a NaN / inf loss makes the risk non-finite
         # nu = 0: the risk is q . l itself
+        nu0 = float(self.risk.shift_cost) == 0.0
         return _reduce(_attach_dot(losses, q, None if nu0 else val), self.reduction)
 
     def extra_repr(self):
