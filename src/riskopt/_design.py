@@ -72,6 +72,14 @@ class LinearDesign:
     def __matmul__(self, W):
         W = np.asarray(W, dtype=np.float64)
         vec = W.ndim == 1
+        d = self.n_features
+        if vec and not self._blocked:  # (the Newton solver's products: fewer small steps)
+            v = W[:d] / self.scale
+            z = np.asarray(self.base @ v, dtype=np.float64)
+            c = (float(W[d]) if self.intercept else 0.0) - float(self.shift @ v)
+            if c != 0.0:
+                z += c
+            return z
         W2 = W[:, None] if vec else W
         d = self.n_features
         V = W2[:d] / self.scale[:, None]

@@ -169,7 +169,9 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
             H = weighted_gram(X, qh * curvature(objective.loss, y, z))
             Aw = _rows(X, widx) * der[widx][:, None]
         n_top = len(tidx)
-        H[np.diag_indices_from(H)] += reg + 1e-13 * max(1.0, float(np.trace(H)) / len(W))
+        H = np.ascontiguousarray(H)
+        diag = H.reshape(-1)[::len(W) + 1]  # a view of the diagonal
+        diag += reg + 1e-13 * max(1.0, float(diag.sum()) / len(W))
         # one finiteness test (a sum is inf or nan when an entry is)
         if not np.isfinite(float(H.sum()) + float(g.sum()) + float(Aw.sum())):
             return best if best["q"] is not None else None  # overflow (e.g. unscaled data)

