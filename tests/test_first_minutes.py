@@ -360,6 +360,30 @@ def test_column_moments_match_the_two_pass_statistics(offset):
     assert _spread(y, False, top) == pytest.approx(float(np.sqrt(np.mean(y * y))), rel=1e-12)
 
 
+def test_two_integral_labels_are_encoded_as_scikit_learn_does():
+    """The classifier's fast path for binary labels gives LabelEncoder's classes (dtype
+    included) and codes, and leaves every other target to scikit-learn's checks (non-integral
+    floats are "continuous" there and rejected; nan, one class, three classes, booleans)."""
+    from sklearn.preprocessing import LabelEncoder
+
+    from riskopt.estimators import RiskClassifier, _two_integral_labels
+
+    for y in (np.array([0, 1, 1, 0]), np.array([3.0, -2.0, 3.0]),
+              np.array([0, 7], dtype=np.uint8), np.array([-1, 1, 1], dtype=np.int32)):
+        classes, codes = _two_integral_labels(y)
+        enc = LabelEncoder().fit(y)
+        assert classes.dtype == enc.classes_.dtype
+        np.testing.assert_array_equal(classes, enc.classes_)
+        np.testing.assert_array_equal(codes, enc.transform(y))
+    for y in (np.array([0.5, 1.5]), np.array([1, 2, 3]), np.array([1, 1]),
+              np.array([0.0, np.nan, 1.0]), np.array([True, False]), np.array([np.inf, 0.0]),
+              np.array(["a", "b"]), np.zeros((2, 1))):
+        assert _two_integral_labels(y) is None
+    X = np.random.default_rng(0).normal(size=(40, 2))
+    with pytest.raises(ValueError, match="continuous"):
+        RiskClassifier().fit(X, np.tile([0.5, 1.5], 20))
+
+
 # ----------------------------------------------------------------------------- item 7: the CLI
 def _table(tmp_path, **cols):
     import pandas as pd

@@ -216,6 +216,22 @@ def _expand_frequency_weights(X, y, sw):
     return X, y, sw
 
 
+def _two_integral_labels(y):
+    """``(classes, y_enc)`` for a 1-D numeric ndarray ``y`` of exactly two integral values
+    (what ``check_classification_targets`` calls "binary" and ``LabelEncoder`` encodes as 0 /
+    1: the labels of a default binary fit, at a tenth of their cost on compas), else None
+    (the general path decides, with its errors)."""
+    if not (isinstance(y, np.ndarray) and y.ndim == 1 and y.dtype.kind in "iuf" and y.size):
+        return None
+    lo, hi = y.min(), y.max()
+    if not (lo < hi and float(lo).is_integer() and float(hi).is_integer()):
+        return None  # (nan, inf, one class or non-integral values)
+    top = y == hi
+    if np.count_nonzero(top) + np.count_nonzero(y == lo) != y.size:
+        return None
+    return np.array([lo, hi], dtype=y.dtype), top.astype(np.float64)
+
+
 def _is_spectral(obj):
     return getattr(obj, "family", None) == "spectral"
 
@@ -619,10 +635,14 @@ class RiskClassifier(ClassifierMixin, _RiskEstimatorBase):
         self
         """
         X, y = self._validate_X_y(X, y, y_numeric=False)
-        check_classification_targets(y)
-        enc = LabelEncoder()
-        y_enc = enc.fit_transform(y).astype(np.float64)
-        classes = enc.classes_
+        two = _two_integral_labels(y)
+        if two is not None:  # scikit-learn's target checks and LabelEncoder, in a few passes
+            classes, y_enc = two
+        else:
+            check_classification_targets(y)
+            enc = LabelEncoder()
+            y_enc = enc.fit_transform(y).astype(np.float64)
+            classes = enc.classes_
         if classes.shape[0] < 2:
             raise ValueError(
                 f"{type(self).__name__} needs samples of at least 2 classes in the data, but "

@@ -61,6 +61,16 @@ def curvature(loss, y, z):
         return s * (1.0 - s)
     return None
 
+def _curvature_at(loss, y, z, c, der):
+    """:func:`curvature` at the predictions ``z + c``, where the loss derivatives are ``der``:
+    for the logistic loss from them (``s = der + y`` is the sigmoid: no second pass of
+    exponentials)."""
+    name = getattr(loss, "name", "")
+    if name == "logistic":
+        s = der + y
+        return s * (1.0 - s)
+    return np.ones_like(z) if name == "squared" else curvature(loss, y, z + c)
+
 def weighted_gram(X, h, r=None):
     """``X.T @ diag(h) @ X`` (dense ``(p, p)``) for a dense, CSR or ``LinearDesign`` ``X``;
     ``h >= 0``; only the rows with ``h > 0`` are read. With ``r`` (length n) also ``X.T @ r``,
@@ -180,7 +190,7 @@ def dual_bound(objective, W, q, penalty=0.0, z=None):
         for _ in range(100):
             if solved:
                 break
-            h1 = float(q @ curvature(objective.loss, y, z + c))
+            h1 = float(q @ _curvature_at(objective.loss, y, z, c, der))
             if not h1 > 0:
                 break
             step = -g1 / h1
