@@ -132,18 +132,19 @@ RADIX_BITS = 11
 
 
 @njit(cache=True)
-def _radix_order(x, f32, v, cnt, tmp, order, ls):
+def _radix_order(x, f32, pk, cnt, tmp, order, ls):
     """The stable argsort of finite ``x`` (``order``, and ``ls = x[order]``) for small n, in
     one kernel: no ``np.sort`` call, two scatter passes. The key of ``x_i`` is its float32
     rounding (monotone, ``-0.0`` as ``+0.0``) as an order-preserving uint32, less the least
     key and shifted right until the span fits ``2 RADIX_BITS`` bits, so the key of a loss
     never exceeds that of a larger one; an LSD radix sort of the keys (stable, from index
-    order) puts equal keys in index order, and :func:`_fix_runs` puts the runs of equal
-    keys in order by value (exact losses; float32 keeps 24 bits, so such runs are rare but
-    for a span over ``2^22`` float32 steps). Returns False (the caller sorts otherwise) for
-    a NaN / inf loss, one beyond float32's range, or too many moves in :func:`_fix_runs`.
-    ``f32`` (float32), ``v`` (uint32), ``tmp``, ``order`` (int64) and ``ls`` have length n,
-    ``cnt`` (int64) ``2^(RADIX_BITS + 1)``."""
+    order; key and index packed in one uint64 that the passes move) puts equal keys in
+    index order, and :func:`_fix_runs` puts the runs of equal keys in order by value (exact
+    losses; float32 keeps 24 bits, so such runs are rare but for a span over ``2^22``
+    float32 steps). Returns False (the caller sorts otherwise) for a NaN / inf loss, one
+    beyond float32's range, or too many moves in :func:`_fix_runs`. ``f32`` (float32),
+    ``pk``, ``tmp`` (uint64), ``order`` (int64) and ``ls`` have length n, ``cnt`` (int64)
+    ``2^(RADIX_BITS + 1)``."""
     n = x.shape[0]
     lo = np.inf
     hi = -np.inf
@@ -165,7 +166,7 @@ def _radix_order(x, f32, v, cnt, tmp, order, ls):
     kmin = ue[0] ^ (np.uint32(np.int32(ue[0]) >> np.int32(31)) | sgn)
     kmax = ue[1] ^ (np.uint32(np.int32(ue[1]) >> np.int32(31)) | sgn)
     nb = 1 << RADIX_BITS
-    mask = np.uint32(nb - 1)
+    mask = np.uint64(nb - 1)
     span = np.uint32(kmax - kmin)
     s = np.uint32(0)
     while (span >> s) >= np.uint32(1 << (2 * RADIX_BITS)):
@@ -174,10 +175,10 @@ def _radix_order(x, f32, v, cnt, tmp, order, ls):
         cnt[d] = 0
     for i in range(n):
         b = u[i]
-        k = ((b ^ (np.uint32(np.int32(b) >> np.int32(31)) | sgn)) - kmin) >> s
-        v[i] = k
+        k = np.uint64(((b ^ (np.uint32(np.int32(b) >> np.int32(31)) | sgn)) - kmin) >> s)
+        pk[i] = (k << np.uint64(32)) | np.uint64(i)
         cnt[k & mask] += 1
-        cnt[nb + (k >> np.uint32(RADIX_BITS))] += 1
+        cnt[nb + (k >> np.uint64(RADIX_BITS))] += 1
     a = 0
     c = 0
     for d in range(nb):
@@ -187,24 +188,30 @@ def _radix_order(x, f32, v, cnt, tmp, order, ls):
         t = cnt[nb + d]
         cnt[nb + d] = c
         c += t
-    one_pass = cnt[nb + 1] == n      # every key below 2^RADIX_BITS
-    dst = order if one_pass else tmp
+    sh1 = np.uint64(32)
+    sh2 = np.uint64(32 + RADIX_BITS)
     for i in range(n):
-        d = v[i] & mask
+        w = pk[i]
+        d = (w >> sh1) & mask
         p = cnt[d]
-        dst[p] = i
+        tmp[p] = w
         cnt[d] = p + 1
-    if not one_pass:
+    src = tmp
+    if cnt[nb + 1] != n:             # some key at or above 2^RADIX_BITS: the second pass
         for j in range(n):
-            i = tmp[j]
-            d = nb + (v[i] >> np.uint32(RADIX_BITS))
+            w = tmp[j]
+            d = nb + (w >> sh2)
             p = cnt[d]
-            order[p] = i
+            pk[p] = w
             cnt[d] = p + 1
+        src = pk
+    low = np.uint64(0xFFFFFFFF)
     disorder = False
     prev = -np.inf
     for r in range(n):
-        xv = x[order[r]]
+        i = np.int64(src[r] & low)
+        order[r] = i
+        xv = x[i]
         ls[r] = xv
         disorder |= xv < prev
         prev = xv
@@ -221,8 +228,8 @@ def _radix_scratch(n):
     ``n``)."""
     ws = getattr(_RADIX, "ws", None)
     if ws is None or ws[0] != n:
-        ws = (n, np.empty(n, dtype=np.float32), np.empty(n, dtype=np.uint32),
-              np.empty(2 << RADIX_BITS, dtype=np.int64), np.empty(n, dtype=np.int64))
+        ws = (n, np.empty(n, dtype=np.float32), np.empty(n, dtype=np.uint64),
+              np.empty(2 << RADIX_BITS, dtype=np.int64), np.empty(n, dtype=np.uint64))
         _RADIX.ws = ws
     return ws[1:]
 
@@ -231,7 +238,7 @@ def sorted_order(losses, keys=None, ls=None):
     """``(order, losses[order])``: ``order`` is ``np.argsort(losses, kind="stable")``.
 
     Up to ``RADIX_MAX`` finite losses (a torch loss's batch): :func:`_radix_order`, one
-    kernel, no ``np.sort`` call (1.1x ``np.sort`` at n = 8192 against 1.4x for the keys
+    kernel, no ``np.sort`` call (1.0-1.05x ``np.sort`` at n = 8192 against 1.3x for the keys
     below, both 1.4x at 2^16; loaded machine, one process). Else one SIMD sort of 64-bit keys (finite losses: ``np.sort`` of float64 keys,
     :func:`_float_keys`; else of uint64 keys, :func:`_packed_keys`) instead of an argsort,
     3x (unstable) to 8x (stable) slower at n = 1e6: a key is the float's bit pattern (the
