@@ -178,23 +178,11 @@ class _FCCOBase(IndexedStateOptimizer):
         evaluated at the previous iterate (its buffers copied, so running statistics are left
         alone): the ``g_prev`` of :meth:`surrogate`, e.g.
         ``opt.evaluate_previous(model, lambda f: group_losses(f(x), y))``."""
-        ids = {id(p): p for p in self._params()}
-        swaps = [(p, self.state[ids[id(p)]]["prev"]) for p in module.parameters()
-                 if id(p) in ids]
-        swaps += [(b, None) for b in module.buffers()]
+        tensors = {**{n: b.clone() for n, b in module.named_buffers()},
+                   **self.previous_params(module)}
 
         def call(*args, **kwargs):
-            # the previous iterate swapped into the parameters' ``.data`` for the call (the
-            # same numbers as ``torch.func.functional_call(module, previous_params(module))``
-            # at a fraction of its cost), the buffers into copies
-            saved = [t.data for t, _ in swaps]
-            try:
-                for t, q in swaps:
-                    t.data = t.data.clone() if q is None else q
-                return module(*args, **kwargs)
-            finally:
-                for (t, _), d in zip(swaps, saved):
-                    t.data = d
+            return torch.func.functional_call(module, tensors, args, kwargs)
 
         with torch.no_grad():
             return fn(call)
