@@ -191,7 +191,7 @@ def main(argv=None):
     fixed = {}
     if args.settings_from is not None:
         chosen = json.loads(args.settings_from.read_text())["results"]
-        fixed = {m: r["lr"] for m, r in chosen.items() if m in grids}
+        fixed = {m: r["lr"] for m, r in chosen.items() if m in grids and m in wanted}
         grids.update({m: [tuple(v) if m in PAIRS else v] for m, v in fixed.items()})
     k = len(args.seeds) if args.tune_seeds is None else max(1, min(args.tune_seeds,
                                                                      len(args.seeds)))
@@ -209,7 +209,7 @@ def main(argv=None):
         src = json.loads(args.settings_from.read_text())
         if all(src.get(k) == mine[k] for k in same):
             for m, r in src["results"].items():
-                if m in parts:
+                if m in parts and m in wanted:
                     for seed, curve in zip(src["seeds"], r["curves"]):
                         parts[m].setdefault(_key(m, r["lr"], seed), curve)
                         reused.append([m, r["lr"], seed])

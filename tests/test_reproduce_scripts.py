@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -284,3 +285,58 @@ def test_the_mnist_cnn_row_reads_its_own_folder(tmp_path):
             "`benchmarks/scdro_nonconvex.py` | differs |") in text
     assert "| scdro | Fig. 2 / 4 (non-convex) | `benchmarks/scdro_nonconvex.py` | not run |" \
         in text
+
+
+def _script(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow  # 3 short trainings, but the KL loss's kernels compile on first use
+def test_scdro_nonconvex_settings_from_reuses_runs_only_at_identical_settings(tmp_path):
+    """--settings-from fixes each method at the chosen setting, and takes over that
+    results.json's runs only when everything that shapes a run (rho, epochs, ...) is equal:
+    the reused curves are the source's; with another rho the setting is kept but rerun."""
+    pytest.importorskip("torch")
+    nc = _script("scdro_nonconvex")
+    base = ["--epochs", "1", "--seeds", "0", "--methods", "fastdro"]
+    assert nc.main(base + ["--out", str(tmp_path / "a")]) == 0
+    a = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert len(a["tuning"]["fastdro"]) == len(nc.GRIDS["mlp"]["fastdro"])
+    src = str(tmp_path / "a" / "results.json")
+    assert nc.main(base + ["--settings-from", src, "--out", str(tmp_path / "b")]) == 0
+    b = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert b["settings_from"]["runs_reused"] == [["fastdro", a["results"]["fastdro"]["lr"], 0]]
+    assert b["results"]["fastdro"] == a["results"]["fastdro"]
+    assert [t["setting"] for t in b["tuning"]["fastdro"]] == [a["results"]["fastdro"]["lr"]]
+    assert nc.main(base + ["--rho", "1.0", "--settings-from", src, "--out",
+                           str(tmp_path / "c")]) == 0
+    c = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert c["settings_from"]["runs_reused"] == [] and c["rho"] == 1.0
+    assert c["results"]["fastdro"]["lr"] == a["results"]["fastdro"]["lr"]
+    assert c["results"]["fastdro"]["curves"] != a["results"]["fastdro"]["curves"]
+    for bad in (["--rho", "0"], ["--methods", "pgsmd2"]):  # no PG-SMD2 grid for the MLP
+        with pytest.raises(SystemExit):
+            nc.main(base[:4] + bad + ["--out", str(tmp_path / "d")])
+
+
+@pytest.mark.slow  # two short CNN trainings (torch's first conv calls are slow under load)
+def test_pgsmd2_trains_the_cnn_on_its_own_weights():
+    """The PG-SMD2 branch of scdro_nonconvex.train: finite curves, and the dual step reaches
+    the primal one (the importance weights of the batch are used): two dual step sizes give
+    two different trainings from the same start and the same batches."""
+    torch = pytest.importorskip("torch")
+    nc = _script("scdro_nonconvex")
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(256, 784, generator=g)  # 28 x 28 images, as MNIST's
+    y = (X[:, :392].sum(1) > X[:, 392:].sum(1)).long()
+    runs = [nc.train("pgsmd2", (0.1, d), 0, (X, y, X, y), 2, model="cnn", rho=0.5)
+            for d in (1e-5, 5e-2)]
+    for curve in runs:
+        assert len(curve) == 2 and all(np.isfinite(r["kl_objective"]) for r in curve)
+        assert all(0 <= r["train_accuracy"] <= 1 for r in curve)
+    assert runs[0][-1]["kl_objective"] != runs[1][-1]["kl_objective"]

@@ -225,6 +225,18 @@ EXPERIMENTS = [
                                          skip_objectives=("mean",)),
                notes="adult (Black / White rows) stands in for acs.",
                fallbacks=("sorel_table2_adult_5fold",)),
+    Experiment("sorel", "Tables 8-10 (suboptimality per fold, acs, the paper's grids)",
+               "sorel_table2_adult_paper", _SOREL_SUBOPT,
+               check_best(("sorel", "sorel_minibatch"), share=0.9, skip_objectives=("mean",)),
+               notes="adult (Black / White rows) stands in for acs. The paper's grids beyond "
+                     "the former edges (SOREL's C 0.01 .. 0.1 x lr 0.01 .. 0.3; LSVRG / "
+                     "Prospect lr 1e-4 .. 1e-3; not run: C >= 0.2 and the rest of the lr grid) "
+                     "on fold 1 with seed 1 (sorel_table2_adult_tune, 75 runs); the settings "
+                     "chosen there for any objective on the 5 folds x 3 seeds (this spec, which "
+                     "selects among them per fold and objective; the former-grid runs restored "
+                     "from sorel_table2_adult, equal to a rerun to 7e-16). SGD and SOREL "
+                     "mini-batch (64) as in the paper; LSVRG and Prospect full-batch (no "
+                     "mini-batch version here)."),
     Experiment("sorel", "Sec. 5.3 (OOD, Fig. 4)", "ood_adult",
                "\"models trained with ERM often fail to meet the expected fairness metrics in "
                "other states. However, models trained with CVaR often achieves higher test "
@@ -477,6 +489,14 @@ WHY = {
         "rho = 1) while PG-SMD2 (the paper's dual grid; its dual barely moves: 80.75 % at "
         "every rho) and FastDRO stay near ERM; the warm-started protocol (previous rows) is "
         "not run for this table.",
+    ("scdro", "Table 4 (rho, MNIST-ST CNN)"): "solver and protocol: FastDRO's test accuracy "
+        "is the highest at every rho (82.9 / 79.8 / 69.3 % for rho = 0.1 / 0.5 / 1), beyond "
+        "the noise of 3 seeds; SCDRO's falls with rho (65.9 / 58.3 / 20.9 %) and is below "
+        "PG-SMD2's at every rho. PG-SMD2's training is the same at the three rho (equal train "
+        "and test accuracy, 67.8 %, on every seed: the KL ball never binds its dual within "
+        "these 16 epochs at dual step 5e-4, the top of the paper's range). From scratch for 16 "
+        "epochs (the paper: ResNet20, 120 epochs with the decay at 90, tuned per rho); the "
+        "settings tuned at rho = 0.5 only.",
     ("sonex", "Fig. 1 (group DRO, adult)"): "protocol: 10 groups, 4 sampled per step: "
         "SONEX (1e-1.64 +- 0.12) and OOA (1e-1.73 +- 0.05) tie within the noise; the "
         "paper's regime (many groups, few sampled) is the many-groups row.",
