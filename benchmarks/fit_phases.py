@@ -4,7 +4,8 @@
     python benchmarks/fit_phases.py [--repeats 20] [--cases concrete,kin8nm] [--profile 25]
                                     [--out benchmarks/results/first_minutes/phases]
 
-One process, one BLAS thread (``threadpoolctl``), ``RISKOPT_DATA`` for the bundled sets. Each
+One process, one BLAS thread (``threadpoolctl``), ``RISKOPT_DATA`` for the bundled sets; the
+``src`` of this checkout, or that on ``PYTHONPATH`` when it is set (e.g. an older one). Each
 case is fitted once to warm up, then ``--repeats`` times with a timer on the phases below
 (wrappers on the functions named; time is charged to the innermost phase running, so the
 columns add up to the fit), then ``--repeats`` times bare (no wrappers) for the fit's CPU
@@ -39,7 +40,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parents[1] / "src"))
+if not os.environ.get("PYTHONPATH"):  # (set it to measure another checkout's src)
+    sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 PHASES = ("validate", "scale", "build", "newton", "crossover", "certify", "end", "other")
 
