@@ -478,8 +478,9 @@ def test_backtracking_lands_on_the_minimum_along_the_line_within_its_safeguards(
             assert nt._backtrack(t, slope, bad) == 0.5 * t
 
 
+@pytest.mark.parametrize("hess_nu", [1.0, 10.0])
 @pytest.mark.parametrize("risk", [ro.ESRM(1.0), ro.Extremile(2.0)])
-def test_tie_heavy_logistic_fit_is_certified_within_accept(risk):
+def test_tie_heavy_logistic_fit_is_certified_within_accept(risk, hess_nu, monkeypatch):
     # compas-like: few distinct rows (categorical features), each repeated with random labels:
     # ties everywhere, the smoothed objective's curvature far above its local Hessian along
     # the Newton steps (the backtracking interpolates, the stage ends on the Newton decrement);
@@ -489,6 +490,26 @@ def test_tie_heavy_logistic_fit_is_certified_within_accept(risk):
     X = rows[rng.integers(0, 40, size=400)]
     y = (rng.uniform(size=400) < 1.0 / (1.0 + np.exp(-X @ [2.0, -1.0, 0.6, 0.4] + 1.0)))
     obj = ro.Objective("logistic", risk, X, y.astype(float), l2_reg=1e-3, fit_intercept=True)
+    monkeypatch.setattr(nt, "HESSIAN_NU_FIRST", hess_nu)  # (the first stage's Newton model)
     res = nt.newton(obj, obj.zeros(), rtol=1e-8, accept=1e-6)
     assert res["rel_gap"] <= 1e-6 and res["bound"] <= res["value"]
     certify.assert_certified(obj, res["coef"], rel=1e-6, what=f"Newton on {risk!r}")
+
+
+@pytest.mark.parametrize("intercept", [False, True])
+def test_smoothed_hessian_of_one_smoothing_with_the_gradient_of_another(intercept):
+    # the first stage's Newton model: the Hessian of F_(10 nu), the gradient of F_nu, in one
+    # pass over the rows
+    obj = _obj("logistic", ro.ESRM(1.0), intercept, 5, n=80, d=4)
+    W = np.random.default_rng(5).normal(size=obj.p)
+    z = obj.X @ W
+    ell, der = dual._losses_derivs_z(obj, z)
+    nu = 1e-3
+    q, qh = np.empty(obj.n), np.empty(obj.n)
+    ko.spectral_risk_weights(ell, obj.sigma, nu, ko.CHI2, q, None)
+    ko.spectral_risk_weights(ell, obj.sigma, 10 * nu, ko.CHI2, qh, None)
+    H, g = nt._smoothed_hessian(obj, z, qh, der, 10 * nu, ell, grad=True, qg=q)
+    np.testing.assert_allclose(H, nt._smoothed_hessian(obj, z, qh, der, 10 * nu, ell),
+                               rtol=1e-12, atol=1e-14)
+    dense = np.asarray(obj.X @ np.eye(obj.p))
+    np.testing.assert_allclose(g, dense.T @ (q * der), rtol=1e-5, atol=1e-7 * np.abs(der).max())
