@@ -63,6 +63,7 @@ point estimates alone meet it.
 import argparse
 import json
 import os
+import pickle
 import platform
 import time
 import warnings
@@ -72,6 +73,7 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 import riskopt as ro
+import riskopt.fairness  # noqa: F401  (the "pooled" variant sets its CALIBRATION_POOLED)
 from riskopt.bench._io import atomic_write_json, atomic_write_text
 from riskopt.bench._meta import _git_commit
 from riskopt.metrics import worst_group_error
@@ -183,18 +185,72 @@ def _data(name, attr, k):
 def _variants(c):
     """riskopt's variants of constraint ``c``: ``(label, constraint=, extra parameters)``."""
     return [(c, c, {}), (f"{c}:to_overall", f"{c}:to_overall", {}),
-            (f"{c} randomized", c, {"randomized": True})]
+            (f"{c} randomized", c, {"randomized": True}),
+            (f"{c} pooled", c, {"pooled": True})]
 
 
-def _split(name, attr, k, min_rows, tol, repeats, n_boot, log):
+#: ``--variants`` tags of :func:`_variants`' labels ("pooled": the default with
+#: ``riskopt.fairness.CALIBRATION_POOLED = True`` during the fit)
+VARIANT_TAGS = ("default", "to_overall", "randomized", "pooled")
+
+
+def _variant_tag(label):
+    return label.rpartition(" ")[2] if " " in label else (
+        "to_overall" if label.endswith(":to_overall") else "default")
+
+
+class _Cache:
+    """Resumable per-split results (``--cache``, outside the committed results): one pickle
+    per (case without ``splits=``, tol, split, model, constraint) holding the row and its test
+    predictions, so that an interrupted run, more splits or a new variant refit only what is
+    missing. The fit time of a cached row is the one of the run that made it."""
+
+    def __init__(self, root, case, tol, k):
+        base = ":".join(p for p in case.split(":") if not p.startswith("splits="))
+        self.dir = None if not root else os.path.join(
+            root, f"{base}_tol{tol:g}".replace(":", "_").replace("=", ""), f"k{k}")
+
+    def _path(self, model, constraint):
+        key = f"{model}|{constraint}"
+        return os.path.join(self.dir, "".join(ch if ch.isalnum() else "_" for ch in key)
+                            + ".pkl")
+
+    def get(self, model, constraint):
+        if self.dir is None or not os.path.exists(self._path(model, constraint)):
+            return None
+        with open(self._path(model, constraint), "rb") as fh:
+            return pickle.load(fh)
+
+    def put(self, model, constraint, row, pred):
+        if self.dir is None:
+            return
+        os.makedirs(self.dir, exist_ok=True)
+        path = self._path(model, constraint)
+        with open(path + ".tmp", "wb") as fh:
+            pickle.dump((row, np.asarray(pred, dtype=np.int8)), fh)
+        os.replace(path + ".tmp", path)
+
+
+def _split(name, attr, k, min_rows, tol, repeats, n_boot, log, variants=None, cache=None,
+           case=""):
     """All rows of split ``k`` (:func:`_data`): ``(rows, noise, info)``. fairlearn's
-    predictions are drawn with ``random_state=k``, riskopt's randomised ones too."""
+    predictions are drawn with ``random_state=k``, riskopt's randomised ones too. ``variants``:
+    the labels of :func:`_variants` kept (None: all); ``cache``: the ``--cache`` folder."""
     from fairlearn import reductions
 
     X, y, Xt, yt, s0, st0 = _data(name, attr, k)
     s, st, merged = _merge_small(s0, st0, y, min_rows)
     n = X.shape[0]
     rows, preds = [], {}
+    store = _Cache(cache, case, tol, k)
+
+    def cached(model, constraint):
+        hit = store.get(model, constraint)
+        if hit is None:
+            return False
+        rows.append(hit[0])
+        preds[(model, constraint)] = hit[1].astype(int)
+        return True
 
     def add(model, constraint, t, pred, est=None, warned=(), train_pred=None):
         row = {"model": model, "constraint": constraint, "fit_s": t, **_metrics(yt, pred, st)}
@@ -209,32 +265,44 @@ def _split(name, attr, k, min_rows, tol, repeats, n_boot, log):
             row["warnings"] = list(warned)
         rows.append(row)
         preds[(model, constraint)] = pred
+        store.put(model, constraint, row, pred)
         log(f"  {name}:{attr} {model:<40} {constraint or '-':<30} {t:7.3f} s  acc "
             f"{row['accuracy']:.4f}  dp {row['dp_difference']:.4f}  eo "
             f"{row['eo_difference']:.4f}")
         return row
 
-    t, lr, _ = _fit(lambda: LogisticRegression(max_iter=1000), X, y, None, repeats)
-    add("sklearn LogisticRegression", None, t, lr.predict(Xt))
-    t, est, w = _fit(lambda: ro.RiskClassifier(risk="mean", l2_reg=1.0 / n), X, y, None,
-                     repeats)
-    add("riskopt RiskClassifier(mean)", None, t, est.predict(Xt), warned=w)
+    if not cached("sklearn LogisticRegression", None):
+        t, lr, _ = _fit(lambda: LogisticRegression(max_iter=1000), X, y, None, repeats)
+        add("sklearn LogisticRegression", None, t, lr.predict(Xt))
+    if not cached("riskopt RiskClassifier(mean)", None):
+        t, est, w = _fit(lambda: ro.RiskClassifier(risk="mean", l2_reg=1.0 / n), X, y, None,
+                         repeats)
+        add("riskopt RiskClassifier(mean)", None, t, est.predict(Xt), warned=w)
     noise = {}
     for c, cls in CONSTRAINTS.items():
-        t, eg, w = _fit(lambda: reductions.ExponentiatedGradient(
-            LogisticRegression(max_iter=1000), getattr(reductions, cls)(difference_bound=tol)),
-            X, y, s, 1)
-        add("fairlearn ExponentiatedGradient", c, t, eg.predict(Xt, random_state=k), warned=w,
-            train_pred=eg.predict(X, random_state=k))
+        if not cached(FAIRLEARN, c):
+            t, eg, w = _fit(lambda: reductions.ExponentiatedGradient(
+                LogisticRegression(max_iter=1000),
+                getattr(reductions, cls)(difference_bound=tol)), X, y, s, 1)
+            add(FAIRLEARN, c, t, eg.predict(Xt, random_state=k), warned=w,
+                train_pred=eg.predict(X, random_state=k))
         key = "dp_difference" if c == "demographic_parity" else "eo_difference"
         for label, spec, extra in _variants(c):
-            if extra.get("randomized"):
-                extra = {**extra, "random_state": k}
-            t, est, w = _fit(lambda: ro.RiskClassifier(
-                risk="mean", l2_reg=1.0 / n, constraint=spec, constraint_tol=tol, **extra), X, y,
-                s, repeats)
-            add("riskopt RiskClassifier(mean, constraint)", label, t, est.predict(Xt), est, w,
-                train_pred=est.predict(X))
+            if variants is not None and _variant_tag(label) not in variants:
+                continue
+            if not cached(RISKOPT, label):
+                if extra.get("randomized"):
+                    extra = {**extra, "random_state": k}
+                pooled = extra.pop("pooled", False)
+                keep = ro.fairness.CALIBRATION_POOLED
+                ro.fairness.CALIBRATION_POOLED = pooled or keep
+                try:
+                    t, est, w = _fit(lambda: ro.RiskClassifier(
+                        risk="mean", l2_reg=1.0 / n, constraint=spec, constraint_tol=tol,
+                        **extra), X, y, s, repeats)
+                finally:
+                    ro.fairness.CALIBRATION_POOLED = keep
+                add(RISKOPT, label, t, est.predict(Xt), est, w, train_pred=est.predict(X))
             noise[label] = _boot_diff(yt, st, preds[(RISKOPT, label)], preds[(FAIRLEARN, c)],
                                       key, n_boot)
     info = {"n_train": n, "n_test": int(Xt.shape[0]), "groups": int(len(np.unique(s))),
@@ -245,11 +313,14 @@ def _split(name, attr, k, min_rows, tol, repeats, n_boot, log):
 RISKOPT, FAIRLEARN = "riskopt RiskClassifier(mean, constraint)", "fairlearn ExponentiatedGradient"
 
 
-def run_case(case, tol, repeats, n_boot, log=print):
+def run_case(case, tol, repeats, n_boot, log=print, variants=None, cache=None, reverse=False):
     name, attr, *opts = case.split(":")
     opt = dict(o.split("=") for o in opts)
     min_rows, n_splits = int(opt.get("min", 0)), int(opt.get("splits", 1))
-    per = [_split(name, attr, k, min_rows, tol, repeats, n_boot, log) for k in range(n_splits)]
+    order = range(n_splits - 1, -1, -1) if reverse else range(n_splits)
+    per = {k: _split(name, attr, k, min_rows, tol, repeats, n_boot, log, variants, cache, case)
+           for k in order}
+    per = [per[k] for k in range(n_splits)]
     rows = []
     for i, r0 in enumerate(per[0][0]):  # mean (and sd) over the splits, row by row
         row = {k: v for k, v in r0.items() if k not in KEYS}
@@ -414,7 +485,17 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=0.02)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="benchmarks/results/fairness_vs_fairlearn")
+    ap.add_argument("--variants", default=",".join(VARIANT_TAGS),
+                    help="riskopt's variants, of " + ", ".join(VARIANT_TAGS))
+    ap.add_argument("--cache", default="",
+                    help="folder of the resumable per-split results (not committed; e.g. "
+                    "benchmarks/results/fairness_vs_fairlearn/cells)")
+    ap.add_argument("--reverse-splits", action="store_true",
+                    help="fit the splits last to first (a second process sharing --cache)")
     args = ap.parse_args(argv)
+    variants = args.variants.split(",")
+    if set(variants) - set(VARIANT_TAGS):
+        ap.error(f"--variants: unknown {sorted(set(variants) - set(VARIANT_TAGS))}")
     import fairlearn
 
     with threadpool_limits(limits=1):
@@ -426,7 +507,9 @@ def main(argv=None):
         results = []
         for case in args.cases.split(","):
             results.append(run_case(case, args.tol, args.repeats, args.boot,
-                                    log=lambda m: print(m, flush=True)))
+                                    log=lambda m: print(m, flush=True), variants=variants,
+                                    cache=args.cache or None,
+                                    reverse=args.reverse_splits))
     os.makedirs(args.out, exist_ok=True)
     meta = {"commit": _git_commit(), "fairlearn": fairlearn.__version__,
             "riskopt": ro.__version__, "python": platform.python_version(),

@@ -125,8 +125,7 @@ def _attributes(est, obj, prob, res):
         z = Z[:, 0]
         smooth, rh = (prob.cell_means(prob.terms(obj, z, second=False)[0]),
                       prob.cell_means((z > 0).astype(np.float64)))
-        cal = getattr(prob, "calibrated", None)
-        vals, rates = prob.report(smooth if cal is None else np.where(cal, rh, smooth))
+        vals, rates = prob.report(fairness.rate_estimate(prob, smooth, rh))
         hard = prob.report(rh)[0]
     est.sensitive_groups_ = list(prob.labels)
     est.smoothing_ = getattr(prob, "tau", None)

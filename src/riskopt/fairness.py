@@ -115,6 +115,11 @@ CALIBRATION_BUDGET = 15
 #: cells with fewer than ``CALIBRATION_MIN_CELL / tol`` rows keep the smoothed rate (their hard
 #: rate moves in steps of ``1 / n_k >= tol / 2``: a hard bound at ``tol`` is not resolvable)
 CALIBRATION_MIN_CELL = 2.0
+#: small cells (under ``CALIBRATION_MIN_CELL / tol`` rows) get a *shrunk* offset instead of none:
+#: ``w_k (r_hard_k - r_smooth_k) + (1 - w_k) delta_block``, ``w_k = n_k tol /
+#: CALIBRATION_MIN_CELL`` (their own offset, weighted by their size) and ``delta_block`` the
+#: size-weighted mean offset of the block's large cells (:func:`rate_estimate`)
+CALIBRATION_POOLED = False
 #: SQP steps at most per intermediate stage of the shift-cost continuation (non-smooth risks)
 STAGE_MAX_ITER = 50
 #: largest multiplier before the constraints are declared infeasible
@@ -566,6 +571,26 @@ def solve(obj, prob, coef0=None, tol=1e-4, max_iter=1000, calibrate=True):
     return res
 
 
+def rate_estimate(prob, rs, rh):
+    """The rates the calibrated bound holds for, from the smoothed ``rs`` and hard ``rh`` cell
+    means: ``rh`` for the calibrated cells (``prob.calibrated``), for the others ``rs`` -- or,
+    with :data:`CALIBRATION_POOLED` at the fit, ``rs`` plus their shrunk offset (the cell's own
+    offset ``rh - rs`` weighted by ``n_k tol / CALIBRATION_MIN_CELL``, the rest the block's
+    size-weighted mean offset over its calibrated cells): a small cell's hard rate is noise
+    (it moves by ``1 / n_k >= tol / 2`` per row), the offset of the smoothing is not."""
+    big = getattr(prob, "calibrated", None)
+    if big is None:
+        return rs
+    if not getattr(prob, "pooled", False):
+        return np.where(big, rh, rs)
+    B = prob.n_blocks
+    d, n, bigb = (rh - rs).reshape(B, -1), prob.sizes.reshape(B, -1), big.reshape(B, -1)
+    wb = np.where(bigb, n, 0.0)
+    pool = (wb * d).sum(axis=1) / np.maximum(wb.sum(axis=1), 1e-300)
+    w = np.minimum(n * prob.tol / CALIBRATION_MIN_CELL, 1.0)
+    return np.where(big, rh, rs + (w * d + (1.0 - w) * pool[:, None]).reshape(-1))
+
+
 def _rates(prob, X, w):
     """``(smoothed, hard)`` cell means of ``w``."""
     z = np.asarray(X @ np.reshape(w, (-1,)), dtype=np.float64).reshape(-1)
@@ -586,13 +611,13 @@ def _calibrate(obj, prob, res, feas, rtol, max_iter, total):
     big = prob.sizes >= CALIBRATION_MIN_CELL / max(prob.tol, 1e-12)
     if not np.any(big):
         return res, total
-    prob.calibrated = big
+    prob.calibrated, prob.pooled = big, bool(CALIBRATION_POOLED)
     slack = max(0.1 * prob.tol, 1.0 / float(prob.sizes[big].min()))
     b0 = prob.b.copy()
 
     def score(r):
         rs, rh = _rates(prob, obj.X, r.coef)
-        rh = np.where(big, rh, rs)  # small cells: the smoothed (expected) rate
+        rh = rate_estimate(prob, rs, rh)  # small cells: the smoothed (expected) rate
         ch = prob.E @ rh - b0
         viol = float(np.max(ch))
         return ch, viol, (viol > 0, viol if viol > 0 else float(obj.value(r.coef))), rh - rs
