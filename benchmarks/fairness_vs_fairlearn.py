@@ -419,6 +419,19 @@ def verdict(dv, da, boot_v, boot_a, n_test, n_train):
     return out
 
 
+#: the columns of ``split_rows.json`` (one row per split and model)
+SPLIT_COLUMNS = ("split", "model", "constraint") + KEYS + ("train_hard",)
+
+
+def _compact(split_rows):
+    """Per-split rows as lists of :data:`SPLIT_COLUMNS` (floats to 6 digits)."""
+    def num(v):
+        return [num(x) for x in v] if isinstance(v, list) else (
+            float(f"{v:.6g}") if isinstance(v, float) else v)
+    return [[k] + [num(r.get(c)) for c in SPLIT_COLUMNS[1:]]
+            for k, rows in enumerate(split_rows) for r in rows]
+
+
 def _fmt(r, k, d=4):
     sd = r.get(k + "_sd")
     return f"{r[k]:.{d}f}" + ("" if sd is None else f" ± {sd:.{d}f}")
@@ -443,7 +456,19 @@ def _markdown(results, tol, n_boot):
              "expected difference over random splits of this dataset); one split, 1.96 x the "
              "bootstrap sd (test noise only). Corrected interval: Nadeau & Bengio's resampled t "
              "(width x sqrt(1 + K n_test / n_train): the splits share rows; a claim about new "
-             "data). 'mean meets the goal': the point estimates alone.", ""]
+             "data). 'mean meets the goal': the point estimates alone.", "",
+             "## Summary: every case and riskopt variant", "",
+             "| case | splits | riskopt variant | violation - fl's [95 % interval] | accuracy - "
+             "fl's [95 % interval] | time ratio | mean meets the goal | verdict |",
+             "|---|---:|---|---|---|---:|---|---|"]
+    for res in results:
+        for c, g in res["goal"].items():
+            iv, ia = g["violation_interval"], g["accuracy_interval"]
+            lines.append(f"| {res['case']} | {res['splits']} | {c} | {np.mean(iv):+.4f} "
+                         f"[{iv[0]:+.4f}, {iv[1]:+.4f}] | {np.mean(ia):+.4f} [{ia[0]:+.4f}, "
+                         f"{ia[1]:+.4f}] | {g['time_ratio']:.3f} | {g['mean_meets']} | "
+                         f"**{g['verdict']}** |")
+    lines.append("")
     for res in results:
         merged = (f"; merged into '{MERGED}' (a group x label training cell under the case's `min` rows, and 'Other'): "
                   + ", ".join(res["merged"])) if res["merged"] else ""
@@ -516,8 +541,15 @@ def main(argv=None):
             "machine": platform.machine(), "tol": args.tol, "repeats": args.repeats, "boot": args.boot,
             "command": "python benchmarks/fairness_vs_fairlearn.py " + " ".join(
                 argv if argv is not None else __import__("sys").argv[1:])}
+    splits = {r["case"]: _compact(r.pop("split_rows")) for r in results
+              if r.get("split_rows")}
     atomic_write_json(os.path.join(args.out, "results.json"),
                       {"meta": meta, "results": results})
+    if splits:  # the per-split rows, one line each (the verdicts' inputs)
+        atomic_write_text(os.path.join(args.out, "split_rows.json"), "{\n" + ",\n".join(
+            f"{json.dumps(c)}: {{\"columns\": {json.dumps(SPLIT_COLUMNS)}, \"rows\": [\n"
+            + ",\n".join(json.dumps(row) for row in rows) + "]}" for c, rows in splits.items())
+            + "\n}\n")
     atomic_write_text(os.path.join(args.out, "results.md"), _markdown(results, args.tol, args.boot))
     print(json.dumps({r["case"]: r["goal"] for r in results}, indent=1))
 
