@@ -259,3 +259,52 @@ def test_randomized_predictions_have_the_smoothed_rates_as_expected_rates():
     det = ro.RiskClassifier(risk="mean", constraint="demographic_parity").fit(
         X, y, sensitive_features=s)
     np.testing.assert_array_equal(det.predict(X), (det.decision_function(X) > 0).astype(int))
+
+
+def test_pooled_calibration_bounds_the_shrunk_rates_of_the_small_cells(monkeypatch):
+    """``riskopt.fairness.CALIBRATION_POOLED``: a cell under ``CALIBRATION_MIN_CELL / tol`` rows
+    is bounded through its smoothed rate plus a shrunk offset (its own hard - smoothed offset
+    weighted by ``n_k tol / CALIBRATION_MIN_CELL``, the rest the block's size-weighted offset
+    of the large cells); the large cells through their hard rates, as without it."""
+    import riskopt.fairness as fairness
+
+    tol = 0.02
+    monkeypatch.setattr(fairness, "CALIBRATION_POOLED", True)
+    X, y, s = _problem(0, n=900)   # cells of ~90-300 rows: hard and smoothed ones
+    est = ro.RiskClassifier(risk="mean", constraint="equalized_odds",
+                            constraint_tol=tol).fit(X, y, sensitive_features=s)
+    z = est.decision_function(X)
+    hard, soft = (z > 0).astype(float), expit(z / est.smoothing_)
+    small_seen = False
+    for b, blk in enumerate(_blocks("equalized_odds", y, s)):
+        n = np.array([rows.sum() for rows in blk], dtype=float)
+        big = n >= CALIBRATION_MIN_CELL / tol
+        rh = np.array([hard[rows].mean() for rows in blk])
+        rs = np.array([soft[rows].mean() for rows in blk])
+        pool = np.sum(n[big] * (rh - rs)[big]) / n[big].sum()
+        w = np.minimum(n * tol / CALIBRATION_MIN_CELL, 1.0)
+        r = np.where(big, rh, rs + w * (rh - rs) + (1 - w) * pool)
+        small_seen |= bool(np.any(~big))
+        assert r.max() - r.min() <= tol + 1e-9             # the bound holds for these rates
+        assert est.constraint_values_[b] == pytest.approx(r.max() - r.min(), abs=1e-10)
+    assert small_seen
+
+
+def test_benchmark_cache_keys_and_round_trip(tmp_path):
+    """fairness_vs_fairlearn's resumable cache: one file per (case without ``splits=``, tol,
+    split, model, constraint); what is put comes back; no folder, no cache."""
+    from conftest import load_benchmark
+
+    Cache = load_benchmark("fairness_vs_fairlearn")._Cache
+    a = Cache(str(tmp_path), "compas:race:min=100:splits=30", 0.02, 3)
+    b = Cache(str(tmp_path), "compas:race:min=100:splits=5", 0.02, 3)
+    assert a.dir == b.dir and a.dir != Cache(str(tmp_path), "compas:race:splits=5", 0.02, 3).dir
+    assert a.dir != Cache(str(tmp_path), "compas:race:min=100", 0.01, 3).dir
+    assert a.get("m", "c") is None
+    a.put("m", "c", {"accuracy": 0.5}, np.array([0, 1, 1]))
+    row, pred = b.get("m", "c")
+    assert row == {"accuracy": 0.5} and pred.tolist() == [0, 1, 1]
+    assert a.get("m", "other") is None and a.get("m2", "c") is None
+    off = Cache(None, "compas:race", 0.02, 0)
+    off.put("m", "c", {}, np.zeros(2))
+    assert off.get("m", "c") is None
