@@ -4,6 +4,16 @@
     python benchmarks/fairness_vs_fairlearn.py [--cases adult:sex:splits=3,
         adult:race:splits=3,adult:race:min=100,compas:race,compas:race:min=100:splits=10]
         [--tol 0.02] [--repeats 3] [--boot 200] [--out benchmarks/results/fairness_vs_fairlearn]
+        [--variants default,to_overall,randomized,pooled] [--cache DIR] [--reverse-splits]
+
+Stop 38's consolidated run (``benchmarks/results/fairness_vs_fairlearn/stop38/``; fits cached
+per split and model under ``--cache``, so the run resumes, and two processes can share the
+work, one of them with ``--reverse-splits``)::
+
+    python benchmarks/fairness_vs_fairlearn.py --cases adult:sex:splits=10,adult:race:splits=10,
+        compas:race:splits=30,compas:race:min=100:splits=30 --repeats 1 --boot 50
+        --variants default,to_overall,pooled --cache benchmarks/results/fairness_vs_fairlearn/cells
+        --out benchmarks/results/fairness_vs_fairlearn/stop38
 
 Needs fairlearn (the ``bench`` extra). Data: ``riskopt.datasets.load`` (adult: the UCI
 split, one-hot, standardised; compas: ProPublica's filter, 80/20 split, standardised), the
@@ -33,8 +43,10 @@ Rows per case:
   reduction constraint ``|rate_g - rate_overall| <= tol`` (which allows more); and the
   randomised classifier ``randomized=True`` (variant ``"<constraint> randomized"``, the
   between-groups form; no calibration, the bound holds for the expected rates of its draws),
-  whose peer is fairlearn's randomised predictor. Randomised predictions (both libraries') are
-  drawn with ``random_state`` = the split's index.
+  whose peer is fairlearn's randomised predictor; and ``"<constraint> pooled"``, the default with
+  ``riskopt.fairness.CALIBRATION_POOLED = True`` (the small cells' calibration offsets shrunk to
+  the block's pooled offset; a candidate fix, off by default). ``--variants`` picks among them.
+  Randomised predictions (both libraries') are drawn with ``random_state`` = the split's index.
 
 Reported on the test set (all by ``fairlearn.metrics``, between groups): accuracy, worst-group
 error (``riskopt.metrics.worst_group_error``), demographic parity and equalized odds
