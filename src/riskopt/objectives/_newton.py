@@ -284,20 +284,22 @@ def _smoothed_hessian(objective, z, q, der, nu, ell=None, srt=None, grad=False, 
 
 
 #: the first stage of a continuation (``nu = nu0``, the objective's own shift cost 0, not a box
-#: spectrum) steers its Newton steps by the Hessian of ``F_nu`` at this many times its ``nu``
-#: (its gradient and line search stay ``F_nu``'s). ``nu0`` is far below the smoothing at which
-#: the chi-square oracle's pools stop being microscopic (a pool forms where the sorted losses'
-#: spacing is below ``2 nu`` times the spectrum's slope), so ``F_nu``'s exact Hessian misses
-#: most of the curvature its pools add along a step (1.5-4x on compas: the backtracking's
-#: :data:`BACKTRACK_MIN`); a wider smoothing's Hessian averages it. Newton steps / oracle calls
-#: (``benchmarks/newton_steps.py``), 1 -> 10: compas (the default RiskClassifier) 9 / 17 ->
-#: 6 / 16, concrete ESRM 1 5 / 8 -> 3 / 8, kin8nm extremile 2 4 / 7 -> 3 / 8, adult ESRM 1
-#: unchanged; worse where ``w* = 0`` and the losses tie massively (the logistic compas with
-#: extremile 2 23 / 89 -> 30 / 118), where the wider smoothing overstates the curvature. Box
-#: spectra (CVaR) keep ``F_nu``'s Hessian: concrete's default fit went 7 -> 5 steps with it,
-#: but the wider weights' support adds rows to the Gram matrix and each Hessian an oracle call
-#: (law_school 3 -> 5 calls, adult CVaR 0.5 20 -> 24, its Newton call ~1.4x the CPU) and the
-#: logistic compas CVaR 0.1 (``w* = 0``) went 26 -> 36 steps
+#: spectrum), once one of its steps backtracked, steers its Newton steps by the Hessian of
+#: ``F_nu`` at this many times its ``nu`` (its gradient and line search stay ``F_nu``'s). ``nu0``
+#: is far below the smoothing at which the chi-square oracle's pools stop being microscopic (a
+#: pool forms where the sorted losses' spacing is below ``2 nu`` times the spectrum's slope), so
+#: ``F_nu``'s exact Hessian misses most of the curvature its pools add along a step (1.5-4x on
+#: compas: the backtracking's :data:`BACKTRACK_MIN`); a wider smoothing's Hessian averages it.
+#: Newton steps / oracle calls (``benchmarks/newton_steps.py``, ``HESSIAN_NU_FIRST=1`` against
+#: this): compas (the default RiskClassifier) 9 / 17 -> 7 / 14, its Newton call 12.2 -> 9.7 ms
+#: CPU; the other cases of that script unchanged. From the first step instead (not only after a
+#: backtrack): compas 6 / 16, concrete ESRM 1 5 -> 3 steps, kin8nm extremile 2 4 -> 3, but adult
+#: ESRM 1 (full steps) 11 -> 18 oracle calls, ~1.2x its Newton call, and the logistic compas
+#: with extremile 2 (``w* = 0``, massive ties, where the wider smoothing overstates the
+#: curvature) 23 -> 30 steps. Box spectra (CVaR) keep ``F_nu``'s Hessian: the wider weights'
+#: support adds rows to the Gram matrix (adult CVaR 0.5 ~1.4x its Newton call from the first
+#: step; concrete's default fit 7 -> 5 steps) and the logistic compas CVaR 0.1 (``w* = 0``) went
+#: 26 -> 36 steps
 HESSIAN_NU_FIRST = 10.0
 #: pools per block of the Hessian's pool term (memory: POOL_BLOCK x p doubles)
 POOL_BLOCK = 1024
@@ -507,8 +509,9 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
     def hessian(grad):
         """The Newton model at the current point of the stage (``stage``, ``nu``): the Hessian
         of ``F_nu`` (and with ``grad`` the loss part of its gradient); in the first stage of a
-        continuation (not a box spectrum) the Hessian of ``F_(HESSIAN_NU_FIRST nu)`` instead."""
-        if target_nu != 0 or box or nu != nu_first or HESSIAN_NU_FIRST == 1.0:
+        continuation (not a box spectrum), once a step of it backtracked, the Hessian of
+        ``F_(HESSIAN_NU_FIRST nu)`` instead."""
+        if target_nu != 0 or box or nu != nu_first or not wide or HESSIAN_NU_FIRST == 1.0:
             return _smoothed_hessian(stage, z, q, der, nu, ell, srt, grad=grad)
         qh = np.empty_like(q)
         _ko.risk_weights_sorted(ell, objective.sigma, nu * HESSIAN_NU_FIRST, div, qh, srt)
@@ -520,6 +523,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
         stage = objective if nu == target_nu else objective.with_shift(nu, div)
         Fs, ell, der, srt = smoothed(z, W, nu, q)
         g, H, H_last, stopped_loose, prev_dec = None, None, None, False, None
+        wide = False
         for _ in range(20):
             it += 1
             if H is None:  # (else formed with g at the end of the last step)
@@ -563,6 +567,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
             if not accepted:
                 break
             dec = Fs - F_new
+            wide = wide or t < 1.0  # (the first stage's model, hessian(), from here on)
             W, z, Fs, ell, der, q, srt = (W + t * d, z + t * Xd, F_new, ell_new, der_new, q_new,
                                           srt_new)
             qF = None
