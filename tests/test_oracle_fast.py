@@ -75,7 +75,7 @@ def test_radix_sorted_order_is_the_stable_argsort(n):
     nan[0] = -np.inf
     cases.append(nan)
     for x in cases:
-        order, ls = sk.sorted_order(x)
+        order, ls = sk.sorted_order(x, radix=True)
         np.testing.assert_array_equal(order, np.argsort(x, kind="stable"))
         np.testing.assert_array_equal(ls, x[order])
     f32, v, cnt, tmp = sk._radix_scratch(n)
@@ -105,7 +105,7 @@ def test_the_oracle_at_batch_sizes_equals_the_merge_sort_oracle(risk):
         for losses in (z ** 2, (z.astype(np.float32) ** 2).astype(np.float64),
                        np.round(z ** 2, 2), 1e4 + z):
             q, q_ref = np.empty(n), np.empty(n)
-            v = ko.risk_weights(losses, sigma, nu, div, q)
+            v = ko.risk_weights(losses, sigma, nu, div, q, radix=True)
             v_ref = ko._risk_weights(losses, sigma, nu, div, q_ref)
             np.testing.assert_allclose(q, q_ref, rtol=0, atol=1e-12)
             assert abs(v - v_ref) <= 8 * n * EPS * (abs(v_ref) + np.ptp(losses))

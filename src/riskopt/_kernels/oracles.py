@@ -353,7 +353,7 @@ def _tied_or_none(losses, sigma, nu, div, q):
     return None
 
 
-def risk_weights(losses, sigma, nu, div, q):
+def risk_weights(losses, sigma, nu, div, q, radix=False):
     """:func:`_risk_weights` from Python, sorted by :func:`sorted_order` (the same stable
     order): 10x faster than the stable merge sort compiled by numba at n = 1e6, 2-3x faster
     than NumPy's unstable ``np.argsort``. The result does not depend on the order of
@@ -364,20 +364,22 @@ def risk_weights(losses, sigma, nu, div, q):
     its tie-mate's weight: 1e-13 at most in the tests). Losses with at most ``n / 4``
     distinct values (predicted from a sample) go to the tied oracle (``oracle_ties``: a sort
     of the values only, the PAV on the distinct values; weights and value equal to
-    rounding). ``benchmarks/oracle_speed.py`` measures it against ``np.sort``."""
+    rounding). ``radix``: :func:`sorted_order`'s radix sort for batches up to
+    ``RADIX_MAX`` (the torch losses). ``benchmarks/oracle_speed.py`` measures it against
+    ``np.sort``."""
     v = _tied_or_none(losses, sigma, nu, div, q)
     if v is not None:
         return v
     keys, ls, qs, work, iwork = _scratch(losses.shape[0])
-    order, ls = sorted_order(losses, keys, ls)
+    order, ls = sorted_order(losses, keys, ls, radix)
     return _gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
 
 
-def spectral_risk_weights(losses, sigma, nu, div, q, plan=None):
+def spectral_risk_weights(losses, sigma, nu, div, q, plan=None, radix=False):
     """The oracle of ``Objective.risk_weights`` and ``risk.weights``. With ``plan`` (the
     spectrum's ``selection_plan``) given: the selection oracle (``select_risk_weights``) for
     ``nu = 0``, the box oracle (``box_select_weights``: CVaR, ``MaxLoss``) for ``nu > 0``;
-    else, or when they decline, :func:`risk_weights` (the sort)."""
+    else, or when they decline, :func:`risk_weights` (the sort; ``radix`` as there)."""
     if plan is not None and losses.shape[0] == plan.n:
         if nu == 0.0:
             v = select_risk_weights(losses, sigma, plan, q)
@@ -385,7 +387,7 @@ def spectral_risk_weights(losses, sigma, nu, div, q, plan=None):
             v = box_select_weights(losses, sigma, plan, nu, div, q)
         if v is not None:
             return v
-    return risk_weights(losses, sigma, nu, div, q)
+    return risk_weights(losses, sigma, nu, div, q, radix)
 
 
 @njit(cache=True)

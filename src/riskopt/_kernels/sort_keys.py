@@ -234,12 +234,16 @@ def _radix_scratch(n):
     return ws[1:]
 
 
-def sorted_order(losses, keys=None, ls=None):
+def sorted_order(losses, keys=None, ls=None, radix=False):
     """``(order, losses[order])``: ``order`` is ``np.argsort(losses, kind="stable")``.
 
-    Up to ``RADIX_MAX`` finite losses (a torch loss's batch): :func:`_radix_order`, one
+    With ``radix`` (the batch oracles of the torch losses), up to ``RADIX_MAX`` finite
+    losses: :func:`_radix_order`, one
     kernel, no ``np.sort`` call (1.0-1.05x ``np.sort`` at n = 8192 against 1.3x for the keys
-    below, both 1.4x at 2^16; loaded machine, one process). Else one SIMD sort of 64-bit keys (finite losses: ``np.sort`` of float64 keys,
+    below, both 1.4x at 2^16; loaded machine, one process). Off by default: compiling
+    :func:`_radix_order` costs about 1.2 s, more than the default estimator's whole first
+    fit can spare (``benchmarks/first_minutes.py``, goal <= 3 s), for a gain of microseconds
+    per sort of its training losses. Else one SIMD sort of 64-bit keys (finite losses: ``np.sort`` of float64 keys,
     :func:`_float_keys`; else of uint64 keys, :func:`_packed_keys`) instead of an argsort,
     3x (unstable) to 8x (stable) slower at n = 1e6: a key is the float's bit pattern (the
     order-preserving :func:`_key` for uint64) with its low ``ceil(log2 n)`` bits replaced by
@@ -258,7 +262,7 @@ def sorted_order(losses, keys=None, ls=None):
         keys = np.empty(n, dtype=np.uint64) if keys is None else keys
         order = keys.view(np.int64)
         ls = np.empty(n) if ls is None else ls
-        if n <= RADIX_MAX and _radix_order(x, *_radix_scratch(n), order, ls):
+        if radix and n <= RADIX_MAX and _radix_order(x, *_radix_scratch(n), order, ls):
             return order, ls
         if _float_keys(x.view(np.uint64), shift, keys):
             keys.view(np.float64).sort()

@@ -153,12 +153,13 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         if q is None:
             q = np.empty(l_np.shape)
         if l_np.ndim == 1:
-            return _ko.spectral_risk_weights(l_np, sigma, nu, div, q, plan), q
+            return _ko.spectral_risk_weights(l_np, sigma, nu, div, q, plan, radix=True), q
         rows = l_np.reshape(-1, b)
         qs = q.reshape(rows.shape)
         vals = np.empty(rows.shape[0])
         for i in range(rows.shape[0]):
-            vals[i] = _ko.spectral_risk_weights(rows[i], sigma, nu, div, qs[i], plan)
+            vals[i] = _ko.spectral_risk_weights(rows[i], sigma, nu, div, qs[i], plan,
+                                                radix=True)
         return vals.reshape(l_np.shape[:-1]), qs.reshape(l_np.shape)
 
     def _rows(self, l64):

@@ -291,7 +291,8 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
             raise self._custom_spectrum_error()
         sigma = np.ascontiguousarray(self.risk.spectrum(sub.shape[0]), dtype=np.float64)
         qsub = np.empty(sub.shape[0])
-        val = _ko.risk_weights(np.ascontiguousarray(self._table[sub]), sigma, nu, div, qsub)
+        val = _ko.risk_weights(np.ascontiguousarray(self._table[sub]), sigma, nu, div, qsub,
+                               radix=True)
         q = np.zeros(self.n)
         q[sub] = qsub
         return val, q
