@@ -119,7 +119,7 @@ def _stubbed(crit, b):
     if name == "SpectralRiskLoss" and crit.oracle == "auto":
         from riskopt.torch.losses import spectral as mod
 
-        def srw(l, sigma, nu, div, q, plan):
+        def srw(l, sigma, nu, div, q, plan, radix=False):
             q.fill(1.0 / b)
             return 1.0
         crit._oracle_args(b)  # (the spectrum and plan cached, as in a training loop)
