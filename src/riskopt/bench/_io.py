@@ -122,7 +122,9 @@ def atomic_write_parquet(path, frame, metadata=None):
         meta = dict(table.schema.metadata or {})
         meta.update({k.encode(): v.encode() for k, v in metadata.items()})
         table = table.replace_schema_metadata(meta)
-    return atomic_write(path, lambda fh: pq.write_table(table, fh))
+    # zstd: 10-15 % smaller than the default snappy on the results tables (stop 38)
+    return atomic_write(path, lambda fh: pq.write_table(table, fh, compression="zstd",
+                                                        compression_level=9))
 
 
 #: The most bytes a committed figure may take; :func:`small_png` aims below it.
