@@ -75,7 +75,6 @@ point estimates alone meet it.
 import argparse
 import json
 import os
-import pickle
 import platform
 import time
 import warnings
@@ -212,9 +211,10 @@ def _variant_tag(label):
 
 
 class _Cache:
-    """Resumable per-split results (``--cache``, outside the committed results): one pickle
-    per (case without ``splits=``, tol, split, model, constraint) holding the row and its test
-    predictions, so that an interrupted run, more splits or a new variant refit only what is
+    """Resumable per-split results (``--cache``, outside the committed results): one ``.npz``
+    per (case without ``splits=``, tol, split, model, constraint) holding the row (as JSON
+    text) and its test predictions (int8), read with ``allow_pickle=False`` (no pickle: a
+    cache folder from elsewhere cannot run code), so that an interrupted run, more splits or a new variant refit only what is
     missing. The fit time of a cached row is the one of the run that made it."""
 
     def __init__(self, root, case, tol, k):
@@ -225,21 +225,22 @@ class _Cache:
     def _path(self, model, constraint):
         key = f"{model}|{constraint}"
         return os.path.join(self.dir, "".join(ch if ch.isalnum() else "_" for ch in key)
-                            + ".pkl")
+                            + ".npz")
 
     def get(self, model, constraint):
         if self.dir is None or not os.path.exists(self._path(model, constraint)):
             return None
-        with open(self._path(model, constraint), "rb") as fh:
-            return pickle.load(fh)
+        with np.load(self._path(model, constraint), allow_pickle=False) as z:
+            return json.loads(str(z["row"])), z["pred"]
 
     def put(self, model, constraint, row, pred):
         if self.dir is None:
             return
         os.makedirs(self.dir, exist_ok=True)
         path = self._path(model, constraint)
+        text = json.dumps(row, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v))
         with open(path + ".tmp", "wb") as fh:
-            pickle.dump((row, np.asarray(pred, dtype=np.int8)), fh)
+            np.savez(fh, row=np.array(text), pred=np.asarray(pred, dtype=np.int8))
         os.replace(path + ".tmp", path)
 
 

@@ -1,6 +1,7 @@
 """Fairness constraints of the estimators (``constraint=``, ``sensitive_features=``;
 riskopt.fairness, riskopt._fair): constraint satisfaction on the training data, the convex case
 against cvxpy, scikit-learn compatibility and the errors for bad input."""
+import os
 import warnings
 
 import numpy as np
@@ -304,6 +305,14 @@ def test_benchmark_cache_keys_and_round_trip(tmp_path):
     a.put("m", "c", {"accuracy": 0.5}, np.array([0, 1, 1]))
     row, pred = b.get("m", "c")
     assert row == {"accuracy": 0.5} and pred.tolist() == [0, 1, 1]
+    # no pickle: the file is an .npz that loads with allow_pickle=False
+    (f,) = [os.path.join(a.dir, x) for x in os.listdir(a.dir)]
+    assert f.endswith(".npz")
+    with np.load(f, allow_pickle=False) as z:
+        assert sorted(z.files) == ["pred", "row"]
+    a.put("m", "nan", {"gap": float("nan"), "train": np.array([0.25, 0.5])}, np.array([1]))
+    row, _ = a.get("m", "nan")
+    assert row["gap"] != row["gap"] and row["train"] == [0.25, 0.5]
     assert a.get("m", "other") is None and a.get("m2", "c") is None
     off = Cache(None, "compas:race", 0.02, 0)
     off.put("m", "c", {}, np.zeros(2))
