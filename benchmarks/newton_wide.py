@@ -5,7 +5,7 @@ random problems with about as many features as samples (issue 29, found in stop 
 
 For each shape ``n x p`` and seed: ``X ~ U(0, 1)^(n x p)``; ``y`` integers 0..2 (even seeds,
 as scikit-learn's sample-weight check) or ``X w + t_3`` noise (odd seeds); one
-``RiskRegressor(tol=1e-10)`` fit (default risk, loss, l2). Counts the fits whose
+``RiskRegressor(tol=--tol)`` fit (default risk, loss, l2; ``--tol default``: the default). Counts the fits whose
 ``solver_`` is not ``"newton"`` (Newton not certified, L-BFGS from its point) and the CPU
 time. Writes ``results.json`` / ``results.md`` to ``--out``.
 """
@@ -31,10 +31,12 @@ def _stop_gap(reason):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=30)
+    ap.add_argument("--tol", default="1e-10", help="the estimators' tol, or 'default'")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results/newton_wide"))
     args = ap.parse_args(argv)
     from riskopt.estimators import RiskRegressor
 
+    kw = {} if args.tol == "default" else {"tol": float(args.tol)}
     rows = []
     for n, p in SHAPES:
         fallbacks, cpu, gaps = 0, 0.0, []
@@ -47,7 +49,7 @@ def main(argv=None):
             t = time.process_time()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                est = RiskRegressor(tol=1e-10).fit(X, y)
+                est = RiskRegressor(**kw).fit(X, y)
             cpu += time.process_time() - t
             if est.solver_ != "newton":
                 fallbacks += 1
@@ -58,8 +60,9 @@ def main(argv=None):
         print(rows[-1], flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["# Newton -> L-BFGS fallbacks of RiskRegressor(tol=1e-10) on small wide problems", "",
-             f"Command: `python benchmarks/newton_wide.py --seeds {args.seeds}`", "",
+    lines = [f"# Newton -> L-BFGS fallbacks of RiskRegressor(tol={args.tol}) on small wide problems",
+             "", f"Command: `python benchmarks/newton_wide.py --seeds {args.seeds} --tol {args.tol}`",
+             "",
              "| n | p | fits | not certified by Newton | their median relative gap at Newton's stop |"
              " CPU s (all fits) |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['n']} | {r['p']} | {r['seeds']} | {r['fallbacks']} | {r['median_stop_gap']} |"
