@@ -20,6 +20,7 @@ from riskopt._design import LinearDesign
 from riskopt._kernels import oracles as ko
 from riskopt.objectives import _dual as dual
 from riskopt.objectives import _newton as nt
+from riskopt.objectives import _newton_hessian
 
 from test_degenerate import cvxpy_spectral_minimum, data
 
@@ -412,7 +413,7 @@ def test_smoothed_hessian_pool_blocks_do_not_change_it(monkeypatch):
     stage = obj.with_shift(nu, ko.CHI2)
     H = nt._smoothed_hessian(stage, z, q, der, nu, ell)
     assert len(nt._pools(ell, q, obj.sigma, 1 / (2 * nu * obj.n))[1]) > 2
-    monkeypatch.setattr(nt, "POOL_BLOCK", 2)
+    monkeypatch.setattr(_newton_hessian, "POOL_BLOCK", 2)
     np.testing.assert_allclose(nt._smoothed_hessian(stage, z, q, der, nu, ell), H,
                                rtol=1e-10, atol=1e-12)
     assert np.all(np.linalg.eigvalsh(H) > -1e-8 * np.abs(H).max())

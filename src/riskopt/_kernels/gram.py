@@ -28,7 +28,7 @@ def pool_row_sums(X, rows, vals, pid, out):
 
 @njit(cache=True)
 def pool_runs(order, ls, q, sigma, scale, thr, starts, ends):
-    """Pools of a chi-square oracle solution (``riskopt.objectives._newton._pools``): maximal
+    """Pools of a chi-square oracle solution (``riskopt.objectives._newton_hessian._pools``): maximal
     runs (length >= 2) of consecutive sorted samples off their ``sigma`` rank with equal
     ``q - l scale`` (to 64 ulps). ``ls`` are the sorted losses; writes the runs
     ``[starts[b], ends[b])`` (int64 arrays of length >= n // 2 + 1 from the caller) and
