@@ -205,16 +205,7 @@ def _radix_order(x, f32, pk, cnt, tmp, order, ls):
             pk[p] = w
             cnt[d] = p + 1
         src = pk
-    low = np.uint64(0xFFFFFFFF)
-    disorder = False
-    prev = -np.inf
-    for r in range(n):
-        i = np.int64(src[r] & low)
-        order[r] = i
-        xv = x[i]
-        ls[r] = xv
-        disorder |= xv < prev
-        prev = xv
+    disorder = _unpack_keys(src, order, 32, x, ls)   # (the index in the low 32 bits)
     if disorder:
         return _fix_runs(order, ls, 4 * n)
     return True
