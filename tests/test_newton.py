@@ -514,3 +514,52 @@ def test_smoothed_hessian_of_one_smoothing_with_the_gradient_of_another(intercep
                                rtol=1e-12, atol=1e-14)
     dense = np.asarray(obj.X @ np.eye(obj.p))
     np.testing.assert_allclose(g, dense.T @ (q * der), rtol=1e-5, atol=1e-7 * np.abs(der).max())
+
+
+def test_box_pool_is_the_sorted_pool_of_a_box_spectrum():
+    """A box spectrum's (CVaR's) chi-square weights strictly inside the box are one pool:
+    ``_box_pool`` (a mask, no sort) has the members of ``_pools`` (the runs of the sorted
+    losses), and the Hessian of a box stage is the same from either (``srt`` given or not)."""
+    from riskopt._kernels import oracle_select
+
+    rng = np.random.default_rng(11)
+    pooled = 0
+    for trial in range(300):
+        n = int(rng.integers(3, 400))
+        ell = rng.standard_normal(n) * 10 ** rng.uniform(-2, 2)
+        a = rng.uniform(0.5, n - 0.5)  # the tail's size: a fractional boundary entry
+        sigma = np.zeros(n)
+        m = int(np.floor(a))
+        sigma[n - m:] = 1.0 / a
+        sigma[n - m - 1] = 1.0 - m / a
+        assert nt._box_spectrum(sigma)
+        nu = 10 ** rng.uniform(-4, 1) * float(np.ptp(ell)) / n
+        q = np.empty(n)
+        ko.spectral_risk_weights(ell, sigma, nu, ko.CHI2, q, None)
+        scale = 1.0 / (2 * nu * n)
+        order, starts, ends = nt._pools(ell, q, sigma, scale)
+        inside, b0, b1 = _newton_hessian._box_pool(q, sigma)
+        assert len(starts) <= 1 and len(b0) == len(starts)
+        if len(starts):
+            pooled += 1
+            assert b0[0] == 0 and b1[0] == len(inside)
+            np.testing.assert_array_equal(np.sort(order[starts[0]:ends[0]]), inside)
+        qb = np.empty(n)  # the Newton solver's box oracle: the same weights to rounding
+        v = oracle_select.box_select_weights(ell, sigma, oracle_select.selection_plan(sigma),
+                                             nu, ko.CHI2, qb)
+        if v is not None:
+            np.testing.assert_allclose(qb, q, rtol=0, atol=1e-12 * float(sigma[-1]))
+    assert pooled > 100
+    obj = _obj("squared", ro.CVaR(0.2), True, 5, n=300)
+    W = np.random.default_rng(0).standard_normal(obj.p)
+    z = obj.X @ W
+    ell, der = nt._losses_derivs_z(obj, z)
+    nu = 3e-2 * float(np.ptp(ell))
+    q = np.empty(obj.n)
+    _, srt = ko.risk_weights_sorted(ell, obj.sigma, nu, ko.CHI2, q)
+    stage = obj.with_shift(nu, ko.CHI2)
+    assert len(_newton_hessian._box_pool(q, obj.sigma)[0]) > 10
+    H1, g1 = nt._smoothed_hessian(stage, z, q, der, nu, ell, srt, grad=True)
+    H2, g2 = nt._smoothed_hessian(stage, z, q, der, nu, ell, None, grad=True)
+    np.testing.assert_allclose(H2, H1, rtol=1e-10, atol=1e-12 * np.abs(H1).max())
+    np.testing.assert_allclose(g2, g1, rtol=1e-12, atol=1e-14)

@@ -7,7 +7,8 @@ import numpy as np
 
 from .._kernels import gram as _kg
 from .._kernels import oracles as _ko
-from ._dual import _from_base, _losses_derivs_z, _xt_sparse, curvature, weighted_gram
+from ._dual import (_box_spectrum, _from_base, _losses_derivs_z, _xt_sparse, curvature,
+                    weighted_gram)
 
 #: pools per block of the Hessian's pool term (memory: POOL_BLOCK x p doubles)
 POOL_BLOCK = 1024
@@ -28,6 +29,19 @@ def _pools(ell, q, sigma, scale, srt=None):
                       np.ascontiguousarray(sigma, dtype=np.float64), float(scale), thr, starts,
                       ends)
     return order, starts[:m].copy(), ends[:m].copy()
+
+
+def _box_pool(q, sigma):
+    """:func:`_pools` of a box spectrum (``P(sigma) = {lo <= q <= hi, sum q = 1}``: CVaR,
+    ``MaxLoss``) without a sort: the chi-square weights strictly inside the box are one run of
+    the sorted losses (``q`` increases with the loss) with equal ``q - l scale``, the others sit
+    on their rank's ``sigma``. Returns ``(inside, [0], [len(inside)])`` (one pool, its members
+    in index order), or no pool when fewer than 2 weights are inside."""
+    thr = 1e-9 * float(sigma[-1] - sigma[0])
+    inside = np.flatnonzero((q > sigma[0] + thr) & (q < sigma[-1] - thr))
+    if len(inside) < 2:
+        return inside, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return inside, np.zeros(1, dtype=np.int64), np.full(1, len(inside), dtype=np.int64)
 
 
 def _pool_members(order, starts, ends):
@@ -58,7 +72,8 @@ def _smoothed_hessian(objective, z, q, der, nu, ell=None, srt=None, grad=False, 
     """Generalised Hessian of the chi-square-smoothed ``F_nu`` (``nu > 0``): ``X' diag(q l'')
     X`` plus the oracle's Jacobian term ``X' diag(l') dq/dl diag(l') X``, where ``dq/dl =
     (I - 11'/|B|) / (2 nu n)`` on each pool ``B`` of the projection onto ``P(sigma)``.
-    ``srt``: the oracle's sort of ``ell`` (:func:`_pools`). With ``grad``: ``(H, X' (q l'))``,
+    ``srt``: the oracle's sort of ``ell`` (:func:`_pools`; without it a box spectrum's one
+    pool is found by :func:`_box_pool`, no sort). With ``grad``: ``(H, X' (q l'))``,
     the loss part of the gradient from the same pass over the rows (:func:`weighted_gram`),
     with the weights ``qg`` (default ``q``: those of another shift cost, the Hessian of
     :data:`riskopt.objectives._newton.HESSIAN_NU_FIRST`)."""
@@ -66,7 +81,10 @@ def _smoothed_hessian(objective, z, q, der, nu, ell=None, srt=None, grad=False, 
     scale = 1.0 / (2.0 * nu * n)
     h = q * curvature(objective.loss, objective.y, z)
     ell = _losses_derivs_z(objective, z)[0] if ell is None else ell
-    order, starts, ends = _pools(ell, q, objective.sigma, scale, srt)
+    if srt is None and _box_spectrum(objective.sigma):  # (the Newton solver's box stages)
+        order, starts, ends = _box_pool(q, objective.sigma)
+    else:
+        order, starts, ends = _pools(ell, q, objective.sigma, scale, srt)
     if len(starts):
         sizes = ends - starts
         member, pid = _pool_members(order, starts, ends)
