@@ -13,19 +13,22 @@ from .risks import MaxLoss
 _DEGENERATE_MIN_SAMPLES = 5
 
 
-def warn_if_degenerate(est, X, y_enc, W, obj, W_fit):
+def warn_if_degenerate(est, X, y_enc, W, obj, W_fit, Z=None):
     """:class:`riskopt.DegenerateFitWarning` when the model is probably useless: constant
     predictions on the training data (one predicted class for a classifier fitted on
     several), or, for a spectral risk, optimal weights on fewer than
-    ``_DEGENERATE_MIN_SAMPLES`` samples out of many."""
+    ``_DEGENERATE_MIN_SAMPLES`` samples out of many. ``Z``: the predictions ``X @ W`` (+
+    intercept), ``(n, K)``, when the solver has them (to rounding: the Newton solver's, no
+    product with ``X`` here)."""
     n, d = X.shape
     if n < 2:
         return
-    Z = np.empty((n, W.shape[1]))
-    for a in range(0, n, 8192):  # in blocks: a float32 X is not upcast whole
-        Z[a:a + 8192] = X[a:a + 8192] @ W[:d]
-    if est.fit_intercept:
-        Z += W[d]
+    if Z is None or Z.shape != (n, W.shape[1]):
+        Z = np.empty((n, W.shape[1]))
+        for a in range(0, n, 8192):  # in blocks: a float32 X is not upcast whole
+            Z[a:a + 8192] = X[a:a + 8192] @ W[:d]
+        if est.fit_intercept:
+            Z += W[d]
     risk = est.risk_
     why = None
     if isinstance(est, ClassifierMixin) and np.min(y_enc) != np.max(y_enc):  # (labels 0..K-1)

@@ -134,7 +134,8 @@ class _SolverRuns:
             self.solver_reason_ += (f" (max_iter = {self._max_iter()} reached at a relative "
                                     f"gap {res.extra['rel_gap']:.3g} > {tol:g})")
             return obj.as_matrix(res.coef), False
-        obj._solution_weights = res.extra["weights"]  # (for warn_if_degenerate: no oracle call)
+        # (for warn_if_degenerate: no oracle call, no product with X)
+        obj._solution_weights, obj._solution_z = res.extra["weights"], res.extra["z"]
         return obj.as_matrix(res.coef), True
 
     def _fit_stochastic(self, obj, risk, name, params, coef0, prev_lr):

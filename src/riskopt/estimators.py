@@ -401,7 +401,9 @@ class _RiskEstimatorBase(_SolverRuns, BaseEstimator):
             with np.errstate(over="ignore", under="ignore"):
                 self.group_losses_ = obj.group_losses(obj.as_coef(W / s_y)) * c_y
         W_out = _from_scaled(W, scaling, bool(self.fit_intercept))
-        warn_if_degenerate(self, X, y_enc, W_out, obj, W / s_y)
+        z = getattr(obj, "_solution_z", None)  # (the Newton solver's predictions: y / s_y)
+        warn_if_degenerate(self, X, y_enc, W_out, obj, W / s_y,
+                           None if z is None else z[:, None] * s_y)
         return W_out
 
 # ---------------------------------------------------------------------------- regressor

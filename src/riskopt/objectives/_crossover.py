@@ -105,7 +105,8 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     ``MAX_GROW``); ``qp_iter``: a cap on the active-set changes of each model solve (default
     ``QP_ITER_PER_COLUMN p + 200``), the run ending when one does not finish. ``z``: the
     predictions ``X @ W`` and ``start``: ``(ell, der, F, q0)`` at them (losses, derivatives
-    or ``None``, ``F`` and the exact oracle's weights), when the caller has them. Returns
+    or ``None``, ``F`` and the exact oracle's weights, or ``None, None``: computed here from
+    ``ell``), when the caller has them. Returns
     ``dict(coef, z, q, bound, value, weights, steps, stuck)``: the point with the smallest certified gap
     (``z`` its predictions ``X @ coef``, ``weights`` the exact oracle's at it; ``q``: its dual
     point, ``None`` with ``bound = -inf`` if no step was taken), ``steps`` the model solves
@@ -126,13 +127,15 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     z = np.asarray(X @ W, dtype=np.float64).ravel() if z is None else z
     if start is None:
         ell, der = _losses_derivs_z(objective, z)
-        # q0: the exact weights at W (the oracle that gives F), a feasible vertex of the model
-        R, q0 = objective.risk_weights(ell)
-        F = R + objective._reg_value(W.reshape(-1, 1))
+        F = q0 = None
     else:
         ell, der, F, q0 = start
         if der is None:
             ell, der = _losses_derivs_z(objective, z)
+    if q0 is None:
+        # q0: the exact weights at W (the oracle that gives F), a feasible vertex of the model
+        R, q0 = objective.risk_weights(ell)
+        F = R + objective._reg_value(W.reshape(-1, 1))
     k_top = int(np.floor((1.0 - n * lo) / (hi - lo) * (1 + 1e-12)))
     k_top = min(max(k_top, 0), n - 1)
     if half is None:

@@ -382,7 +382,8 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
 
     Returns a dict: ``coef``, ``value``, ``bound``, ``gap`` (``value - bound``), ``rel_gap``,
     ``n_iter`` (Newton steps), ``converged`` (``rel_gap <= rtol``), ``message``, ``dual_nu``,
-    ``value0`` (``F(W0)``) and ``weights`` (the oracle's ``q`` at ``coef``).
+    ``value0`` (``F(W0)``), ``weights`` (the oracle's ``q`` at ``coef``) and ``z`` (the
+    predictions ``X @ coef``, to rounding).
     """
     why = applicable(objective)
     if why:
@@ -460,7 +461,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
         continuation (not a box spectrum), once a step of it backtracked, the Hessian of
         ``F_(HESSIAN_NU_FIRST nu)`` instead."""
         if target_nu != 0 or box or nu != nu_first or not wide or HESSIAN_NU_FIRST == 1.0:
-            return _smoothed_hessian(stage, z, q, der, nu, ell, srt, grad=grad)
+            return _smoothed_hessian(stage, z, q, der, nu, ell, srt, grad=grad, box=box)
         qh = np.empty_like(q)
         _ko.risk_weights_sorted(ell, objective.sigma, nu * HESSIAN_NU_FIRST, div, qh, srt)
         return _smoothed_hessian(stage, z, qh, der, nu * HESSIAN_NU_FIRST, ell, srt,
@@ -526,7 +527,8 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
                 tried_early = True
                 xo_hit, k, _ = _crossover(objective, W, z, bound, max(rtol, accept or rtol),
                                           min(EARLY_STEPS, max_iter - it), max_grow=0,
-                                          qp_iter=int(EARLY_QP_PER_COLUMN * objective.p))
+                                          qp_iter=int(EARLY_QP_PER_COLUMN * objective.p),
+                                          start=(ell, der, None, None))
                 it += k
                 if xo_hit is not None:
                     break
@@ -655,4 +657,5 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
                    + (f" ({message})" if message else ""))
     return {"coef": W, "value": float(F), "bound": float(bound), "gap": float(gap),
             "rel_gap": float(rel), "n_iter": it, "converged": bool(converged),
-            "message": message, "dual_nu": nu_used, "value0": float(F0), "weights": qF}
+            "message": message, "dual_nu": nu_used, "value0": float(F0), "weights": qF,
+            "z": z}

@@ -68,12 +68,14 @@ def _pool_sums(X, member, vals, pid, n_pools):
     return _from_base(X, B, np.bincount(pid, weights=vals, minlength=n_pools)) if lin else B
 
 
-def _smoothed_hessian(objective, z, q, der, nu, ell=None, srt=None, grad=False, qg=None):
+def _smoothed_hessian(objective, z, q, der, nu, ell=None, srt=None, grad=False, qg=None,
+                      box=None):
     """Generalised Hessian of the chi-square-smoothed ``F_nu`` (``nu > 0``): ``X' diag(q l'')
     X`` plus the oracle's Jacobian term ``X' diag(l') dq/dl diag(l') X``, where ``dq/dl =
     (I - 11'/|B|) / (2 nu n)`` on each pool ``B`` of the projection onto ``P(sigma)``.
     ``srt``: the oracle's sort of ``ell`` (:func:`_pools`; without it a box spectrum's one
-    pool is found by :func:`_box_pool`, no sort). With ``grad``: ``(H, X' (q l'))``,
+    pool is found by :func:`_box_pool`, no sort; ``box``: whether it is one, when the caller
+    knows). With ``grad``: ``(H, X' (q l'))``,
     the loss part of the gradient from the same pass over the rows (:func:`weighted_gram`),
     with the weights ``qg`` (default ``q``: those of another shift cost, the Hessian of
     :data:`riskopt.objectives._newton.HESSIAN_NU_FIRST`)."""
@@ -81,7 +83,7 @@ def _smoothed_hessian(objective, z, q, der, nu, ell=None, srt=None, grad=False, 
     scale = 1.0 / (2.0 * nu * n)
     h = q * curvature(objective.loss, objective.y, z)
     ell = _losses_derivs_z(objective, z)[0] if ell is None else ell
-    if srt is None and _box_spectrum(objective.sigma):  # (the Newton solver's box stages)
+    if srt is None and (_box_spectrum(objective.sigma) if box is None else box):
         order, starts, ends = _box_pool(q, objective.sigma)
     else:
         order, starts, ends = _pools(ell, q, objective.sigma, scale, srt)

@@ -101,6 +101,7 @@ class Newton(Solver):
                              "bound": out["bound"], "certified": out["converged"],
                              "dual_nu": out["dual_nu"], "abnormal": False,
                              "value0": out["value0"], "weights": out["weights"],
+                             "z": out["z"],
                              "hit_limit": (not out["converged"]
                                            and out["n_iter"] >= max_iter)})
 
