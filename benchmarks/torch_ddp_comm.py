@@ -21,6 +21,14 @@ block of each counts) and report
 * a row "one bare all-gather": a collective of a typical gather's size (the header and three
   float64 columns of the rank's rows) and nothing else, as a ratio to the SGD step: the
   floor of what an optimizer's own gather adds (latency and the wait for the other rank);
+* three "floor" rows (``--no-floors`` skips them): plain DDP + SGD plus only what an
+  algorithm cannot avoid, no optimizer code: one gather of that size between the forward
+  and the backward (the floor of every gathering optimizer); the same plus a no-grad
+  forward at a second parameter vector (the MSVR methods SONEX and ALEXR2 need the inner
+  values at the previous iterate); the same plus a forward with graph there and its
+  backward (ASCDRO's STORM estimator needs the gradient at the previous iterate; a lower
+  bound: that gradient is not all-reduced here). A floor above 1.5 shows that no
+  implementation of that algorithm reaches the goal on this model;
 * the same optimizer with ``process_group=False`` (no gather: the local, inexact state),
   so that ``time / time_local`` isolates what the gathers cost. The optimizers' own extra
   work (ASCDRO's and the MSVR methods' second forward pass at the previous iterate) is in
@@ -104,7 +112,35 @@ def _worker(rank, path, args):
     def bare_gather():       # (not riskopt's: the script also runs against an older src)
         gather(bare_out, bare_in)
 
-    blocks = {"sgd": [], "bare": []}      # (wall, cpu) per block
+    # the floors: plain DDP + SGD plus only what an algorithm cannot do without (no
+    # optimizer code): one gather of a typical size between the forward and the backward
+    # (every gathering optimizer), and on top of it a no-grad forward at a second iterate
+    # (MSVR: SONEX, ALEXR2 need the values at the previous iterate) or a forward with graph
+    # and its backward there (STORM: ASCDRO needs the gradient at the previous iterate; the
+    # twin's gradient is not all-reduced: a lower bound)
+    twin = copy.deepcopy(module)
+
+    def floor_step(extra):
+        idx = local_batch()
+        x, t = X[idx], y[idx]
+        sgd.zero_grad()
+        loss = (0.5 * (ddp(x)[:, 0] - t) ** 2).mean()
+        if extra == "nograd":
+            with torch.no_grad():
+                twin(x)
+        elif extra == "graph":
+            twin.zero_grad(set_to_none=True)
+            loss = loss - 0.5 * (0.5 * (twin(x)[:, 0] - t) ** 2).mean()
+        gather(bare_out, bare_in)
+        loss.backward()
+        sgd.step()
+
+    floors = {f"floor/{e}": (lambda e=e: floor_step(e)) for e in ("gather", "nograd", "graph")
+              } if args.floors else {}
+    for key in floors:
+        out[key] = {"calls": 1.0, "bytes": 8.0 * bare_out.numel(), "gather_s": 0.0}
+
+    blocks = {"sgd": [], "bare": [], **{key: [] for key in floors}}   # (wall, cpu) per block
     for name in args.rows:
         kind = D.ROWS[name][2]
         opts = {mode: (D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
@@ -121,6 +157,8 @@ def _worker(rank, path, args):
         for _ in range(args.repeats):    # interleaved: the machine's load drifts
             blocks["sgd"].append(_timed(sgd_step, args.steps))
             blocks["bare"].append(_timed(bare_gather, args.steps))
+            for key, fn in floors.items():
+                blocks[key].append(_timed(fn, args.steps))
             for mode, (opt, model, mod) in opts.items():
                 blocks[f"{name}/{mode}"].append(_timed(
                     lambda: D.drive_step(kind, opt, model, mod, X, y, groups, local_batch()),
@@ -151,6 +189,8 @@ def main():
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--rows", nargs="+", default=ROWS, choices=list(D.ROWS),
                     help="the optimizers (default: one per optimizer)")
+    ap.add_argument("--no-floors", dest="floors", action="store_false",
+                    help="skip the floor rows (SGD plus a gather, plus a second forward)")
     ap.add_argument("--out", default=str(OUT), help="results folder (default: %(default)s)")
     args = ap.parse_args()
     widths = args.hidden
@@ -180,6 +220,13 @@ def report(args, out_dir):
 
     rows = [row("SGD (plain DDP)", sgd), row("one bare all-gather, no step (the floor of a "
                                               "gather's cost)", out["bare"])]
+    labels = {"gather": "floor: SGD + one gather (any gathering optimizer)",
+              "nograd": "floor: SGD + gather + a no-grad forward at a 2nd iterate "
+                        "(MSVR: sonex, alexr2)",
+              "graph": "floor: SGD + gather + forward/backward at a 2nd iterate "
+                       "(STORM: ascdro; lower bound)"}
+    rows += [row(label, out[f"floor/{e}"]) for e, label in labels.items()
+             if f"floor/{e}" in out]
     for name in args.rows:
         rows.append(row(name, out[f"{name}/exact"], out[f"{name}/local"]))
         if f"{name}/hook" in out:
