@@ -168,6 +168,24 @@ def test_project_capped_simplex_exact(seed, m, r):
         np.testing.assert_allclose(x[free] - p[free], (x[free] - p[free])[0], atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("m,r", [(1, 1.0), (4, 0.5), (7, 0.3), (50, 0.1), (3, 1 / 3),
+                                 (5, 0.15)])
+def test_capped_simplex_host_code_is_the_tensor_code(seed, m, r):
+    """OOA's eager CPU step projects in NumPy; the tensor code (compile, GPUs) does the
+    same operations: the same numbers, bit for bit, ties and a cap above 1 included."""
+    from riskopt.torch.optim import _updates
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=m) * rng.choice([0.01, 1.0, 30.0])
+    if seed % 2:
+        x = np.round(x)                       # ties
+    cap = 1.0 / (r * m)
+    host = _updates._capped_simplex_host(x.copy(), cap)
+    np.testing.assert_array_equal(host, _updates.capped_simplex(torch.as_tensor(x),
+                                                                cap).numpy())
+    assert host.sum() == pytest.approx(1.0, abs=1e-12)
+
+
 # ------------------------------------------------------------------------ outer functions
 def _numeric_moreau_grad(f, u, lam):
     res = minimize_scalar(lambda v: f(v) + (u - v) ** 2 / (2 * lam), method="bounded",

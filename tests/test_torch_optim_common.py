@@ -44,6 +44,8 @@ ATTACH = [n for n in NAMES if hasattr(D.ROWS[n][0], "_finish_posted")]
 ATTACH_CASES = [(n, {}) for n in ATTACH] + [("scdro", dict(lam_init=1e-3))] + [
     (n, dict(dtype=torch.float32)) for n in ("scdro", "pgsmd2")]
 ATTACH_STEPS = 12
+#: rows also run with the gathers' tensor code (on GPUs; gloo packs and merges in NumPy)
+HOST_PATH_ROWS = ("scdro", "sonex", "ooa", "pgsmd2")
 
 
 def _rel(a, b):
@@ -73,6 +75,17 @@ def _worker(rank, path, names):
             D.run(name, RISE_STEPS, rank, 2, info=info, lr=lr, check_every=5,
                   wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))
         out[f"{name}/rising"] = info["guard"]
+    from riskopt.torch.distributed import ColumnGatherer
+    ColumnGatherer.host = False      # the tensor code of the device path (NCCL), on gloo
+    try:
+        for name in HOST_PATH_ROWS:
+            info = {}
+            out[f"{name}/tensor"] = (*D.run(
+                name, STEPS, rank, 2, info=info,
+                wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)),
+                info["comm_calls"])
+    finally:
+        ColumnGatherer.host = True
     for name in ("scdro", "pgsmd2", "sonex"):      # the old behaviour: each rank its own state
         # (4 steps: the 5th global batch has one row, and a rank with none cannot step alone)
         out[f"{name}/local"] = D.run(name, 4, rank, 2, process_group=False,
@@ -154,6 +167,18 @@ def test_ddp_matches_one_process_run(name, ddp):
     # ASCDRO: the gradient at the previous iterate rides on DDP's all-reduce (no all-reduce
     # of the optimizer's own)
     assert reduces == 0
+
+
+@pytest.mark.parametrize("name", HOST_PATH_ROWS)
+def test_ddp_gathers_tensor_code_matches_the_host_code(name, ddp):
+    """The gathers' tensor code (packing, unpacking and the by-index merge: what runs on
+    NCCL) gives, on gloo, the one-process run as the NumPy code does, with as many
+    collectives."""
+    p, s, _ = D.run(name, STEPS)
+    (p0, s0, _, calls), (p1, s1, _, _) = ddp[0][f"{name}/tensor"], ddp[1][f"{name}/tensor"]
+    assert torch.equal(p0, p1) and torch.equal(s0, s1)
+    assert _rel(p0, p) <= 1e-10 and _rel(s0, s) <= 1e-10
+    assert calls == ddp[0][name][3]
 
 
 @pytest.mark.parametrize("k", range(len(ATTACH_CASES)))

@@ -29,6 +29,8 @@ single-process computation, so the same training script runs with and without
 """
 import time
 
+import numpy
+
 import torch
 import torch.distributed as dist
 
@@ -152,6 +154,10 @@ class ColumnGatherer:
     ``seconds`` the wall time spent in them (waiting for the slower rank included).
     """
 
+    #: gloo (CPU) collectives: pack and unpack in NumPy (:meth:`_call_host`); False: the
+    #: tensor code of the device path (for tests)
+    host = True
+
     def __init__(self, group=None):
         self.group = group
         self.capacity = 0
@@ -171,13 +177,15 @@ class ColumnGatherer:
         ``(W, len(scalars))`` float64 tensor of every rank's scalars.
         """
         group = self.group
-        cols = [c.detach().reshape(-1).to(torch.float64) for c in columns]
+        dev = _comm_device(group)
+        if dev.type == "cpu" and self.host:
+            return self._call_host(columns, device, scalars)
+        cols = [c.detach().reshape(-1).to(dev, torch.float64) for c in columns]
         k = len(cols)
         b = int(cols[0].numel()) if k else 0
         if any(int(c.numel()) != b for c in cols):
             raise ValueError("the gathered columns must have one entry per local row")
         ws, me = dist.get_world_size(group), dist.get_rank(group)
-        dev = _comm_device(group)
         extra = [] if scalars is None else [    # numbers or 0-d tensors (no host sync)
             torch.as_tensor(v, dtype=torch.float64).reshape(()).to(dev) for v in scalars]
         h = 1 + len(extra)
@@ -213,6 +221,58 @@ class ColumnGatherer:
         if scalars is None:
             return out
         return (*out, parts[:, 1:h].to(device))
+
+    def _call_host(self, columns, device, scalars):
+        """:meth:`__call__` when the collective runs on CPU tensors (gloo): the buffer is
+        packed and the table unpacked in NumPy (the same float64 numbers, the same
+        collectives; each small NumPy call costs a fraction of a tensor op's dispatch)."""
+        group = self.group
+        cols = [_host_f64(c) for c in columns]
+        k = len(cols)
+        b = int(cols[0].size) if k else 0
+        if any(int(c.size) != b for c in cols):
+            raise ValueError("the gathered columns must have one entry per local row")
+        ws, me = dist.get_world_size(group), dist.get_rank(group)
+        head = [float(b)] + ([] if scalars is None else [float(v) for v in scalars])
+        h = len(head)
+        while True:
+            cap = self.capacity
+            r = min(b, cap)
+            buf = numpy.zeros(h + cap * k)
+            buf[:h] = head
+            if r and k:
+                block = buf[h:h + r * k].reshape(r, k)
+                for j, c in enumerate(cols):
+                    block[:, j] = c[:r]
+            got = torch.empty(ws * buf.size, dtype=torch.float64)
+            t0 = time.perf_counter()
+            _all_gather_single(got, torch.from_numpy(buf), group=group)
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
+            self.bytes += 8 * buf.size * ws
+            parts = got.numpy().reshape(ws, buf.size)
+            sizes = [int(x) for x in parts[:, 0].tolist()]
+            if max(sizes) <= cap or k == 0:
+                break
+            self.capacity = max(sizes)
+        if all(s == cap for s in sizes):          # every rank's rows fill its slot
+            table = parts[:, h:].reshape(ws * cap, k)
+        else:
+            table = numpy.concatenate([parts[i, h:h + s * k].reshape(s, k)
+                                       for i, s in enumerate(sizes)])
+        out = (torch.from_numpy(numpy.ascontiguousarray(table)).to(device), sizes,
+               sum(sizes[:me]))
+        if scalars is None:
+            return out
+        return (*out, torch.from_numpy(numpy.ascontiguousarray(parts[:, 1:h])).to(device))
+
+
+def _host_f64(c):
+    """A column as a float64 NumPy array (on the host; bfloat16 has no NumPy dtype)."""
+    c = c.detach().reshape(-1)
+    if c.device.type != "cpu" or c.dtype in (torch.bfloat16, torch.bool):
+        c = c.to("cpu", torch.float64)
+    return c.numpy().astype(numpy.float64, copy=False)
 
 
 #: ``all_gather_single(output, input, group=)`` (torch >= 2.12; before, under its old name)

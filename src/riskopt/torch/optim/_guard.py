@@ -62,6 +62,8 @@ import os
 import sys
 import warnings
 
+import numpy
+
 import torch
 
 from ...callbacks import DivergenceWarning
@@ -247,16 +249,18 @@ class GuardMixin:
         without ``rank_value``), all in the same collective's header, so a rank without rows
         still counts. A rank may hold no index at all.
         """
-        vals = [v.detach().reshape(-1).to(device, torch.float64) for v in values]
-        if self._group() is None:
-            return idx, vals, None
+        group = self._group()
+        if group is None:
+            return idx, [v.detach().reshape(-1).to(device, torch.float64) for v in values], None
+        vals = [v.detach().reshape(-1) for v in values]     # (the gatherer: float64)
         if counts is None:
             c = torch.ones(idx.numel(), dtype=torch.float64, device=device)
         else:
-            c = torch.as_tensor(counts).detach().reshape(-1).to(device, torch.float64)
-            if c.numel() != idx.numel() or not bool(torch.isfinite(c).all() & (c > 0).all()):
+            c = torch.as_tensor(counts).detach().reshape(-1)
+            ok = c.numel() == idx.numel() and (_all_finite(c) and bool(
+                (c.numpy() > 0).all() if _on_host(c) else (c > 0).all()))
+            if not ok:
                 raise ValueError("counts must hold one positive finite count per index")
-        group = self._group()
         if self._gatherer is None or self._gatherer.group is not group:
             self._gatherer = _dist.ColumnGatherer(group)
         rc = None
@@ -270,6 +274,9 @@ class GuardMixin:
                        0.0 if rank_value is None else rank_value.detach().reshape(())]
         got = self._gatherer([idx, c, *vals], device, scalars=scalars)
         table, sizes, off = got[:3]
+        if table.device.type == "cpu" and self._gatherer.host:
+            return _merge_host(table, sizes, off, idx.numel(), len(vals),
+                               None if scalars is None else got[3], rc, rank_value)
         gi, gc = table[:, 0].to(torch.int64), table[:, 1]
         I, inv = torch.unique(gi, return_inverse=True)
         if I.numel() == 0:          # the same on every rank: no rank raises alone
@@ -297,7 +304,7 @@ class GuardMixin:
 
     def _check_input_finite(self, values, what):
         """Raise :class:`DivergenceError` when the gathered ``values`` are not all finite."""
-        if values.numel() and not bool(torch.isfinite(values).all()):
+        if values.numel() and not _all_finite(values):
             raise DivergenceError(
                 f"{type(self).__name__}: non-finite {what} at step {self._g_steps + 1}; the "
                 f"model (or the loss) diverged: lower lr (now {self._lr_text()}) or check the "
@@ -494,3 +501,51 @@ class GuardMixin:
         self._g = {k: (state[k] if k in state else torch.as_tensor(_G_FRESH[k])).to(
             dev, _G_TYPES[k][1]) for k in _G_FRESH}
         self._g_on(dev)
+
+
+def _merge_host(table, sizes, off, b, k, scalars, rc, rank_value):
+    """:meth:`GuardMixin._gather_by_index`'s merge of a gathered CPU ``table`` in NumPy (the
+    same float64 operations in the same order: the sums over an index's rows run in table
+    order, as ``index_add_`` does; a few rows, so the tensor ops' dispatch would dominate)."""
+    t = table.numpy()
+    gi, gc = t[:, 0].astype(numpy.int64), t[:, 1]
+    I, inv = numpy.unique(gi, return_inverse=True)
+    inv = inv.reshape(-1)
+    if I.size == 0:             # the same on every rank: no rank raises alone
+        raise ValueError("the outer indices of a step must be non-empty (on some rank)")
+    C = numpy.zeros(I.size)
+    numpy.add.at(C, inv, gc)
+    merged = []
+    for j in range(k):
+        m = numpy.zeros(I.size)
+        numpy.add.at(m, inv, gc * t[:, 2 + j])
+        merged.append(torch.from_numpy(m / C))
+    pos = inv[off:off + b]
+    weight = gc[off:off + b] / C[pos] * len(sizes)
+    local = (torch.from_numpy(pos), torch.from_numpy(weight))
+    if scalars is None:
+        return torch.from_numpy(I), merged, local
+    sc = scalars.numpy()
+    n_r, v_r = sc[:, 0], sc[:, 1]
+    total = float(n_r.sum())
+    share = 1.0
+    if rc is not None:
+        share = float(len(sizes)) * rc / total if total > 0 else 0.0
+    value = None if rank_value is None else torch.tensor(
+        float((n_r * v_r).sum()) / max(total, 1e-300), dtype=torch.float64)
+    return torch.from_numpy(I), merged, (*local, share, value)
+
+
+def _on_host(t):
+    """Whether ``t`` can be read as a NumPy array without a copy (a CPU tensor of a NumPy
+    dtype: its small reductions then cost less in NumPy than as tensor ops)."""
+    return t.device.type == "cpu" and t.dtype in (torch.float64, torch.float32,
+                                                  torch.float16, torch.int64, torch.int32)
+
+
+def _all_finite(t):
+    """Whether every entry of the tensor ``t`` is finite (a bool)."""
+    t = t.detach()
+    if _on_host(t):
+        return bool(numpy.isfinite(t.numpy()).all())
+    return bool(torch.isfinite(t).all())

@@ -9,10 +9,15 @@ counters and schedules (Python numbers passed in), the finiteness check of the i
 data-parallel gathers and the divergence guard at its cadence
 (:mod:`riskopt.torch.optim._guard`). A branch that used to read a tensor on the host is a
 ``torch.where`` here (ASCDRO's restart) or a ``while_loop`` (the KL-ball projection of
-PG-SMD2, the same iterations as the former host loop). Not part of the public API.
+PG-SMD2, the same iterations as the former host loop). Two updates on tables of a few
+entries take a host path when eager on the CPU (where each small tensor op costs more in
+dispatch than in arithmetic): PG-SMD2's KL-ball Newton steps with Python scalars, and OOA's
+group step and capped-simplex projection in NumPy (the same operations: bit for bit the
+tensor code's numbers). Not part of the public API.
 """
 import math
 
+import numpy
 import torch
 from torch._higher_order_ops.while_loop import while_loop
 
@@ -426,9 +431,44 @@ def cvar_of(L, cap):
     return (torch.clamp(1.0 - j * cap, min=0.0, max=cap) * top).sum()
 
 
+def _host(*tensors):
+    """Whether the update may run in NumPy on these tensors' memory: all on the CPU, not
+    under ``torch.compile`` (which traces the tensor code); a handful of NumPy calls on a
+    table of a few groups cost less than the dispatch of as many tensor ops."""
+    return not torch.compiler.is_compiling() and all(t.device.type == "cpu"
+                                                       for t in tensors)
+
+
 def ooa_batch(p_tab, I, L, cap, n_over_k):
     """OOA's batch: ``(tracked CVaR of the group losses, the surrogate's weights)``."""
+    if _host(p_tab, I, L) and L.dtype == torch.float64:
+        top = numpy.sort(L.numpy())[::-1]
+        j = numpy.arange(top.size, dtype=numpy.float64)
+        est = torch.tensor(float((numpy.clip(1.0 - j * cap, 0.0, cap) * top).sum()),
+                           dtype=torch.float64)
+        return est, torch.from_numpy(p_tab.numpy()[I.numpy()] * n_over_k)
     return cvar_of(L, cap), p_tab.index_select(0, I) * n_over_k
+
+
+def _capped_simplex_host(x, cap):
+    """:func:`capped_simplex` in NumPy (float64 ``x``; the same operations)."""
+    m = x.size
+    a = numpy.sort(x)
+    suffix = numpy.concatenate([numpy.cumsum(a[::-1])[::-1], [0.0]])
+    bp = numpy.sort(numpy.concatenate([a, a - cap]))
+
+    def pos_part_sum(tau, a_sorted, suf):
+        j = numpy.searchsorted(a_sorted, tau, side="right")
+        return suf[j] - (m - j).astype(numpy.float64) * tau
+
+    phi = pos_part_sum(bp, a, suffix) - pos_part_sum(
+        bp, a - cap, suffix - cap * numpy.arange(m, -1, -1, dtype=numpy.float64))
+    j = max(int((phi >= 1.0).sum()) - 1, 0)
+    k = min(j + 1, 2 * m - 1)
+    lo, hi, plo, phi_hi = bp[j], bp[k], phi[j], phi[k]
+    denom = plo - phi_hi
+    tau = lo + (plo - 1.0) * (hi - lo) / denom if denom > 0 else lo
+    return numpy.clip(x - tau, 0.0, cap)
 
 
 def ooa_update(groups, table, idx, L, dual_coef, cap):
@@ -438,5 +478,10 @@ def ooa_update(groups, table, idx, L, dual_coef, cap):
         if params:
             G = [g + wd * p for p, g in zip(params, grads)] if wd else grads
             torch._foreach_add_(params, G, alpha=-lr)
+    if _host(table, idx, L) and table.dtype == L.dtype == torch.float64:
+        x = table.numpy().copy()
+        x[idx.numpy()] += dual_coef * L.numpy()          # (distinct indices)
+        table.copy_(torch.from_numpy(_capped_simplex_host(x, cap)))
+        return
     x = table.clone().index_add_(0, idx, dual_coef * L)
     table.copy_(capped_simplex(x, cap))

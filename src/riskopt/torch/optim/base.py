@@ -35,6 +35,7 @@ Checkpoints
 :meth:`~IndexedStateOptimizer.load_state_dict` copies them back onto the parameters' device (a
 checkpoint saved on a GPU loads on a CPU and back) after checking names and shapes.
 """
+import numpy
 import torch
 
 from ..._validation import check_int
@@ -200,8 +201,18 @@ class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
 
     def _in_range(self, t):
         """Whether every index of ``t`` (non-empty) is in ``[0, n_indices)``: one reduction."""
+        if t.device.type == "cpu":          # (NumPy: less than a tensor op's dispatch)
+            a = t.numpy()
+            return int(a.min()) >= 0 and int(a.max()) < self.n_indices
         lo, hi = torch.aminmax(t)
         return int(lo) >= 0 and int(hi) < self.n_indices
+
+    @staticmethod
+    def _distinct(idx):
+        """Whether the entries of the 1-D int64 tensor ``idx`` are distinct."""
+        if idx.device.type == "cpu":
+            return numpy.unique(idx.numpy()).size == idx.numel()
+        return torch.unique(idx).numel() == idx.numel()
 
     def gather(self, name, indices):
         """Rows ``indices`` of the table ``name`` (a copy)."""

@@ -192,7 +192,7 @@ class _FCCOBase(IndexedStateOptimizer):
         self._sync_device()
         idx = self.check_indices(indices)
         if (idx.numel() == 0 and self._group() is None) or (
-                torch.unique(idx).numel() != idx.numel()):     # (a rank may hold none)
+                not self._distinct(idx)):     # (a rank may hold none)
             raise ValueError("the outer indices of a step must be non-empty and distinct")
         for name, g in (("g_now", g_now), ("g_prev", g_prev)):
             if g is None:

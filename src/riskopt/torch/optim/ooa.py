@@ -109,7 +109,7 @@ class OOA(IndexedStateOptimizer):
         self._sync_device()
         idx = self.check_indices(indices)
         if (idx.numel() == 0 and self._group() is None) or (
-                torch.unique(idx).numel() != idx.numel()):     # (a rank may hold none)
+                not self._distinct(idx)):     # (a rank may hold none)
             raise ValueError("indices must be non-empty distinct group ids")
         L = group_losses
         if not isinstance(L, torch.Tensor) or L.ndim != 1 or L.numel() != idx.numel():
