@@ -36,6 +36,12 @@ def scdro_batch(l64, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
     the batch's range, the running largest loss, the moving average ``log s`` (``c_old =
     log(1 - beta)``, ``c_new = log beta``), the surrogate's weights, the ``lambda``-derivative
     and the batch's dual value at ``lambda`` (what the guard tracks)."""
+    if _host(l64, lam, log_s, loss_max) and l64.dtype == torch.float64 and l64.numel():
+        out = _scdro_batch_host(l64.numpy(), float(lam.numpy()), float(log_s.numpy()),
+                                float(loss_max.numpy()), log_b, c_old, c_new, started,
+                                radius, shift_cost)
+        if out is not None:
+            return out
     lo, top = torch.aminmax(l64)
     loss_max = torch.maximum(loss_max, top)
     a = l64 / lam
@@ -47,6 +53,35 @@ def scdro_batch(l64, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
     return lo, top, loss_max, log_s, w, g_lam, tracked
 
 
+def _f64(v):
+    """A 0-d float64 CPU tensor holding the number ``v``."""
+    return torch.tensor(v, dtype=torch.float64)
+
+
+def _scdro_batch_host(x, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
+                      shift_cost):
+    """:func:`scdro_batch` on the host: the losses ``x`` a float64 NumPy array, the scalars
+    Python numbers (the same formulas; NumPy's and torch's ``exp`` may differ in the last
+    bit). None when a loss is not finite (the tensor code then runs, the caller raises)."""
+    lo, top = float(x.min()), float(x.max())
+    if not (math.isfinite(lo) and math.isfinite(top)):
+        return None
+    with numpy.errstate(all="ignore"):          # (as the tensor code: inf, no warning)
+        a = x / lam
+        m = float(a.max())
+        log_g = math.log(float(numpy.exp(a - m).sum())) + m - log_b
+        if started:
+            log_s = float(numpy.logaddexp(log_s + c_old, log_g + c_new))
+        else:
+            log_s = log_g
+        w = numpy.exp(a - log_s) / a.size
+        g_lam = -float((w * x).sum()) / lam + log_s + radius
+    tracked = lam * log_g + (lam - shift_cost) * radius
+    loss_max = loss_max if loss_max >= top else top     # (NaN: kept, as torch.maximum)
+    return (lo, top, _f64(loss_max), _f64(log_s), torch.from_numpy(w), _f64(g_lam),
+            _f64(tracked))
+
+
 def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, lr, beta, mu,
                  max_norm, started, lam_lo, lam_hi, radius):
     """SCDRO's step: the moving averages ``v`` (of ``moving_*``) and ``u``, the projected step
@@ -54,7 +89,13 @@ def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, l
     bound of Lemma 1 from the largest loss met). Returns ``(u, lambda)``."""
     if moving_vs:
         _foreach_momentum(moving_vs, moving_grads, beta)
-    u = (1.0 - beta) * u + beta * g_lam if started else g_lam.clone()
+    if _host(u, g_lam, lam, loss_max):    # the scalars as numbers (fewer tensor ops)
+        uf = float(g_lam.numpy())
+        if started:
+            uf = (1.0 - beta) * float(u.numpy()) + beta * uf
+        u = _f64(uf)
+    else:
+        u = (1.0 - beta) * u + beta * g_lam if started else g_lam.clone()
     steps = [v + mu * p for v, p in zip(vs, params)] if mu else vs
     if params:
         torch._foreach_add_(params, steps, alpha=-lr)
@@ -63,11 +104,29 @@ def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, l
         factor = torch.where(norm > max_norm, max_norm / norm, torch.ones_like(norm))
         for p in params:
             p.mul_(factor)
+    if _host(u, lam, loss_max):
+        return u, _f64(_scdro_lam_host(float(u.numpy()), float(lam.numpy()),
+                                       float(loss_max.numpy()), lr, mu, lam_lo, lam_hi,
+                                       radius))
     lam = (lam - lr * (u + mu * lam if mu else u)).clamp(min=lam_lo)
     if lam_hi is None:      # Lemma 1 with C = the largest loss met so far
         lam_hi = (lam_lo + loss_max.clamp(min=0.0) / radius).clamp(min=lam_lo)
         return u, torch.minimum(lam, lam_hi)
     return u, lam.clamp(max=lam_hi)
+
+
+def _clamp(x, lo=-math.inf, hi=math.inf):
+    """``torch.clamp`` of a number (NaN stays NaN)."""
+    return x if x != x else min(max(x, lo), hi)
+
+
+def _scdro_lam_host(u, lam, loss_max, lr, mu, lam_lo, lam_hi, radius):
+    """:func:`scdro_update`'s projected ``lambda`` step on numbers."""
+    lam = _clamp(lam - lr * (u + mu * lam if mu else u), lo=lam_lo)
+    if lam_hi is None:
+        lam_hi = _clamp(lam_lo + _clamp(loss_max, lo=0.0) / radius, lo=lam_lo)
+        return lam_hi if lam_hi != lam_hi else _clamp(lam, hi=lam_hi)
+    return _clamp(lam, hi=lam_hi)
 
 
 # ---------------------------------------------------------------------------- ASCDRO
