@@ -193,50 +193,56 @@ class ColumnGatherer:
                  if k else torch.zeros((b, 0), dtype=torch.float64, device=dev))
         count = torch.full((1,), float(b), dtype=torch.float64, device=dev)
         head = torch.cat([count, torch.stack(extra)]) if extra else count
-        while True:      # (a few small ops: each costs more than its arithmetic here)
-            cap = self.capacity
+
+        def pack(cap):   # (a few small ops: each costs more than its arithmetic here)
             r = min(b, cap)
             pieces = [head]
             if r and k:
                 pieces.append(block[:r].reshape(-1))
             if (cap - r) * k:
                 pieces.append(torch.zeros((cap - r) * k, dtype=torch.float64, device=dev))
-            buf = torch.cat(pieces) if len(pieces) > 1 else head
-            got = torch.empty(ws * buf.numel(), dtype=torch.float64, device=dev)
+            return torch.cat(pieces) if len(pieces) > 1 else head
+
+        parts, sizes = self._exchange(pack, ws, k)
+        table = _rows(parts, sizes, h, k, torch.cat)
+        out = (table.to(device), sizes, sum(sizes[:me]))
+        if scalars is None:
+            return out
+        return (*out, parts[:, 1:h].to(device))
+
+    def _exchange(self, pack, ws, k):
+        """The all-gathers of a call: ``pack(capacity)`` gives this rank's buffer (1-D
+        float64: the header, then its rows padded to ``capacity``); a second gather when a
+        rank's rows outgrew the capacity. Returns ``(parts, sizes)``: the ``(ws, len)``
+        view of every rank's buffer and their row counts."""
+        while True:
+            cap = self.capacity
+            buf = pack(cap)
+            got = torch.empty(ws * buf.numel(), dtype=torch.float64, device=buf.device)
             t0 = time.perf_counter()
-            _all_gather_single(got, buf, group=group)
+            _all_gather_single(got, buf, group=self.group)
             self.seconds += time.perf_counter() - t0
             self.calls += 1
             self.bytes += 8 * buf.numel() * ws
             parts = got.view(ws, buf.numel())
             sizes = [int(x) for x in parts[:, 0].tolist()]
             if max(sizes) <= cap or k == 0:
-                break
+                return parts, sizes
             self.capacity = max(sizes)
-        if all(s == cap for s in sizes):          # every rank's rows fill its slot
-            table = parts[:, h:].reshape(ws * cap, k)
-        else:
-            table = torch.cat([parts[i, h:h + s * k].reshape(s, k) for i, s in enumerate(sizes)])
-        out = (table.to(device), sizes, sum(sizes[:me]))
-        if scalars is None:
-            return out
-        return (*out, parts[:, 1:h].to(device))
 
     def _call_host(self, columns, device, scalars):
         """:meth:`__call__` when the collective runs on CPU tensors (gloo): the buffer is
         packed and the table unpacked in NumPy (the same float64 numbers, the same
         collectives; each small NumPy call costs a fraction of a tensor op's dispatch)."""
-        group = self.group
         cols = [_host_f64(c) for c in columns]
         k = len(cols)
         b = int(cols[0].size) if k else 0
         if any(int(c.size) != b for c in cols):
             raise ValueError("the gathered columns must have one entry per local row")
-        ws, me = dist.get_world_size(group), dist.get_rank(group)
+        ws, me = dist.get_world_size(self.group), dist.get_rank(self.group)
         head = [float(b)] + ([] if scalars is None else [float(v) for v in scalars])
         h = len(head)
-        while True:
-            cap = self.capacity
+        def pack(cap):
             r = min(b, cap)
             buf = numpy.zeros(h + cap * k)
             buf[:h] = head
@@ -244,27 +250,25 @@ class ColumnGatherer:
                 block = buf[h:h + r * k].reshape(r, k)
                 for j, c in enumerate(cols):
                     block[:, j] = c[:r]
-            got = torch.empty(ws * buf.size, dtype=torch.float64)
-            t0 = time.perf_counter()
-            _all_gather_single(got, torch.from_numpy(buf), group=group)
-            self.seconds += time.perf_counter() - t0
-            self.calls += 1
-            self.bytes += 8 * buf.size * ws
-            parts = got.numpy().reshape(ws, buf.size)
-            sizes = [int(x) for x in parts[:, 0].tolist()]
-            if max(sizes) <= cap or k == 0:
-                break
-            self.capacity = max(sizes)
-        if all(s == cap for s in sizes):          # every rank's rows fill its slot
-            table = parts[:, h:].reshape(ws * cap, k)
-        else:
-            table = numpy.concatenate([parts[i, h:h + s * k].reshape(s, k)
-                                       for i, s in enumerate(sizes)])
+            return torch.from_numpy(buf)
+
+        parts, sizes = self._exchange(pack, ws, k)
+        parts = parts.numpy()
+        table = _rows(parts, sizes, h, k, numpy.concatenate)
         out = (torch.from_numpy(numpy.ascontiguousarray(table)).to(device), sizes,
                sum(sizes[:me]))
         if scalars is None:
             return out
         return (*out, torch.from_numpy(numpy.ascontiguousarray(parts[:, 1:h])).to(device))
+
+
+def _rows(parts, sizes, h, k, cat):
+    """The ``(sum(sizes), k)`` table of the ranks' rows in ``parts`` (a tensor or an array:
+    ``cat`` joins them), each after its ``h`` header numbers."""
+    cap = (parts.shape[1] - h) // k if k else 0
+    if all(s == cap for s in sizes):          # every rank's rows fill its slot
+        return parts[:, h:].reshape(len(sizes) * cap, k)
+    return cat([parts[i, h:h + s * k].reshape(s, k) for i, s in enumerate(sizes)])
 
 
 def _host_f64(c):
