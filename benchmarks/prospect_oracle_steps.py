@@ -174,7 +174,7 @@ def case_rows(name, cost, n, chunks, log, base=None):
         losses = st.losses.copy()
         ls0 = np.sort(losses)
         olds, news = np.empty(n), np.empty(n)
-        work, hst = _hull_scratch(), np.zeros(2, dtype=np.int64)
+        work, hst = _hull_scratch(n), np.zeros(2, dtype=np.int64)
         R = _rank_alloc(n, 32, not nu0)
         record(obj.X, obj.y, sigma, nu, div, pi.START_LR[start], obj.reg, idx,
                st.coef[:, 0].copy(), losses, st.derivs[:, 0].copy(), st.rho.copy(), R, work,
@@ -193,6 +193,7 @@ def case_rows(name, cost, n, chunks, log, base=None):
                         base[2](nu0, ls0, sigma, nu, div, Rb, olds, news, wb, hb, True)
                         tb.append(time.process_time() - t0)
                     hst[:] = 0
+                    work = _hull_scratch(n)  # a cold warm-start cache, as a pass starts
                     t0 = time.process_time()
                     REPLAY(nu0, ls0, sigma, nu, div, R, olds, news, work, hst, query)
                     ts.append(time.process_time() - t0)

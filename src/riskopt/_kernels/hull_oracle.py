@@ -57,6 +57,8 @@ KL_RANGE = 600.0  #: a KL table spanning more than 2 KL_RANGE nu is left to the 
 KL_WINDOW = 650.0  #: |l - L0| / nu beyond which the KL terms are rebuilt about the mid-range
 _EPS4 = 4.0 * 2.220446049250313e-16
 STACK = 256
+#: the warm-start cache of ``_hull_weight`` keeps one segment per ``2**CACHE_SHIFT`` ranks
+CACHE_SHIFT = 5
 #: the hull's chunk size is ``rank_oracle.chunk_size`` capped here: a query scans whole chunks
 #: (3-11 per query). At n = 2e5 (``benchmarks/results/prospect_incremental/oracle_steps_*``)
 #: B = 128 cost 10-20% more per step than B = 32 or 64 from the perturbed optimum and the same
@@ -316,23 +318,36 @@ def _slope(R, p, q, yp, yq):
 @njit(cache=True, _nrt=False, error_model="numpy")
 def _hull_weight(R, x, work, stats):
     """The weight of a loss ``x`` of the multiset, or ``nan`` when the iteration does not
-    settle in ``MAX_NEWTON`` steps. ``work``: int64 scratch of length >= 2 STACK (the search
-    stacks) and float scratch; ``stats[0]`` += Newton iterations, ``stats[1]`` += chunks
-    scanned."""
+    settle in ``MAX_NEWTON`` steps. ``work``: ``_hull_scratch(n)`` (the search stacks and
+    the warm-start cache, which changes where the iteration starts, not the segment it
+    certifies); ``stats[0]`` += Newton iterations, ``stats[1]`` += chunks scanned."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
-    sv, sP, sF, sb = work
+    sv, sP, sF, sb, cp, cq = work
     a = _rank_locate(R, x)[2]
     r = a + 1
     fx = _fterm(fpar, x)
-    p = a
-    yp = _prefix_F(R, p)
-    q = r
-    yq = yp + fx
     zlo = r
     if fpar[3] != 0.0:
         z = meta[5]  # leading zeros of sigma: the block of r <= z reaches past them
         if zlo < z + 1:
             zlo = z + 1
+    # the warm start: the segment last found for a rank of r's slot, if it still covers r
+    slot = r >> CACHE_SHIFT
+    p = -1
+    q = -1
+    if slot < cp.shape[0]:
+        p = cp[slot]
+        q = cq[slot]
+    if 0 <= p < r <= q <= meta[3] and q >= zlo:
+        yp = _prefix_F(R, p)
+        yq = _prefix_F(R, q)
+    else:
+        slot = cp.shape[0]
+        p = a
+        yp = _prefix_F(R, p)
+        q = r
+        yq = yp + fx
+        if zlo > r:
             yq = _prefix_F(R, zlo)
             q = zlo
     it = 0
@@ -366,6 +381,10 @@ def _hull_weight(R, x, work, stats):
         stats[0] += it
     if not ok:
         return np.nan
+    slot = r >> CACHE_SHIFT
+    if slot < cp.shape[0]:
+        cp[slot] = p
+        cq[slot] = q
     dy = _range_F(R, p, q)
     if fpar[3] == 0.0:
         ds = (Shi[q] - Shi[p]) + (Slo[q] - Slo[p])
@@ -391,9 +410,14 @@ def _hull_weight_full(R, sigma, x):
 
 
 @njit(cache=True)
-def _hull_scratch():
+def _hull_scratch(n=0):
+    """``_hull_weight``'s scratch: the search stacks and, for a table of ``n`` losses, the
+    warm-start cache (the segment ``(p, q)`` last found per slot of ``2**CACHE_SHIFT`` ranks;
+    ``n = 0``: none, every query starts from ``(r - 1, r)``)."""
+    m = (n >> CACHE_SHIFT) + 2 if n > 0 else 0
     return (np.empty(STACK, dtype=np.int64), np.empty(STACK, dtype=np.int64),
-            np.empty(STACK), np.empty(STACK))
+            np.empty(STACK), np.empty(STACK), np.full(m, -1, dtype=np.int64),
+            np.full(m, -1, dtype=np.int64))
 
 
 @njit(cache=True)

@@ -376,7 +376,7 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
     B = _box_alloc(0 if (nu0 or hull) else n)
     kl = div != CHI2
     R = _rank_alloc(n if (nu0 or hull) else 1, hull_chunk(n) if hull else _rank_chunk(n), hull)
-    work = _hull_scratch()
+    work = _hull_scratch(n if hull else 0)
     hst = np.zeros(2, dtype=np.int64)
     if nu0 or hull:  # ``order`` sorts the table at the start of a pass (rebuilt at each end)
         ls0 = np.empty(n)
