@@ -306,3 +306,30 @@ def test_model_qp_kernel_matches_its_twin():
         assert np.all(np.abs(v[free] - t1) <= 1e-10)
         assert np.all(v[q1 <= lo] <= t1 + 1e-10) and np.all(v[q1 >= hi] >= t1 - 1e-10)
         assert q1.sum() == pytest.approx(m, abs=1e-12)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_certify_last_certifies_only_the_last_model_solve(loss, monkeypatch):
+    """``certify_last`` (the Newton solver's early crossover): one ``dual_bound`` for two
+    model solves, and the second point is certified at cvxpy's optimum through its own
+    bound."""
+    from riskopt.objectives import _dual
+
+    obj = _obj(loss, 0.25, True, 2, n=200)
+    _, v_cvx = cvxpy_spectral_minimum(obj)
+    tol = 5e-8 if loss == "logistic" else 1e-9
+    stage1 = nt.newton(obj, obj.zeros(), rtol=1e-8, accept=1.0, max_iter=200)
+    calls = []
+    real = _dual.dual_bound
+    monkeypatch.setattr(_dual, "dual_bound", lambda *a: calls.append(1) or real(*a))
+    outs = []
+    for last in (False, True):
+        calls.clear()
+        outs.append(xc.box_newton(obj, stage1["coef"], accept=0.0, max_outer=2, max_grow=0,
+                                  certify_last=last))
+        assert outs[-1]["steps"] == 2 and len(calls) == (1 if last else 2)
+    a, b = outs  # the second point is the same: b is it, a the better certified of two
+    assert b["value"] == pytest.approx(obj.value(b["coef"]), rel=1e-14)
+    assert a["value"] - a["bound"] <= b["value"] - b["bound"]
+    assert b["value"] - b["bound"] <= tol * abs(v_cvx)
+    assert b["bound"] <= v_cvx + tol * abs(v_cvx) and abs(b["value"] - v_cvx) <= tol * abs(v_cvx)

@@ -281,6 +281,8 @@ EARLY_DEC = 1e-2
 #: ... with at most this many model solves and no window growth (adult CVaR 0.5 from its first
 #: steps needed 6-8 solves with a window grown to 6,465: left to the stage's end)
 EARLY_STEPS = 2
+#: ... of which only the last one's point is certified (``box_newton``'s ``certify_last``)
+EARLY_CERTIFY_LAST = True
 #: ... and at most this many active-set changes per model solve, per design column
 EARLY_QP_PER_COLUMN = 20.0
 
@@ -322,14 +324,15 @@ def _decrement(H, g):
 
 
 def _crossover(objective, W, z, bound, rel_goal, budget, max_grow=None, qp_iter=None,
-               start=None):
+               start=None, certify_last=False):
     """``(point, steps, stuck)``: :func:`riskopt.objectives._crossover.box_newton` from ``W``
     with at most ``budget`` model solves (``start``: its losses, derivatives, ``F`` and exact
     weights at ``W``, when known); ``point`` its result when certified within
     ``rel_goal`` (with the better of its bound and ``bound``), else ``None``; ``stuck`` when
     the crossover cannot run or a model solve did not finish."""
     xo = _xo.box_newton(objective, W, z, accept=rel_goal, max_grow=max_grow, qp_iter=qp_iter,
-                        max_outer=min(_xo.MAX_OUTER, budget), start=start)
+                        max_outer=min(_xo.MAX_OUTER, budget), start=start,
+                        certify_last=certify_last)
     if xo is None:
         return None, 0, True
     ok = xo["value"] - max(bound, xo["bound"]) <= rel_goal * max(abs(xo["value"]), 1e-12)
@@ -528,7 +531,8 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
                 xo_hit, k, _ = _crossover(objective, W, z, bound, max(rtol, accept or rtol),
                                           min(EARLY_STEPS, max_iter - it), max_grow=0,
                                           qp_iter=int(EARLY_QP_PER_COLUMN * objective.p),
-                                          start=(ell, der, None, None))
+                                          start=(ell, der, None, None),
+                                          certify_last=EARLY_CERTIFY_LAST)
                 it += k
                 if xo_hit is not None:
                     break
