@@ -28,9 +28,7 @@ from .oracle_ties import TIES_MAX_GROUPS, equal_risk_weights, few_values, tied_r
 from .oracle_fused import (KL_LINEAR_RANGE, _chi2_gathered,  # noqa: F401 (re-exported)
                            _kl_blocks, _kl_gathered, _kl_weights_linear)
 from .sort_keys import sorted_order  # noqa: F401 (re-exported: the oracles' sort)
-
-#: ``risk_weights`` tries the tied oracle (``oracle_ties``) from this many losses on.
-TIES_MIN_N = 256
+from .oracle_batch import TIES_MIN_N, batch_risk_weights  # noqa: F401 (re-exported)
 
 CHI2 = 0
 KL = 1
@@ -366,7 +364,12 @@ def risk_weights(losses, sigma, nu, div, q, radix=False):
     of the values only, the PAV on the distinct values; weights and value equal to
     rounding). ``radix``: :func:`sorted_order`'s radix sort for batches up to
     ``RADIX_MAX`` (the torch losses). ``benchmarks/oracle_speed.py`` measures it against
-    ``np.sort``."""
+    ``np.sort``; with ``radix``, a contiguous float64 batch up to ``RADIX_MAX`` runs all of
+    this in one kernel call (``oracle_batch.batch_risk_weights``, bit for bit the same)."""
+    if radix:
+        v = batch_risk_weights(losses, sigma, nu, div, q)
+        if v is not None:
+            return v
     v = _tied_or_none(losses, sigma, nu, div, q)
     if v is not None:
         return v

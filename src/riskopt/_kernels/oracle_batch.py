@@ -1,0 +1,83 @@
+"""The sorting oracle of a small batch in one kernel call (the torch losses' host path).
+
+``oracles.risk_weights(..., radix=True)`` on at most ``sort_keys.RADIX_MAX`` float64 losses
+runs, one kernel call after another from Python: the tie pre-check
+(``oracle_ties.few_values``), the radix argsort (``sort_keys._radix_order``), and the fused
+PAV / scatter / value (``oracle_fused._chi2_gathered`` / ``_kl_gathered``, or
+``oracle_select._risk_weights_nu0`` for ``nu = 0``), each with its own scratch lookup.
+:func:`batch_risk_weights` makes the same calls inside one ``njit`` function, on one tuple
+of scratch arrays kept per thread and size: the same decisions and the same arithmetic, so
+the value and the weights are those of that path bit for bit; it declines (returns None,
+nothing of use written) wherever that path would leave these kernels (tied losses
+predicted, all three sampled losses equal, a loss the radix sort declines, a KL table too
+wide for the linear PAV), and the caller then runs that path. At n = 8192 it saves the
+Python between the kernels (about 10-17 us of 190-260, ``benchmarks/oracle_speed.py``'s
+torch rows).
+"""
+import math
+import threading
+
+import numpy as np
+from numba import njit
+
+from .oracle_fused import _chi2_gathered, _kl_gathered
+from .oracle_select import _risk_weights_nu0
+from .oracle_ties import TIES_MAX_GROUPS, _TABLE_MAX, _few_values
+from . import sort_keys
+from .sort_keys import RADIX_BITS, _radix_order
+
+#: ``oracles.risk_weights`` (and :func:`_batch_weights`) try the tied oracle
+#: (``oracle_ties``) from this many losses on (re-exported by ``oracles``).
+TIES_MIN_N = 256
+
+
+@njit(cache=True)
+def _batch_weights(x, sigma, nu, div, q, f32, pk, cnt, tmp, order, ls, work, iwork, hkeys,
+                   hcnt):
+    """``(value, True)`` with ``q`` written, or ``(nan, False)`` where the kernel declines
+    (see the module docstring). ``x`` contiguous float64; scratch of :func:`_scratch`."""
+    n = x.shape[0]
+    if n >= TIES_MIN_N:
+        if x[0] == x[n - 1] and x[0] == x[n // 2]:
+            return np.nan, False      # (oracles: equal_risk_weights first)
+        if _few_values(x, x.view(np.uint64), TIES_MAX_GROUPS, hkeys, hcnt):
+            return np.nan, False      # (oracles: the tied oracle first)
+    if not _radix_order(x, f32, pk, cnt, tmp, order, ls):
+        return np.nan, False
+    if nu == 0.0:
+        return _risk_weights_nu0(order, ls, sigma, q), True
+    if div == 0:
+        return _chi2_gathered(order, ls, sigma, nu, q, work, iwork), True
+    v = _kl_gathered(order, ls, sigma, nu, q, work, iwork)
+    return v, not math.isnan(v)
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(n):
+    """This thread's scratch arrays of :func:`_batch_weights` for ``n`` losses (kept for the
+    last ``n``): the radix sort's (float32 keys, packed keys twice, the digit counts), the
+    order and sorted losses, the PAV's (``3 n`` floats, ``n`` int64), the tie tables."""
+    ws = getattr(_SCRATCH, "ws", None)
+    if ws is None or ws[0] != n:
+        ws = (n, np.empty(n, dtype=np.float32), np.empty(n, dtype=np.uint64),
+              np.empty(2 << RADIX_BITS, dtype=np.int64), np.empty(n, dtype=np.uint64),
+              np.empty(n, dtype=np.int64), np.empty(n), np.empty(3 * n),
+              np.empty(n, dtype=np.int64), np.empty(_TABLE_MAX, dtype=np.uint64),
+              np.empty(_TABLE_MAX, dtype=np.int64))
+        _SCRATCH.ws = ws
+    return ws[1:]
+
+
+def batch_risk_weights(losses, sigma, nu, div, q):
+    """The value of ``oracles.risk_weights(losses, sigma, nu, div, q, radix=True)`` with
+    ``q`` written, for ``2 <= n <= sort_keys.RADIX_MAX`` contiguous float64 ``losses`` (bit for bit),
+    or None where :func:`_batch_weights` declines or the input is not such a vector (the
+    caller then runs its usual path)."""
+    n = losses.shape[0]
+    if not (2 <= n <= sort_keys.RADIX_MAX and losses.dtype == np.float64 and losses.ndim == 1
+            and losses.flags.c_contiguous):
+        return None
+    v, ok = _batch_weights(losses, sigma, float(nu), int(div), q, *_scratch(n))
+    return float(v) if ok else None
