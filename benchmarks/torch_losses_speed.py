@@ -99,7 +99,9 @@ def _oracle_step(crit, xs, it):
         from riskopt._kernels import oracles as ko
         sigma, nu, div, plan = crit._oracle_args(b)
         ls = [x.detach().double().numpy() for x in xs]
-        return lambda: ko.spectral_risk_weights(ls[it[0] & 3], sigma, nu, div, q, plan)
+        # (radix=True, as the loss calls it: the small-batch sort, the one-call kernel)
+        return lambda: ko.spectral_risk_weights(ls[it[0] & 3], sigma, nu, div, q, plan,
+                                                radix=True)
     if name == "KLDROLoss" and crit.oracle == "auto":
         from riskopt._kernels import kl_dro as kk
         ls = [x.detach().numpy() for x in xs]
