@@ -37,6 +37,7 @@ comparison. Writes ``results.md`` and ``results.json`` (every row) and ``metadat
 """
 import argparse
 import importlib
+import inspect
 import os
 import platform
 import sys
@@ -180,6 +181,9 @@ def torch_rows(n, rng, repeats, base):
     z = rng.standard_normal(n)
     l64 = z ** 2
     l32 = l64.astype(np.float32)
+    # before with radix=True too where its code has it (as the loss calls it)
+    kw_b = ({"radix": True} if base and "radix" in
+            inspect.signature(base.spectral_risk_weights).parameters else {})
     out = ["", f"Issue 28's torch-loss oracle rows (``spectral_risk_weights``), n = {n:,}, "
            "us (ratio to np.sort of the float64 vector):", "",
            "| risk | input | np.sort us | before us (ratio) | after us (ratio) |",
@@ -196,7 +200,8 @@ def torch_rows(n, rng, repeats, base):
                 return np.ascontiguousarray(x, dtype=np.float64)
             t_sort, t_base, t_new = interleaved_medians(
                 [lambda: np.sort(l64),
-                 (lambda: base.spectral_risk_weights(conv(), sigma, nu, div, q_b, plan_b))
+                 (lambda: base.spectral_risk_weights(conv(), sigma, nu, div, q_b, plan_b,
+                                                     **kw_b))
                  if base else None,
                  lambda: ko.spectral_risk_weights(conv(), sigma, nu, div, q, plan, radix=True)],
                 max(repeats, 101) if n <= 1 << 16 else repeats)
