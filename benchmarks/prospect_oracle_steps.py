@@ -124,6 +124,15 @@ def load_base(src):
             importlib.import_module("_base_oracles.hull_oracle"))
 
 
+def _scratch(ho, n):
+    """``ho._hull_scratch`` for ``n`` losses (with its warm-start cache where ``ho`` has one:
+    a base before stop 39 takes no argument)."""
+    import inspect
+    if inspect.signature(ho._hull_scratch.py_func).parameters:
+        return ho._hull_scratch(n)
+    return ho._hull_scratch()
+
+
 def make_replay(rk, ho):
     """The replay on the modules ``rk`` / ``hull`` (this checkout's or a base's), the same
     closure for both so that the two compile alike: the replacements alone (``query``
@@ -188,7 +197,7 @@ def case_rows(name, cost, n, chunks, log, base=None):
                     if base is not None and query:  # the base, alternately (same process)
                         Rb = base[0]._rank_alloc(n, B, not nu0)
                         hb = np.zeros(2, dtype=np.int64)
-                        wb = base[1]._hull_scratch()
+                        wb = _scratch(base[1], n)
                         t0 = time.process_time()
                         base[2](nu0, ls0, sigma, nu, div, Rb, olds, news, wb, hb, True)
                         tb.append(time.process_time() - t0)

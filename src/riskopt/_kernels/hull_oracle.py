@@ -59,6 +59,8 @@ _EPS4 = 4.0 * 2.220446049250313e-16
 STACK = 256
 #: the warm-start cache of ``_hull_weight`` keeps one segment per ``2**CACHE_SHIFT`` ranks
 CACHE_SHIFT = 5
+#: a segment found is filed for the slots it covers, up to this many either side of the query's
+CACHE_SPAN = 4
 #: the hull's chunk size is ``rank_oracle.chunk_size`` capped here: a query scans whole chunks
 #: (3-11 per query). At n = 2e5 (``benchmarks/results/prospect_incremental/oracle_steps_*``)
 #: B = 128 cost 10-20% more per step than B = 32 or 64 from the perturbed optimum and the same
@@ -381,10 +383,19 @@ def _hull_weight(R, x, work, stats):
         stats[0] += it
     if not ok:
         return np.nan
+    # the segment covers ranks p + 1 .. q: file it for their slots (at most CACHE_SPAN)
+    s0 = (p + 1) >> CACHE_SHIFT
+    s1 = q >> CACHE_SHIFT
     slot = r >> CACHE_SHIFT
-    if slot < cp.shape[0]:
-        cp[slot] = p
-        cq[slot] = q
+    if s0 < slot - CACHE_SPAN:
+        s0 = slot - CACHE_SPAN
+    if s1 > slot + CACHE_SPAN:
+        s1 = slot + CACHE_SPAN
+    if s1 >= cp.shape[0]:
+        s1 = cp.shape[0] - 1
+    for k in range(s0, s1 + 1):
+        cp[k] = p
+        cq[k] = q
     dy = _range_F(R, p, q)
     if fpar[3] == 0.0:
         ds = (Shi[q] - Shi[p]) + (Slo[q] - Slo[p])
