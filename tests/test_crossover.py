@@ -333,3 +333,23 @@ def test_certify_last_certifies_only_the_last_model_solve(loss, monkeypatch):
     assert a["value"] - a["bound"] <= b["value"] - b["bound"]
     assert b["value"] - b["bound"] <= tol * abs(v_cvx)
     assert b["bound"] <= v_cvx + tol * abs(v_cvx) and abs(b["value"] - v_cvx) <= tol * abs(v_cvx)
+
+
+def test_small_kkt_solve_matches_lapack_and_flags_singular_systems():
+    """``_solve_small`` (the model QP's KKT systems below ``SMALL_KKT`` unknowns): the
+    solution of LAPACK to rounding on KKT-shaped systems (a zero diagonal entry: pivoting),
+    NaNs for an exactly singular one (duplicated columns)."""
+    from riskopt._kernels import crossover as kc
+
+    rng = np.random.default_rng(4)
+    for k in range(1, kc.SMALL_KKT):
+        CF = rng.standard_normal((k + 3, k))
+        K = np.zeros((k + 1, k + 1))
+        K[:k, :k] = CF.T @ CF
+        K[:k, k] = K[k, :k] = 1.0
+        rhs = rng.standard_normal(k + 1)
+        x = kc._solve_small(K, rhs)
+        np.testing.assert_allclose(K @ x, rhs, rtol=0, atol=1e-9 * np.abs(rhs).max())
+        np.testing.assert_allclose(x, np.linalg.solve(K, rhs), rtol=1e-6, atol=1e-9)
+    K = np.ones((3, 3))
+    assert np.all(np.isnan(kc._solve_small(K, np.ones(3))))

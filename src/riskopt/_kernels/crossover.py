@@ -9,14 +9,61 @@ import numpy as np
 from numba import njit
 
 
+#: free weights below which the KKT system is solved by :func:`_solve_small` (LAPACK above)
+SMALL_KKT = 32
+
+
+@njit(cache=True)
+def _solve_small(K, rhs):
+    """``K^-1 rhs`` for the small dense KKT matrix of :func:`_kkt_step` by Gaussian
+    elimination with partial pivoting (LAPACK's ``dgesv`` through ``np.linalg.solve`` cost
+    more than the elimination at ``p + 2 <= 20`` unknowns: the first model solve of a default
+    fit makes 20-90 of them); NaNs when a pivot is exactly zero (singular, as ``dgesv``'s
+    ``info > 0``)."""
+    n = K.shape[0]
+    A = K.copy()
+    b = rhs.copy()
+    for j in range(n):
+        piv, r = abs(A[j, j]), j
+        for i in range(j + 1, n):
+            if abs(A[i, j]) > piv:
+                piv, r = abs(A[i, j]), i
+        if piv == 0.0:
+            return np.full(n, np.nan)
+        if r != j:
+            for k in range(n):
+                A[j, k], A[r, k] = A[r, k], A[j, k]
+            b[j], b[r] = b[r], b[j]
+        for i in range(j + 1, n):
+            f = A[i, j] / A[j, j]
+            if f != 0.0:
+                for k in range(j, n):
+                    A[i, k] -= f * A[j, k]
+                b[i] -= f * b[j]
+    x = np.empty(n)
+    for j in range(n - 1, -1, -1):
+        s = b[j]
+        for k in range(j + 1, n):
+            s -= A[j, k] * x[k]
+        x[j] = s / A[j, j]
+    return x
+
+
 @njit(cache=True)
 def _kkt_step(CF, vF, r_sum, scale):
     """``(d, t, bounded)``: the free weights' step of the equality-constrained problem,
     ``[C_F'C_F 1; 1' 0] [d; t] = [v_F; r_sum]`` (least squares when singular), or a ray of
     ``[C_F; 1']``'s null space along which ``v_F'd > 0`` (``bounded`` False)."""
     k = CF.shape[1]
+    p = CF.shape[0]
     K = np.empty((k + 1, k + 1))
-    K[:k, :k] = CF.T @ CF
+    for a in range(k):  # CF'CF (symmetric; loops: a BLAS call costs more at these sizes)
+        for b in range(a, k):
+            s = 0.0
+            for i in range(p):
+                s += CF[i, a] * CF[i, b]
+            K[a, b] = s
+            K[b, a] = s
     K[:k, k] = 1.0
     K[k, :k] = 1.0
     K[k, k] = 0.0
@@ -24,11 +71,14 @@ def _kkt_step(CF, vF, r_sum, scale):
     rhs[:k] = vF
     rhs[k] = r_sum
     rmax = np.max(np.abs(rhs)) + 1e-300
-    sol = np.full(k + 1, np.nan)
-    try:
-        sol = np.linalg.solve(K, rhs)
-    except Exception:  # noqa: BLE001 (numba: exactly singular)
-        pass
+    if k < SMALL_KKT:
+        sol = _solve_small(K, rhs)
+    else:
+        sol = np.full(k + 1, np.nan)
+        try:
+            sol = np.linalg.solve(K, rhs)
+        except Exception:  # noqa: BLE001 (numba: exactly singular)
+            pass
     ok = np.all(np.isfinite(sol))
     if ok:
         ok = np.max(np.abs(K @ sol - rhs)) <= 1e-9 * rmax
