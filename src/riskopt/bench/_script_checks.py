@@ -97,10 +97,11 @@ def check_scdro_rho_nonconvex(folder, ours="scdro", rivals=("pgsmd2", "fastdro")
     return ours_text, aggregate(outs, 1.0)
 
 
-def check_group_dro_mlp(folder, ours_name="sonex", rivals=("sonx", "ooa")):
+def check_group_dro_mlp(folder, ours_name="sonex", rivals=("sonx", "ooa"), also=()):
     """SONEX paper Fig. 1: SONEX reaches a lower group-DRO training objective than SONX and
     OOA (per data set, the final objective of the selected setting per seed), beyond the noise
-    (2 Welch standard errors)."""
+    (2 Welch standard errors). ``also``: columns reported next to it (mean+-std per method,
+    e.g. ``test_worst_group_accuracy``), not part of the verdict."""
     from .verdict import Stat, aggregate, outcome, tally
 
     df = _parquet(folder)
@@ -115,7 +116,10 @@ def check_group_dro_mlp(folder, ours_name="sonex", rivals=("sonx", "ooa")):
         if o is None:
             continue
         outs.append(o)
-        parts.append(f"{name}: {_fmt(st)} ({o})")
+        more = "".join(f"; {col.replace('_', ' ')}: "
+                       + _fmt({m: Stat.of(v[col]) for m, v in g.groupby("method")})
+                       for col in also)
+        parts.append(f"{name}: {_fmt(st)} ({o}){more}")
     if not outs:
         return None
     seeds = sorted(last["seed"].unique())
