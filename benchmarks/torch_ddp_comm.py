@@ -29,6 +29,10 @@ block of each counts) and report
   backward (ASCDRO's STORM estimator needs the gradient at the previous iterate; a lower
   bound: that gradient is not all-reduced here). A floor above 1.5 shows that no
   implementation of that algorithm reaches the goal on this model;
+* with ``--tensor-code``, a row ``(tensor code)`` per optimizer: the same optimizer with
+  the eager CPU host paths switched off (the gathers' NumPy packing and merge, SCDRO's
+  scalar statistics, OOA's group step in NumPy; what runs on GPUs and under compile),
+  interleaved: what those paths save, side by side;
 * the same optimizer with ``process_group=False`` (no gather: the local, inexact state),
   so that ``time / time_local`` isolates what the gathers cost. The optimizers' own extra
   work (ASCDRO's and the MSVR methods' second forward pass at the previous iterate) is in
@@ -77,6 +81,18 @@ def _timed(step, steps, warmup=3):
     c1 = time.process_time()
     dist.barrier()
     return (time.perf_counter() - t0) / steps, (c1 - c0) / steps
+
+
+def _host_code(on):
+    """Switch the eager CPU host paths (NumPy gathers and merges, SCDRO's scalars, OOA's
+    step) on or off (off: the tensor code that runs on GPUs), where the tree has them."""
+    try:
+        from riskopt.torch.distributed import ColumnGatherer
+        from riskopt.torch.optim import _updates
+    except ImportError:
+        return
+    if hasattr(_updates, "HOST"):
+        _updates.HOST = ColumnGatherer.host = on
 
 
 def _worker(rank, path, args):
@@ -152,6 +168,9 @@ def _worker(rank, path, args):
                                    on_divergence="ignore")
             opts["hook"] = (opt, opt.attach(torch.nn.parallel.DistributedDataParallel(mod)),
                             mod)
+        if args.tensor_code:     # the same optimizer, eager CPU host paths off
+            opts["tensor"] = (D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
+                                               on_divergence="ignore"), ddp, module)
         for mode in opts:
             blocks[f"{name}/{mode}"] = []
         for _ in range(args.repeats):    # interleaved: the machine's load drifts
@@ -160,9 +179,11 @@ def _worker(rank, path, args):
             for key, fn in floors.items():
                 blocks[key].append(_timed(fn, args.steps))
             for mode, (opt, model, mod) in opts.items():
+                _host_code(mode != "tensor")
                 blocks[f"{name}/{mode}"].append(_timed(
                     lambda: D.drive_step(kind, opt, model, mod, X, y, groups, local_batch()),
                     args.steps))
+                _host_code(True)
         for mode, (opt, _, _) in opts.items():
             g = opt._gatherer
             total = args.repeats * (args.steps + 3)
@@ -189,6 +210,9 @@ def main():
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--rows", nargs="+", default=ROWS, choices=list(D.ROWS),
                     help="the optimizers (default: one per optimizer)")
+    ap.add_argument("--tensor-code", action="store_true",
+                    help="add a row per optimizer with the CPU host paths off (the tensor "
+                         "code), interleaved: their effect side by side")
     ap.add_argument("--no-floors", dest="floors", action="store_false",
                     help="skip the floor rows (SGD plus a gather, plus a second forward)")
     ap.add_argument("--out", default=str(OUT), help="results folder (default: %(default)s)")
@@ -231,6 +255,9 @@ def report(args, out_dir):
         rows.append(row(name, out[f"{name}/exact"], out[f"{name}/local"]))
         if f"{name}/hook" in out:
             rows.append(row(f"{name} (attach)", out[f"{name}/hook"], out[f"{name}/local"]))
+        if f"{name}/tensor" in out:
+            rows.append(row(f"{name} (tensor code)", out[f"{name}/tensor"],
+                            out[f"{name}/local"]))
     meta = {"batch_per_rank": args.batch, "world": WORLD, "backend": "gloo",
             "model": f"MLP {args.d}-{args.hidden}-1 float32 ({n_params} parameters)",
             "ddp_allreduce_bytes_per_step": 4 * n_params, "steps": args.steps,

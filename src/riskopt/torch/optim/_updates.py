@@ -490,12 +490,17 @@ def cvar_of(L, cap):
     return (torch.clamp(1.0 - j * cap, min=0.0, max=cap) * top).sum()
 
 
+#: False: the tensor code everywhere (as under compile and on GPUs; for tests and the
+#: side-by-side timing of ``benchmarks/torch_ddp_comm.py --tensor-code``)
+HOST = True
+
+
 def _host(*tensors):
     """Whether the update may run in NumPy on these tensors' memory: all on the CPU, not
     under ``torch.compile`` (which traces the tensor code); a handful of NumPy calls on a
     table of a few groups cost less than the dispatch of as many tensor ops."""
-    return not torch.compiler.is_compiling() and all(t.device.type == "cpu"
-                                                       for t in tensors)
+    return HOST and not torch.compiler.is_compiling() and all(t.device.type == "cpu"
+                                                               for t in tensors)
 
 
 def ooa_batch(p_tab, I, L, cap, n_over_k):
