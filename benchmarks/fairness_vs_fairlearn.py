@@ -4,7 +4,7 @@
     python benchmarks/fairness_vs_fairlearn.py [--cases adult:sex:splits=3,
         adult:race:splits=3,adult:race:min=100,compas:race,compas:race:min=100:splits=10]
         [--tol 0.02] [--repeats 3] [--boot 200] [--out benchmarks/results/fairness_vs_fairlearn]
-        [--variants default,to_overall,randomized,pooled] [--cache DIR] [--reverse-splits]
+        [--variants default,to_overall,randomized,pooled,capped] [--cache DIR] [--reverse-splits]
 
 Stop 38's consolidated run (``benchmarks/results/fairness_vs_fairlearn/stop38/``; fits cached
 per split and model under ``--cache``, so the run resumes, and two processes can share the
@@ -45,7 +45,10 @@ Rows per case:
   between-groups form; no calibration, the bound holds for the expected rates of its draws),
   whose peer is fairlearn's randomised predictor; and ``"<constraint> pooled"``, the default with
   ``riskopt.fairness.CALIBRATION_POOLED = True`` (the small cells' calibration offsets shrunk to
-  the block's pooled offset; a candidate fix, off by default). ``--variants`` picks among them.
+  the block's pooled offset; a candidate fix, off by default); ``"<constraint> capped"``, the
+  default with ``riskopt.fairness.CALIBRATION_ROUND_STEPS = 1`` (a calibration round cut off
+  at the first solve's SQP steps, at least 20, and the calibration moved on to the next finer
+  smoothing; off by default). ``--variants`` picks among them.
   Randomised predictions (both libraries') are drawn with ``random_state`` = the split's index.
 
 Reported on the test set (all by ``fairlearn.metrics``, between groups): accuracy, worst-group
@@ -84,7 +87,7 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 import riskopt as ro
-import riskopt.fairness  # noqa: F401  (the "pooled" variant sets its CALIBRATION_POOLED)
+import riskopt.fairness  # noqa: F401  (the "pooled" / "capped" variants set its constants)
 from riskopt.bench._io import atomic_write_json, atomic_write_text
 from riskopt.bench._meta import _git_commit
 from riskopt.metrics import worst_group_error
@@ -197,12 +200,12 @@ def _variants(c):
     """riskopt's variants of constraint ``c``: ``(label, constraint=, extra parameters)``."""
     return [(c, c, {}), (f"{c}:to_overall", f"{c}:to_overall", {}),
             (f"{c} randomized", c, {"randomized": True}),
-            (f"{c} pooled", c, {"pooled": True})]
+            (f"{c} pooled", c, {"pooled": True}), (f"{c} capped", c, {"capped": True})]
 
 
 #: ``--variants`` tags of :func:`_variants`' labels ("pooled": the default with
 #: ``riskopt.fairness.CALIBRATION_POOLED = True`` during the fit)
-VARIANT_TAGS = ("default", "to_overall", "randomized", "pooled")
+VARIANT_TAGS = ("default", "to_overall", "randomized", "pooled", "capped")
 
 
 def _variant_tag(label):
@@ -306,15 +309,17 @@ def _split(name, attr, k, min_rows, tol, repeats, n_boot, log, variants=None, ca
             if not cached(RISKOPT, label):
                 if extra.get("randomized"):
                     extra = {**extra, "random_state": k}
-                pooled = extra.pop("pooled", False)
-                keep = ro.fairness.CALIBRATION_POOLED
-                ro.fairness.CALIBRATION_POOLED = pooled or keep
+                extra = dict(extra)
+                pooled, capped = extra.pop("pooled", False), extra.pop("capped", False)
+                keep = ro.fairness.CALIBRATION_POOLED, ro.fairness.CALIBRATION_ROUND_STEPS
+                ro.fairness.CALIBRATION_POOLED = pooled or keep[0]
+                ro.fairness.CALIBRATION_ROUND_STEPS = 1 if capped else keep[1]
                 try:
                     t, est, w = _fit(lambda: ro.RiskClassifier(
                         risk="mean", l2_reg=1.0 / n, constraint=spec, constraint_tol=tol,
                         **extra), X, y, s, repeats)
                 finally:
-                    ro.fairness.CALIBRATION_POOLED = keep
+                    ro.fairness.CALIBRATION_POOLED, ro.fairness.CALIBRATION_ROUND_STEPS = keep
                 add(RISKOPT, label, t, est.predict(Xt), est, w, train_pred=est.predict(X))
             noise[label] = _boot_diff(yt, st, preds[(RISKOPT, label)], preds[(FAIRLEARN, c)],
                                       key, n_boot)

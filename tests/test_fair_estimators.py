@@ -317,3 +317,34 @@ def test_benchmark_cache_keys_and_round_trip(tmp_path):
     off = Cache(None, "compas:race", 0.02, 0)
     off.put("m", "c", {}, np.zeros(2))
     assert off.get("m", "c") is None
+
+
+def test_calibration_round_cap_keeps_the_bound_and_rejects_bad_values(monkeypatch):
+    """``riskopt.fairness.CALIBRATION_ROUND_STEPS``: each calibration round stops after that
+    many multiples of the first solve's SQP steps (a round cut off is not kept); the returned
+    model still meets the bound on the training data for the rates it is stated for (hard
+    for the calibrated cells, smoothed for the small ones, recomputed from
+    ``decision_function``) or says with a ConvergenceWarning that only its smoothed rates do;
+    a value that is not positive is a clear error."""
+    import riskopt.fairness as fairness
+
+    tol = 0.02
+    monkeypatch.setattr(fairness, "CALIBRATION_ROUND_STEPS", 1)
+    for seed in (0, 1):
+        X, y, s = _problem(seed, n=900)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est = ro.RiskClassifier(risk="mean", constraint="equalized_odds",
+                                    constraint_tol=tol).fit(X, y, sensitive_features=s)
+        fell_back = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        gaps = []
+        for blk in _blocks("equalized_odds", y, s):
+            r = (_smoothed_rates(est, X, blk) if fell_back else _bounded_rates(est, X, blk))
+            gaps.append(r.max() - r.min())
+        assert max(gaps) <= tol + 1e-9
+        np.testing.assert_allclose(est.constraint_values_, gaps, atol=1e-10)
+    for bad in (0, -1.0):
+        monkeypatch.setattr(fairness, "CALIBRATION_ROUND_STEPS", bad)
+        with pytest.raises(ValueError, match="CALIBRATION_ROUND_STEPS"):
+            ro.RiskClassifier(risk="mean", constraint="equalized_odds",
+                              constraint_tol=tol).fit(X, y, sensitive_features=s)

@@ -47,7 +47,11 @@ round, :data:`CALIBRATION_ROUNDS` rounds per smoothing, then the finer smoothing
 the active ones are within ``slack = max(0.1 tol, 1 / n_k)`` of it; it keeps the round with the
 lowest objective among those that meet the bound (if none does -- cells of a few rows -- the
 first, uncalibrated solution, whose smoothed rates meet it, with a ConvergenceWarning; at most
-:data:`CALIBRATION_BUDGET` times the first solve's SQP steps). A cell of fewer than
+:data:`CALIBRATION_BUDGET` times the first solve's SQP steps, and a round at most
+:data:`CALIBRATION_ROUND_STEPS` times them: a round that needs many more is the iteration
+chasing a hard rate that jumps with a single score -- compas' tied scores --: it is cut off
+and dropped, and the calibration goes on at the next, finer smoothing from the last solved
+round). A cell of fewer than
 ``CALIBRATION_MIN_CELL / tol`` rows (100 at ``tol = 0.02``) keeps its smoothed rate: its hard
 rate moves in steps of ``1 / n_k >= tol / 2``, so a hard bound there is decided by a sample or
 two (and its test rate is noise). With ``randomized=True`` there is no calibration: the
@@ -112,6 +116,12 @@ CALIBRATION_SMOOTHING = (0.3, 0.1, 0.03)
 CALIBRATION_DAMPING = 0.5
 #: the calibration's SQP steps at most, in multiples of the first solve's (at least 20)
 CALIBRATION_BUDGET = 15
+#: SQP steps at most per calibration round, in multiples of the first solve's (at least 20);
+#: a round cut off there is dropped and the calibration moves on to the next, finer
+#: smoothing from the last solved round (a round that needs many more steps than the first
+#: solve is the iteration chasing a hard rate that jumps -- tied scores -- not converging to
+#: it); None: no cap but the budget
+CALIBRATION_ROUND_STEPS = None
 #: cells with fewer than ``CALIBRATION_MIN_CELL / tol`` rows keep the smoothed rate (their hard
 #: rate moves in steps of ``1 / n_k >= tol / 2``: a hard bound at ``tol`` is not resolvable)
 CALIBRATION_MIN_CELL = 2.0
@@ -626,26 +636,41 @@ def _calibrate(obj, prob, res, feas, rtol, max_iter, total):
     first = (res, prob.b.copy(), prob.tau)
     best = (key, res, prob.b.copy(), prob.tau)
     cap = min(max_iter, total + CALIBRATION_BUDGET * max(res.n_iter, 20))  # SQP steps
+    per_round = cap
+    if CALIBRATION_ROUND_STEPS is not None:
+        if not CALIBRATION_ROUND_STEPS > 0:
+            raise ValueError(f"riskopt.fairness.CALIBRATION_ROUND_STEPS must be None or "
+                             f"positive, got {CALIBRATION_ROUND_STEPS!r}")
+        per_round = max(int(CALIBRATION_ROUND_STEPS * max(res.n_iter, 20)), 1)
     for tau in (prob.tau,) + tuple(t for t in CALIBRATION_SMOOTHING if t < prob.tau):
         if tau != prob.tau:  # a finer smoothing: the offsets at the current point
             prob.tau = tau
             ch, viol, key, delta = score(res)
+        stop = False
         for k in range(CALIBRATION_ROUNDS):
             act = res.lam > 0
             if viol <= 0 and (not np.any(act) or float(np.max(ch[act])) >= -slack):
+                stop = True
                 break
             if total >= cap:
+                stop = True
                 break
             prob.b = b0 - 0.5 * slack - prob.E @ delta  # aim inside: the hard rates jump
-            res = _sqp(obj, prob, res.coef, res.lam, feas, rtol, max(cap - total, 1))
+            prev = res
+            res = _sqp(obj, prob, res.coef, res.lam, feas, rtol,
+                       max(min(cap - total, per_round), 1))
             total += res.n_iter
+            if not res.converged and res.n_iter >= per_round:
+                # cut off (CALIBRATION_ROUND_STEPS): this smoothing does not settle; the
+                # next, finer one from the last solved round
+                res = prev
+                break
             ch, viol, key, new = score(res)
             delta = delta + (CALIBRATION_DAMPING if k else 1.0) * (new - delta)
             if res.converged and key < best[0]:  # (not a solve cut off by the budget)
                 best = (key, res, prob.b.copy(), prob.tau)
-        else:
-            continue
-        break
+        if stop:
+            break
     prob.tau = best[3]
     prob.b = best[2]
     res = best[1]
