@@ -176,8 +176,8 @@ def _worker(rank, path, args):
         for _ in range(args.repeats):    # interleaved: the machine's load drifts
             blocks["sgd"].append(_timed(sgd_step, args.steps))
             blocks["bare"].append(_timed(bare_gather, args.steps))
-            for key, fn in floors.items():
-                blocks[key].append(_timed(fn, args.steps))
+            for key, fn in floors.items() if name == args.rows[0] else ():
+                blocks[key].append(_timed(fn, args.steps))     # (with the first row's)
             for mode, (opt, model, mod) in opts.items():
                 _host_code(mode != "tensor")
                 blocks[f"{name}/{mode}"].append(_timed(

@@ -140,8 +140,8 @@ def test_compiling_step_itself_never_gives_other_numbers():
 def test_host_code_equals_the_tensor_code(name, dtype, monkeypatch):
     """Eager on the CPU, SCDRO's scalar statistics and OOA's group step run on the host
     (Python numbers, NumPy); the tensor code (compile, GPUs) forced instead gives the same
-    iterates and state: OOA bit for bit, SCDRO to 1e-12 (NumPy's exp and sums may round
-    the last bit differently)."""
+    iterates and state: OOA bit for bit, SCDRO to 1e-12 (its log-add-exp of two numbers is
+    math's, not torch's: the last bit may differ)."""
     p0, s0, _ = D.run(name, 12, dtype=dtype)
     monkeypatch.setattr(_updates, "HOST", False)
     p1, s1, _ = D.run(name, 12, dtype=dtype)

@@ -509,17 +509,14 @@ def _merge_host(table, sizes, off, b, k, scalars, rc, rank_value):
     order, as ``index_add_`` does; a few rows, so the tensor ops' dispatch would dominate)."""
     t = table.numpy()
     gi, gc = t[:, 0].astype(numpy.int64), t[:, 1]
-    I, inv = numpy.unique(gi, return_inverse=True)
-    inv = inv.reshape(-1)
+    I = numpy.array(sorted(set(gi.tolist())), dtype=numpy.int64)  # (numpy.unique: slower)
     if I.size == 0:             # the same on every rank: no rank raises alone
         raise ValueError("the outer indices of a step must be non-empty (on some rank)")
-    C = numpy.zeros(I.size)
-    numpy.add.at(C, inv, gc)
-    merged = []
-    for j in range(k):
-        m = numpy.zeros(I.size)
-        numpy.add.at(m, inv, gc * t[:, 2 + j])
-        merged.append(torch.from_numpy(m / C))
+    inv = numpy.searchsorted(I, gi)
+    # (bincount adds its weights in table order, one by one: index_add_'s sums)
+    C = numpy.bincount(inv, weights=gc, minlength=I.size)
+    merged = [torch.from_numpy(numpy.bincount(inv, weights=gc * t[:, 2 + j],
+                                              minlength=I.size) / C) for j in range(k)]
     pos = inv[off:off + b]
     weight = gc[off:off + b] / C[pos] * len(sizes)
     local = (torch.from_numpy(pos), torch.from_numpy(weight))

@@ -10,10 +10,11 @@ data-parallel gathers and the divergence guard at its cadence
 (:mod:`riskopt.torch.optim._guard`). A branch that used to read a tensor on the host is a
 ``torch.where`` here (ASCDRO's restart) or a ``while_loop`` (the KL-ball projection of
 PG-SMD2, the same iterations as the former host loop). Two updates on tables of a few
-entries take a host path when eager on the CPU (where each small tensor op costs more in
-dispatch than in arithmetic): PG-SMD2's KL-ball Newton steps with Python scalars, and OOA's
-group step and capped-simplex projection in NumPy (the same operations: bit for bit the
-tensor code's numbers). Not part of the public API.
+entries, and SCDRO's 0-d statistics, take a host path when eager on the CPU (where each
+small tensor op costs more in dispatch than in arithmetic): PG-SMD2's KL-ball Newton steps
+and SCDRO's scalars as Python numbers, OOA's group step and capped-simplex projection in
+NumPy (the same operations: bit for bit the tensor code's numbers, SCDRO's log-add-exp to
+the last bit). ``HOST = False`` switches them off. Not part of the public API.
 """
 import math
 
@@ -37,7 +38,7 @@ def scdro_batch(l64, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
     log(1 - beta)``, ``c_new = log beta``), the surrogate's weights, the ``lambda``-derivative
     and the batch's dual value at ``lambda`` (what the guard tracks)."""
     if _host(l64, lam, log_s, loss_max) and l64.dtype == torch.float64 and l64.numel():
-        out = _scdro_batch_host(l64.numpy(), float(lam.numpy()), float(log_s.numpy()),
+        out = _scdro_batch_host(l64, float(lam.numpy()), float(log_s.numpy()),
                                 float(loss_max.numpy()), log_b, c_old, c_new, started,
                                 radius, shift_cost)
         if out is not None:
@@ -58,28 +59,31 @@ def _f64(v):
     return torch.tensor(v, dtype=torch.float64)
 
 
-def _scdro_batch_host(x, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
+def _scdro_batch_host(l64, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
                       shift_cost):
-    """:func:`scdro_batch` on the host: the losses ``x`` a float64 NumPy array, the scalars
-    Python numbers (the same formulas; NumPy's and torch's ``exp`` may differ in the last
-    bit). None when a loss is not finite (the tensor code then runs, the caller raises)."""
-    lo, top = float(x.min()), float(x.max())
+    """:func:`scdro_batch` with its 0-d statistics as Python numbers (``lam``, ``log_s``,
+    ``loss_max``): the vector ops on ``l64`` stay tensor ops (the same kernels as the tensor
+    code's; the log-sum-exp as ``torch.logsumexp`` computes it). None when a loss is not
+    finite (the tensor code then runs, the caller raises)."""
+    lo, top = (float(v) for v in torch.aminmax(l64))
     if not (math.isfinite(lo) and math.isfinite(top)):
         return None
-    with numpy.errstate(all="ignore"):          # (as the tensor code: inf, no warning)
-        a = x / lam
-        m = float(a.max())
-        log_g = math.log(float(numpy.exp(a - m).sum())) + m - log_b
-        if started:
-            log_s = float(numpy.logaddexp(log_s + c_old, log_g + c_new))
-        else:
-            log_s = log_g
-        w = numpy.exp(a - log_s) / a.size
-        g_lam = -float((w * x).sum()) / lam + log_s + radius
+    a = l64 / lam
+    m = top / lam                   # = a.max() (division by lam > 0 keeps the order)
+    log_g = math.log(float(torch.exp(a - m).sum())) + m - log_b
+    log_s = _logaddexp(log_s + c_old, log_g + c_new) if started else log_g
+    w = torch.exp(a - log_s) / a.shape[0]
+    g_lam = -float((w * l64).sum()) / lam + log_s + radius
     tracked = lam * log_g + (lam - shift_cost) * radius
     loss_max = loss_max if loss_max >= top else top     # (NaN: kept, as torch.maximum)
-    return (lo, top, _f64(loss_max), _f64(log_s), torch.from_numpy(w), _f64(g_lam),
-            _f64(tracked))
+    return lo, top, _f64(loss_max), _f64(log_s), w, _f64(g_lam), _f64(tracked)
+
+
+def _logaddexp(x, y):
+    """``log(exp(x) + exp(y))`` of two numbers (-inf allowed)."""
+    if x == -math.inf or y == -math.inf:
+        return y if x == -math.inf else x
+    return max(x, y) + math.log1p(math.exp(-abs(x - y)))
 
 
 def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, lr, beta, mu,

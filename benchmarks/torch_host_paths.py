@@ -1,0 +1,120 @@
+"""The eager CPU host paths of the torch optimizers against their tensor code, piece by
+piece, in one process (no collective): what each saves per call.
+
+The pieces: the by-index merge of a gathered table (``_guard._merge_host`` against the
+tensor merge of ``GuardMixin._gather_by_index``: 2 ranks x 4 groups, 4 columns, as SONEX's
+under DDP), SCDRO's batch statistics and lambda step (``_updates.scdro_batch`` /
+``scdro_update`` on 512 float64 losses, 0 parameters) and OOA's group step
+(``_updates.ooa_update``: 4 groups, no parameters). Each piece runs ``--calls`` times per
+block, host and tensor code in alternating blocks (``--repeats`` each); reported: the
+median CPU microseconds per call of each and their ratio. One thread; the machine's load
+moves the microseconds, less the ratio (the blocks interleave).
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/torch_host_paths.py [--calls 2000] [--repeats 7]
+        [--out DIR]
+
+Output: ``benchmarks/results/torch_host_paths/`` (JSON and Markdown).
+"""
+import argparse
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from riskopt.bench._io import atomic_write_json, atomic_write_text
+from riskopt.torch.optim import _guard, _updates
+
+OUT = Path(__file__).resolve().parent / "results" / "torch_host_paths"
+
+
+def _tensor_merge(table, sizes, off, b, k):
+    """The tensor code of ``GuardMixin._gather_by_index``'s merge (as on NCCL)."""
+    gi, gc = table[:, 0].to(torch.int64), table[:, 1]
+    I, inv = torch.unique(gi, return_inverse=True)
+    C = torch.zeros(I.numel(), dtype=torch.float64).index_add_(0, inv, gc)
+    merged = [torch.zeros_like(C).index_add_(0, inv, gc * table[:, 2 + j]) / C
+              for j in range(k)]
+    loc = slice(off, off + b)
+    return I, merged, (inv[loc], gc[loc] / C[inv[loc]] * len(sizes))
+
+
+def pieces():
+    """``name -> (host call, tensor call)``."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.tensor([0, 1, 2, 3, 1, 2, 3, 0], dtype=torch.float64)
+    table = torch.stack([ids, torch.randint(20, 40, (8,), generator=g).double(),
+                         torch.rand(8, generator=g, dtype=torch.float64),
+                         torch.rand(8, generator=g, dtype=torch.float64)], 1)
+    merge = (lambda: _guard._merge_host(table, [4, 4], 0, 4, 2, None, None, None),
+             lambda: _tensor_merge(table, [4, 4], 0, 4, 2))
+    l64 = torch.rand(512, generator=g, dtype=torch.float64)
+    sc = [torch.tensor(v, dtype=torch.float64) for v in (1.0, 0.3, 2.0)]
+
+    def scdro():
+        out = _updates.scdro_batch(l64, sc[0], sc[1], sc[2], math.log(512), math.log(0.5),
+                                   math.log(0.5), True, 0.5, 1e-3)
+        _updates.scdro_update([], [], [], [], out[5], out[5], sc[0], out[2], 0.1, 0.5,
+                              0.0, None, True, 1e-3, None, 0.5)
+    p_tab = torch.full((4,), 0.25, dtype=torch.float64)
+    I = torch.arange(4)
+    L = torch.rand(4, generator=g, dtype=torch.float64)
+
+    def ooa():
+        _updates.ooa_batch(p_tab, I, L, 0.5, 1.0)
+        _updates.ooa_update([], p_tab, I, L, 0.1, 0.5)
+    return {"by-index merge (SONEX, SONX, SOX, ALEXR2, OOA under DDP)": merge,
+            "SCDRO batch statistics + lambda step": (scdro, scdro),
+            "OOA batch + group step": (ooa, ooa)}
+
+
+def _block(fn, calls, host):
+    _updates.HOST = host
+    try:
+        c0 = time.process_time()
+        for _ in range(calls):
+            fn()
+        return (time.process_time() - c0) / calls
+    finally:
+        _updates.HOST = True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for name, (host, tensor) in pieces().items():
+        for fn, h in ((host, True), (tensor, False)):
+            _block(fn, 50, h)                       # warm-up
+        t_host, t_tensor = [], []
+        for _ in range(args.repeats):
+            t_host.append(_block(host, args.calls, True))
+            t_tensor.append(_block(tensor, args.calls, False))
+        h, t = statistics.median(t_host), statistics.median(t_tensor)
+        rows.append({"piece": name, "host_us": 1e6 * h, "tensor_us": 1e6 * t,
+                     "ratio": h / t})
+    meta = {"calls": args.calls, "repeats": args.repeats, "torch": torch.__version__,
+            "load": os.getloadavg()}
+    out = Path(args.out)
+    atomic_write_json(out / "results.json", {"meta": meta, "rows": rows})
+    md = [f"# Host paths against the tensor code (`python benchmarks/torch_host_paths.py "
+          f"--calls {args.calls} --repeats {args.repeats}`)", "",
+          f"CPU microseconds per call, median of {args.repeats} interleaved blocks; one "
+          f"thread; load average {meta['load'][0]:.1f} at the end.", "",
+          "| piece | host (us) | tensor code (us) | host / tensor |", "|---|---|---|---|"]
+    md += [f"| {r['piece']} | {r['host_us']:.1f} | {r['tensor_us']:.1f} | {r['ratio']:.2f} |"
+           for r in rows]
+    atomic_write_text(out / "results.md", "\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
