@@ -138,7 +138,7 @@ def test_bad_epoch_length_raises(bad):
 def test_registry_and_params():
     s = ro.solvers.get("lsvrg", lr=0.3, epoch_length=5, random_state=2)
     assert isinstance(s, ro.solvers.LSVRG)
-    assert s.get_params() == {"lr": 0.3, "epoch_length": 5, "random_state": 2}
+    assert s.get_params() == {"lr": 0.3, "epoch_length": 5, "batch_size": 1, "random_state": 2}
 
 
 def _subopt_run(solver, obj, passes, f_star):

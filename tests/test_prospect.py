@@ -163,7 +163,7 @@ def test_unsupported_loss_is_refused():
 def test_registry_and_defaults():
     assert isinstance(ro.solvers.get("prospect"), Prospect)
     assert isinstance(ro.solvers.get("prospect_moreau"), ProspectMoreau)
-    assert Prospect().get_params() == {"lr": 0.01, "random_state": None}
+    assert Prospect().get_params() == {"lr": 0.01, "batch_size": 1, "random_state": None}
     assert ProspectMoreau().get_params() == {"lr": 0.01, "random_state": None}
 
 

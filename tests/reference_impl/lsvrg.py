@@ -52,6 +52,18 @@ class LSVRGTwin:
         self.W = self.W - self.lr * v
         self.since += 1
 
+    def step_batch(self, batch):
+        """Mini-batch step: the mean of the batch's terms ``n qc_i (grad l_i(w) - grad
+        l_i(wc))`` in place of the single sample's."""
+        obj = self.obj
+        if self.since >= self.m:
+            self.checkpoint()
+        terms = [obj.n * self.qc[i] * (sample_grad(obj, self.W, i) - sample_grad(obj, self.Wc, i))
+                 for i in batch]
+        v = np.mean(terms, axis=0) + self.Gc + obj.reg[:, None] * self.W
+        self.W = self.W - self.lr * v
+        self.since += 1
+
     def ckpt_derivs(self):
         Z = self.obj.X @ self.Wc
         return np.asarray(self.obj.loss.deriv(self.obj.y, Z if self.obj.K > 1 else Z[:, 0]),

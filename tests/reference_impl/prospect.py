@@ -68,6 +68,28 @@ def prospect_steps(obj, state, indices, lr):
     return out
 
 
+def prospect_batch_steps(obj, state, batches, lr):
+    """Mini-batch Prospect: per batch ``B`` (distinct indices) every gradient at ``w^(t)``,
+    ``v = mean_B(n q_i g_i - n rho_i G_i) + gbar``, the prox step, then the ``B`` table entries
+    (``rho_i <- q_i^(t)``) and one full re-solve of ``q``."""
+    s = {k: np.array(v, copy=True) for k, v in state.items()}
+    n = obj.n
+    out = []
+    for batch in batches:
+        W, q = s["W"], s["q"]
+        losses, G, rho = s["losses"].copy(), s["G"].copy(), s["rho"].copy()
+        rows = [_row_loss_grad(obj, W, i) for i in batch]
+        v = np.mean([n * q[i] * g - n * rho[i] * G[i] for i, (_, g) in zip(batch, rows)],
+                    axis=0) + s["gbar"]
+        W_new = (W - lr * v) / (1.0 + lr * obj.reg)[:, None]
+        for i, (l_i, g_i) in zip(batch, rows):
+            losses[i], G[i], rho[i] = l_i, g_i, q[i]
+        s = dict(W=W_new, losses=losses, G=G, q=_weights(obj, losses), rho=rho,
+                 gbar=np.einsum("i,ipk->pk", rho, G))
+        out.append({k: v.copy() for k, v in s.items()})
+    return out
+
+
 # -------------------------------------------------------------------------- Prospect-Moreau
 def _prox_full(obj, i, V, eta):
     """argmin_Z l_i(Z) + 0.5 sum_j reg_j |Z_j|^2 + |Z - V|^2 / (2 eta), on the full (p, K) Z."""

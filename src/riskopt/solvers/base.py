@@ -364,6 +364,20 @@ def copy_arrays(state, *names):
     return {name: getattr(state, name).copy() for name in names}
 
 
+def check_batches(indices, b, n):
+    """``indices`` as an int64 ``(n_steps, b)`` array of mini-batches of distinct indices in
+    ``[0, n)`` (the mini-batch kernels of LSVRG and Prospect need distinct indices within a
+    batch); a clear ValueError otherwise."""
+    idx = np.asarray(indices, dtype=np.int64)
+    if idx.ndim != 2 or idx.shape[1] != b:
+        raise ValueError(f"indices must have shape (n_steps, {b}), got {idx.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"indices must lie in [0, {n})")
+    if b > 1 and idx.size and (np.diff(np.sort(idx, axis=1), axis=1) == 0).any():
+        raise ValueError("the indices of a mini-batch must be distinct")
+    return np.ascontiguousarray(idx)
+
+
 def _find_trace(callback):
     if isinstance(callback, Trace):
         return callback

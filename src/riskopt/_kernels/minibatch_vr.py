@@ -1,0 +1,154 @@
+"""Mini-batch kernels of LSVRG and Prospect (``batch_size > 1``).
+
+The SOREL paper (Wang et al., App. B) runs every baseline of its fairness and shift experiments
+"with mini-batching" at batch size 64, without spelling out the mini-batch form of LSVRG and
+Prospect. Here both take the form SOREL's own mini-batch inner loop has (its App. D,
+Algorithm 3): one step draws a batch ``B`` of ``b`` distinct indices and replaces the single
+sample term of the method's direction by its mean over ``B``; everything else is the
+single-sample method. Both directions stay unbiased for the same quantity as with ``b = 1``.
+
+``_epoch_lsvrg_batch``  (checkpoint as in ``lsvrg``; ``m`` counts *steps* between checkpoints)
+    v = (1/b) sum_{i in B} n qc_i (grad l_i(W) - grad l_i(Wc)) + Gc + reg * W,  W <- W - lr v
+
+``_epoch_prospect_batch``  (the tables of ``prospect``; every gradient at the step's iterate)
+    v = (1/b) sum_{i in B} (n q_i grad l_i(W) - n rho_i g_i) + gbar,
+    W <- (W - lr v) / (1 + lr reg);
+    then for every ``i`` in ``B``: gbar += q_i grad l_i(W) - rho_i g_i, g_i <- grad l_i(W),
+    rho_i <- q_i, l_i <- l_i(W) (all ``q_i`` from before the step), and once per step the
+    loss table is re-sorted and ``q`` re-solved exactly.
+
+The re-sort takes the ``b`` changed entries out of the sorted table, sorts them and merges
+them back (O(n + b log b) whatever the ranks they move by), and the weights are the full
+oracle on the sorted table (O(n)); a pass has ``n // b`` steps, so O(n^2 / b) per pass.
+"""
+import numpy as np
+from numba import njit
+
+from .losses import _add_outer, _loss_deriv, _predict_row
+from .lsvrg import _checkpoint_lsvrg
+from .oracles import _risk_weights_gathered
+
+
+@njit(cache=True)
+def _epoch_lsvrg_batch(code, X, y, reg, sigma, nu, div, lr, m, batches, W, Wc, qc, Dc, Gc,
+                       since):
+    """``batches.shape[0]`` mini-batch LSVRG steps in place; returns the updated ``since``."""
+    n = X.shape[0]
+    p, K = W.shape
+    b = batches.shape[1]
+    z = np.empty(K)
+    dz = np.empty(K)
+    diff = np.empty(K)
+    V = np.empty((p, K))
+    scale = n / b
+    for t in range(batches.shape[0]):
+        if since >= m:
+            _checkpoint_lsvrg(code, X, y, sigma, nu, div, W, Wc, qc, Dc, Gc)
+            since = 0
+        V[:, :] = 0.0
+        for s in range(b):
+            i = batches[t, s]
+            _predict_row(X, i, W, z)
+            _loss_deriv(code, y[i], z, dz)
+            c = scale * qc[i]
+            for k in range(K):
+                diff[k] = c * (dz[k] - Dc[i, k])
+            _add_outer(X, i, 1.0, diff, V)
+        for j in range(p):
+            for k in range(K):
+                W[j, k] -= lr * (V[j, k] + Gc[j, k] + reg[j] * W[j, k])
+        since += 1
+    return since
+
+
+@njit(cache=True)
+def _merge_changed(order, rank, losses, changed, mark, rest):
+    """Restore ``losses[order]`` sorted after the entries ``changed`` (distinct) changed:
+    the other entries keep their relative order, the changed ones are sorted (by loss, then
+    index) and merged in, a changed entry after the unchanged ones it ties with. ``mark``
+    (bool, n, all False on entry and exit) and ``rest`` (int64, n) are scratch."""
+    n = order.shape[0]
+    b = changed.shape[0]
+    for s in range(b):
+        mark[changed[s]] = True
+    nr = 0
+    for r in range(n):
+        o = order[r]
+        if not mark[o]:
+            rest[nr] = o
+            nr += 1
+    new = changed.copy()
+    # insertion sort of the b changed entries by (loss, index): b is small (64)
+    for s in range(1, b):
+        v = new[s]
+        a = s - 1
+        while a >= 0 and (losses[new[a]] > losses[v]
+                          or (losses[new[a]] == losses[v] and new[a] > v)):
+            new[a + 1] = new[a]
+            a -= 1
+        new[a + 1] = v
+    ia = 0
+    ib = 0
+    for r in range(n):
+        if ib >= b or (ia < nr and losses[rest[ia]] <= losses[new[ib]]):
+            o = rest[ia]
+            ia += 1
+        else:
+            o = new[ib]
+            ib += 1
+        order[r] = o
+        rank[o] = r
+    for s in range(b):
+        mark[changed[s]] = False
+
+
+@njit(cache=True)
+def _epoch_prospect_batch(code, X, y, reg, sigma, nu, div, lr, batches, W, losses, derivs, q,
+                          rho, gbar, order, rank):
+    """``batches.shape[0]`` mini-batch Prospect steps in place (module docstring).
+
+    ``gbar`` is recomputed from its definition at the start (as in ``_epoch_prospect``), and
+    ``order`` must sort ``losses`` on entry (``rank`` its inverse); both are kept so."""
+    n = X.shape[0]
+    p, K = W.shape
+    b = batches.shape[1]
+    gbar[:, :] = 0.0
+    for j in range(n):
+        if rho[j] != 0.0:
+            _add_outer(X, j, rho[j], derivs[j], gbar)
+    z = np.empty(K)
+    diff = np.empty(K)
+    lnew = np.empty(b)
+    Dnew = np.empty((b, K))
+    V = np.empty((p, K))
+    mark = np.zeros(n, dtype=np.bool_)
+    rest = np.empty(n, dtype=np.int64)
+    ls = np.empty(n)
+    qs = np.empty(n)
+    work = np.empty(3 * n)
+    iwork = np.empty(n, dtype=np.int64)
+    scale = n / b
+    for t in range(batches.shape[0]):
+        V[:, :] = gbar
+        for s in range(b):
+            i = batches[t, s]
+            _predict_row(X, i, W, z)
+            lnew[s] = _loss_deriv(code, y[i], z, Dnew[s])
+            for k in range(K):
+                diff[k] = scale * (q[i] * Dnew[s, k] - rho[i] * derivs[i, k])
+            _add_outer(X, i, 1.0, diff, V)
+        for j in range(p):
+            for k in range(K):
+                W[j, k] = (W[j, k] - lr * V[j, k]) / (1.0 + lr * reg[j])
+        for s in range(b):
+            i = batches[t, s]
+            for k in range(K):
+                diff[k] = q[i] * Dnew[s, k] - rho[i] * derivs[i, k]
+            _add_outer(X, i, 1.0, diff, gbar)
+            derivs[i, :] = Dnew[s]
+            rho[i] = q[i]
+            losses[i] = lnew[s]
+        _merge_changed(order, rank, losses, batches[t], mark, rest)
+        for r in range(n):
+            ls[r] = losses[order[r]]
+        _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
