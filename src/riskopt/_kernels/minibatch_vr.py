@@ -18,8 +18,10 @@ single-sample method. Both directions stay unbiased for the same quantity as wit
     loss table is re-sorted and ``q`` re-solved exactly.
 
 The re-sort takes the ``b`` changed entries out of the sorted table, sorts them and merges
-them back (O(n + b log b) whatever the ranks they move by), and the weights are the full
-oracle on the sorted table (O(n)); a pass has ``n // b`` steps, so O(n^2 / b) per pass.
+them back in one sweep (O(n + b^2) whatever the ranks they move by). With a shift cost the
+weights are the full oracle on the sorted table (O(n)); without one (``nu = 0``) only the next
+batch's weights are read off it (sigma at the rank, averaged over ties: O(b log n)) and the
+full ``q`` is solved at the end of the pass. A pass has ``n // b`` steps: O(n^2 / b).
 """
 import numpy as np
 from numba import njit
@@ -62,24 +64,18 @@ def _epoch_lsvrg_batch(code, X, y, reg, sigma, nu, div, lr, m, batches, W, Wc, q
 
 
 @njit(cache=True)
-def _merge_changed(order, rank, losses, changed, mark, rest):
-    """Restore ``losses[order]`` sorted after the entries ``changed`` (distinct) changed:
-    the other entries keep their relative order, the changed ones are sorted (by loss, then
-    index) and merged in, a changed entry after the unchanged ones it ties with. ``mark``
-    (bool, n, all False on entry and exit) and ``rest`` (int64, n) are scratch."""
+def _merge_changed(order, ls, losses, changed, mark, order2, ls2, new):
+    """The sorted table (``order``, ``ls = losses[order]``) after the entries ``changed``
+    (distinct) took their new values ``losses[changed]``, written to ``order2`` / ``ls2`` in
+    one sweep: the other entries keep their relative order, the changed ones are sorted (by
+    loss, then index) and merged in after the unchanged ones they tie with. ``mark`` (bool,
+    n, all False on entry and exit) and ``new`` (int64, b) are scratch."""
     n = order.shape[0]
     b = changed.shape[0]
     for s in range(b):
         mark[changed[s]] = True
-    nr = 0
-    for r in range(n):
-        o = order[r]
-        if not mark[o]:
-            rest[nr] = o
-            nr += 1
-    new = changed.copy()
-    # insertion sort of the b changed entries by (loss, index): b is small (64)
-    for s in range(1, b):
+        new[s] = changed[s]
+    for s in range(1, b):   # insertion sort by (loss, index): b is small (64)
         v = new[s]
         a = s - 1
         while a >= 0 and (losses[new[a]] > losses[v]
@@ -87,19 +83,41 @@ def _merge_changed(order, rank, losses, changed, mark, rest):
             new[a + 1] = new[a]
             a -= 1
         new[a + 1] = v
-    ia = 0
+    w = 0
     ib = 0
+    nv = losses[new[0]]
     for r in range(n):
-        if ib >= b or (ia < nr and losses[rest[ia]] <= losses[new[ib]]):
-            o = rest[ia]
-            ia += 1
-        else:
-            o = new[ib]
+        o = order[r]
+        if mark[o]:
+            continue
+        x = ls[r]
+        while nv < x:     # (False once the changed entries are all in: nv = inf)
+            order2[w] = new[ib]
+            ls2[w] = nv
+            w += 1
             ib += 1
-        order[r] = o
-        rank[o] = r
+            nv = losses[new[ib]] if ib < b else np.inf
+        order2[w] = o
+        ls2[w] = x
+        w += 1
+    while ib < b:
+        order2[w] = new[ib]
+        ls2[w] = losses[new[ib]]
+        w += 1
+        ib += 1
     for s in range(b):
         mark[changed[s]] = False
+
+
+@njit(cache=True)
+def _nu0_weight_of(ls, sigma, S, v):
+    """``nu = 0`` weight of a loss ``v`` of the sorted table ``ls``: ``sigma`` at its rank,
+    averaged over its block of ties (``S`` the prefix sums of ``sigma``, ``S[0] = 0``)."""
+    lo = np.searchsorted(ls, v, side="left")
+    hi = np.searchsorted(ls, v, side="right")
+    if hi == lo + 1:
+        return sigma[lo]
+    return (S[hi] - S[lo]) / (hi - lo)
 
 
 @njit(cache=True)
@@ -108,10 +126,12 @@ def _epoch_prospect_batch(code, X, y, reg, sigma, nu, div, lr, batches, W, losse
     """``batches.shape[0]`` mini-batch Prospect steps in place (module docstring).
 
     ``gbar`` is recomputed from its definition at the start (as in ``_epoch_prospect``), and
-    ``order`` must sort ``losses`` on entry (``rank`` its inverse); both are kept so."""
+    ``order`` must sort ``losses`` on entry; on exit ``order`` sorts the table, ``rank`` is its
+    inverse and ``q`` the exact weights of the table. With ``nu = 0`` the weights during the
+    pass are read off the sorted table only at the next batch's indices (O(b log n))."""
     n = X.shape[0]
     p, K = W.shape
-    b = batches.shape[1]
+    nb, b = batches.shape
     gbar[:, :] = 0.0
     for j in range(n):
         if rho[j] != 0.0:
@@ -122,13 +142,20 @@ def _epoch_prospect_batch(code, X, y, reg, sigma, nu, div, lr, batches, W, losse
     Dnew = np.empty((b, K))
     V = np.empty((p, K))
     mark = np.zeros(n, dtype=np.bool_)
-    rest = np.empty(n, dtype=np.int64)
+    new = np.empty(b, dtype=np.int64)
     ls = np.empty(n)
+    for r in range(n):
+        ls[r] = losses[order[r]]
+    order2 = np.empty(n, dtype=np.int64)
+    ls2 = np.empty(n)
     qs = np.empty(n)
     work = np.empty(3 * n)
     iwork = np.empty(n, dtype=np.int64)
+    S = np.zeros(n + 1)
+    for r in range(n):
+        S[r + 1] = S[r] + sigma[r]
     scale = n / b
-    for t in range(batches.shape[0]):
+    for t in range(nb):
         V[:, :] = gbar
         for s in range(b):
             i = batches[t, s]
@@ -148,7 +175,19 @@ def _epoch_prospect_batch(code, X, y, reg, sigma, nu, div, lr, batches, W, losse
             derivs[i, :] = Dnew[s]
             rho[i] = q[i]
             losses[i] = lnew[s]
-        _merge_changed(order, rank, losses, batches[t], mark, rest)
-        for r in range(n):
-            ls[r] = losses[order[r]]
+        _merge_changed(order, ls, losses, batches[t], mark, order2, ls2, new)
+        order, order2 = order2, order
+        ls, ls2 = ls2, ls
+        if nu != 0.0:
+            _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
+        elif t + 1 < nb:
+            for s in range(b):
+                j = batches[t + 1, s]
+                q[j] = _nu0_weight_of(ls, sigma, S, losses[j])
+    if nb % 2 == 1:   # the sorted table lives in the scratch buffer: copy it back
+        order2[:] = order
+        order = order2
+    for r in range(n):
+        rank[order[r]] = r
+    if nu == 0.0:
         _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
