@@ -32,6 +32,29 @@ from .oracles import _risk_weights_gathered
 
 
 @njit(cache=True)
+def _vr_batch_sum(code, X, y, W, batch, weight, D, scale, G, z, dz):
+    """``G = sum_{i in batch} scale weight_i (dl_i/dz(W) - D[i]) x_i^T``: the variance-reduced
+    mini-batch term of SOREL's inner loop (its App. D, weights lambda) and of mini-batch LSVRG
+    (the checkpoint's weights); ``z``, ``dz`` (K) scratch, zero entries of ``x_i`` skipped."""
+    p, K = G.shape
+    for j in range(p):
+        for kk in range(K):
+            G[j, kk] = 0.0
+    for s in range(batch.shape[0]):
+        i = batch[s]
+        _predict_row(X, i, W, z)
+        _loss_deriv(code, y[i], z, dz)
+        c = scale * weight[i]
+        for kk in range(K):
+            dz[kk] = c * (dz[kk] - D[i, kk])
+        for j in range(p):
+            xij = X[i, j]
+            if xij != 0.0:
+                for kk in range(K):
+                    G[j, kk] += xij * dz[kk]
+
+
+@njit(cache=True)
 def _epoch_lsvrg_batch(code, X, y, reg, sigma, nu, div, lr, m, batches, W, Wc, qc, Dc, Gc,
                        since):
     """``batches.shape[0]`` mini-batch LSVRG steps in place; returns the updated ``since``."""
@@ -40,22 +63,13 @@ def _epoch_lsvrg_batch(code, X, y, reg, sigma, nu, div, lr, m, batches, W, Wc, q
     b = batches.shape[1]
     z = np.empty(K)
     dz = np.empty(K)
-    diff = np.empty(K)
     V = np.empty((p, K))
     scale = n / b
     for t in range(batches.shape[0]):
         if since >= m:
             _checkpoint_lsvrg(code, X, y, sigma, nu, div, W, Wc, qc, Dc, Gc)
             since = 0
-        V[:, :] = 0.0
-        for s in range(b):
-            i = batches[t, s]
-            _predict_row(X, i, W, z)
-            _loss_deriv(code, y[i], z, dz)
-            c = scale * qc[i]
-            for k in range(K):
-                diff[k] = c * (dz[k] - Dc[i, k])
-            _add_outer(X, i, 1.0, diff, V)
+        _vr_batch_sum(code, X, y, W, batches[t], qc, Dc, scale, V, z, dz)
         for j in range(p):
             for k in range(K):
                 W[j, k] -= lr * (V[j, k] + Gc[j, k] + reg[j] * W[j, k])

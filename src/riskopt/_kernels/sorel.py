@@ -18,7 +18,8 @@ Since ``sum_i q_i = 1`` on ``P(sigma)``, ``n ||q - 1/n||^2 = n ||q||^2 - 1`` and
 import numpy as np
 from numba import njit
 
-from .losses import _loss_deriv, _losses_derivs, _predict_row
+from .losses import _losses_derivs
+from .minibatch_vr import _vr_batch_sum
 from .oracles import CHI2, _weights_sorted
 
 
@@ -75,21 +76,7 @@ def _epoch_sorel(code, X, y, sigma, reg, W, lam, losses_prev, k, lr, dual_lr, pr
     dz = np.empty(K)
     scale = n / b
     for t in range(m):
-        for j in range(p):
-            for kk in range(K):
-                G[j, kk] = 0.0
-        for s in range(b):
-            i = batches[t, s]
-            _predict_row(X, i, W, z)
-            _loss_deriv(code, y[i], z, dz)
-            c = scale * lam_out[i]
-            for kk in range(K):
-                dz[kk] = c * (dz[kk] - derivs[i, kk])
-            for j in range(p):
-                xij = X[i, j]
-                if xij != 0.0:
-                    for kk in range(K):
-                        G[j, kk] += xij * dz[kk]
+        _vr_batch_sum(code, X, y, W, batches[t], lam_out, derivs, scale, G, z, dz)
         # w <- prox_{lr (g + ||. - w_k||^2 / (2 tau_k))}(w - lr d), in closed form for the l2 g
         for j in range(p):
             denom = 1.0 + lr * (reg[j] + inv_tau)
