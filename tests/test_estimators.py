@@ -94,7 +94,31 @@ CHECKED = [
 ]
 
 
-@parametrize_with_checks(CHECKED, expected_failed_checks=_expected_failed_checks)
+#: the costliest checks (refits on sparse / re-typed / read-only copies of the data) of the
+#: absolute-loss ESRM configuration (its non-smooth path: 8.5 s of the grid's 28 s CPU, loaded
+#: machine): run by `make test-slow`; every other configuration runs them in the default suite
+_SLOW_CHECKS = {"RiskRegressor(loss='absolute',risk='esrm:1')": (
+    "check_estimator_sparse_matrix", "check_estimator_sparse_array", "check_estimators_dtypes",
+    "check_regressors_int", "check_regressors_train", "check_regressor_data_not_an_array",
+    "check_readonly_memmap_input", "check_pipeline_consistency")}
+
+
+def _with_slow_marks(decorator):
+    """``parametrize_with_checks``' cases, the :data:`_SLOW_CHECKS` ones marked slow."""
+    mark = decorator.mark
+    argvalues = []
+    for case in mark.args[1]:
+        values, marks = (case.values, list(case.marks)) if hasattr(case, "values") else \
+            (case, [])
+        estimator, check = values
+        name = getattr(check, "func", check).__name__
+        if name in _SLOW_CHECKS.get(str(estimator).replace(" ", "").replace("\n", ""), ()):
+            marks.append(pytest.mark.slow)
+        argvalues.append(pytest.param(*values, marks=marks))
+    return pytest.mark.parametrize(mark.args[0], argvalues, **mark.kwargs)
+
+
+@_with_slow_marks(parametrize_with_checks(CHECKED, expected_failed_checks=_expected_failed_checks))
 def test_sklearn_compatible_estimator(estimator, check):
     with warnings.catch_warnings():
         # the stochastic configurations stop at max_iter=30 on some check data

@@ -7,7 +7,10 @@ the direction of the documented effects on deterministic runs (a CVaR fit has a 
 training tail than ridge; risk-trained networks have a lower training risk than ERM), and the
 DDP ``gather=True`` run matching the single-process run to rounding error while
 ``gather=False`` does not. The torch examples are skipped without torch. Each example takes
-< 30 s on 2 cores (the DDP one ~20 s, mostly process start-up), so none is marked slow.
+< 30 s on 2 cores; the DDP example (~12-20 s, mostly process start-up) and the SONEX row of
+``torchrun_mlp.py`` run under ``make test-slow`` (their library paths stay in the default
+suite: the gathered spectral loss under 2 gloo ranks in ``tests/test_torch.py``, SONEX under
+DDP in ``tests/test_torch_optim_common.py``).
 """
 import importlib.util
 import os
@@ -121,7 +124,8 @@ def test_torch_spectral_risk_training_loop():
 
 
 @needs_torch
-def test_torch_ddp_gather_matches_single_process():
+@pytest.mark.slow  # ~12 s idle; test_torch.py::test_two_process_gloo_equals_single_process
+def test_torch_ddp_gather_matches_single_process():  # covers gather=True under 2 gloo ranks
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_gloo_available()):
@@ -140,7 +144,8 @@ def _torchrun_numbers(out):
 
 
 @needs_torch
-@pytest.mark.parametrize("optimizer", ["scdro", "sonex"])
+@pytest.mark.parametrize("optimizer", [  # SONEX itself: test_torch_optim_common (default)
+    "scdro", pytest.param("sonex", marks=pytest.mark.slow)])
 def test_torchrun_mlp_one_process(optimizer, tmp_path):
     out = run_example("torchrun_mlp.py", "--optimizer", optimizer, "--epochs", "1",
                       "--checkpoint", str(tmp_path / "ck.pt"))

@@ -293,7 +293,14 @@ def test_linear_design_equals_its_materialised_twin(k, monkeypatch):
     np.testing.assert_allclose(D.materialize(), A, rtol=1e-13, atol=1e-13)
 
 
-def test_estimator_full_batch_fit_does_not_copy_x():
+# one fit of 100,000 x 40 per case (~3-4 s each); the default path (Newton, float64) stays in
+# the default suite, the other three cases are run by `make test-slow`
+@pytest.mark.parametrize("solver,dtype", [
+    ("auto", np.float64),
+    pytest.param("auto", np.float32, marks=pytest.mark.slow),
+    pytest.param("lbfgs", np.float64, marks=pytest.mark.slow),
+    pytest.param("lbfgs", np.float32, marks=pytest.mark.slow)])
+def test_estimator_full_batch_fit_does_not_copy_x(solver, dtype):
     # the default full-batch path takes X through a LinearDesign: no float64 design is built
     rng = np.random.default_rng(0)
     n, d = 100_000, 40
@@ -302,17 +309,16 @@ def test_estimator_full_batch_fit_does_not_copy_x():
     RiskRegressor(risk="esrm:1", max_iter=3, tol=None).fit(X[:500], y[:500])  # warm-up
     # L-BFGS: a few n-vectors; Newton (the default): its ~20 working n-vectors (losses,
     # derivatives, weights, trial point, sort scratch) and p x p blocks, still no copy of X
-    for solver, limit in (("lbfgs", 0.5 * X.nbytes), ("auto", 0.5 * X.nbytes + 20 * 8 * n)):
-        for data in (X, X.astype(np.float32)):
-            tracemalloc.start()
-            try:
-                est = RiskRegressor(risk="esrm:1", max_iter=30, tol=None, solver=solver).fit(
-                    data, y)
-                peak = tracemalloc.get_traced_memory()[1]
-            finally:
-                tracemalloc.stop()
-            assert peak < limit, f"{solver} {data.dtype}: peak {peak / X.nbytes:.2f} x X"
-            assert est.score(data, y) > 0.8
+    limit = {"lbfgs": 0.5 * X.nbytes, "auto": 0.5 * X.nbytes + 20 * 8 * n}[solver]
+    data = X if dtype == np.float64 else X.astype(dtype)
+    tracemalloc.start()
+    try:
+        est = RiskRegressor(risk="esrm:1", max_iter=30, tol=None, solver=solver).fit(data, y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < limit, f"{solver} {data.dtype}: peak {peak / X.nbytes:.2f} x X"
+    assert est.score(data, y) > 0.8
 
 
 def test_operator_design_falls_back_to_the_exact_copy_for_large_offsets():
