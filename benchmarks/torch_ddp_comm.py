@@ -30,8 +30,8 @@ block of each counts) and report
   bound: that gradient is not all-reduced here). A floor above 1.5 shows that no
   implementation of that algorithm reaches the goal on this model;
 * with ``--tensor-code``, a row ``(tensor code)`` per optimizer: the same optimizer with
-  the eager CPU host paths switched off (the gathers' NumPy packing and merge, SCDRO's
-  scalar statistics, OOA's group step in NumPy; what runs on GPUs and under compile),
+  the eager CPU host paths switched off (the gathers' NumPy packing and merge, OOA's
+  group step in NumPy; what runs on GPUs and under compile),
   interleaved: what those paths save, side by side;
 * the same optimizer with ``process_group=False`` (no gather: the local, inexact state),
   so that ``time / time_local`` isolates what the gathers cost. The optimizers' own extra
@@ -84,8 +84,7 @@ def _timed(step, steps, warmup=3):
 
 
 def _host_code(on):
-    """Switch the eager CPU host paths (NumPy gathers and merges, SCDRO's scalars, OOA's
-    step) on or off (off: the tensor code that runs on GPUs), where the tree has them."""
+    """Switch the eager CPU host paths (NumPy gathers and merges, OOA's step) on or off (off: the tensor code that runs on GPUs), where the tree has them."""
     try:
         from riskopt.torch.distributed import ColumnGatherer
         from riskopt.torch.optim import _updates

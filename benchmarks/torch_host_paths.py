@@ -3,9 +3,9 @@ piece, in one process (no collective): what each saves per call.
 
 The pieces: the by-index merge of a gathered table (``_guard._merge_host`` against the
 tensor merge of ``GuardMixin._gather_by_index``: 2 ranks x 4 groups, 4 columns, as SONEX's
-under DDP), SCDRO's batch statistics and lambda step (``_updates.scdro_batch`` /
-``scdro_update`` on 512 float64 losses, 0 parameters) and OOA's group step
-(``_updates.ooa_update``: 4 groups, no parameters). Each piece runs ``--calls`` times per
+under DDP) and OOA's batch and group step (``_updates.ooa_batch`` / ``ooa_update``: 4
+groups, no parameters). (A host path for SCDRO's 0-d statistics was measured here too,
+1.05x / 0.85x of its tensor code in two runs: no gain, not kept.) Each piece runs ``--calls`` times per
 block, host and tensor code in alternating blocks (``--repeats`` each); reported: the
 median CPU microseconds per call of each and their ratio. One thread; the machine's load
 moves the microseconds, less the ratio (the blocks interleave).
@@ -18,7 +18,6 @@ Usage::
 Output: ``benchmarks/results/torch_host_paths/`` (JSON and Markdown).
 """
 import argparse
-import math
 import os
 import statistics
 import time
@@ -52,14 +51,6 @@ def pieces():
                          torch.rand(8, generator=g, dtype=torch.float64)], 1)
     merge = (lambda: _guard._merge_host(table, [4, 4], 0, 4, 2, None, None, None),
              lambda: _tensor_merge(table, [4, 4], 0, 4, 2))
-    l64 = torch.rand(512, generator=g, dtype=torch.float64)
-    sc = [torch.tensor(v, dtype=torch.float64) for v in (1.0, 0.3, 2.0)]
-
-    def scdro():
-        out = _updates.scdro_batch(l64, sc[0], sc[1], sc[2], math.log(512), math.log(0.5),
-                                   math.log(0.5), True, 0.5, 1e-3)
-        _updates.scdro_update([], [], [], [], out[5], out[5], sc[0], out[2], 0.1, 0.5,
-                              0.0, None, True, 1e-3, None, 0.5)
     p_tab = torch.full((4,), 0.25, dtype=torch.float64)
     I = torch.arange(4)
     L = torch.rand(4, generator=g, dtype=torch.float64)
@@ -68,7 +59,6 @@ def pieces():
         _updates.ooa_batch(p_tab, I, L, 0.5, 1.0)
         _updates.ooa_update([], p_tab, I, L, 0.1, 0.5)
     return {"by-index merge (SONEX, SONX, SOX, ALEXR2, OOA under DDP)": merge,
-            "SCDRO batch statistics + lambda step": (scdro, scdro),
             "OOA batch + group step": (ooa, ooa)}
 
 

@@ -10,11 +10,11 @@ data-parallel gathers and the divergence guard at its cadence
 (:mod:`riskopt.torch.optim._guard`). A branch that used to read a tensor on the host is a
 ``torch.where`` here (ASCDRO's restart) or a ``while_loop`` (the KL-ball projection of
 PG-SMD2, the same iterations as the former host loop). Two updates on tables of a few
-entries, and SCDRO's 0-d statistics, take a host path when eager on the CPU (where each
-small tensor op costs more in dispatch than in arithmetic): PG-SMD2's KL-ball Newton steps
-and SCDRO's scalars as Python numbers, OOA's group step and capped-simplex projection in
-NumPy (the same operations: bit for bit the tensor code's numbers, SCDRO's log-add-exp to
-the last bit). ``HOST = False`` switches them off. Not part of the public API.
+entries take a host path when eager on the CPU (where each small tensor op costs more in
+dispatch than in arithmetic): PG-SMD2's KL-ball Newton steps with Python scalars, and OOA's
+group step and capped-simplex projection in NumPy (the same operations: bit for bit the
+tensor code's numbers; ``HOST = False`` switches the latter off). Not part of the public
+API.
 """
 import math
 
@@ -37,12 +37,6 @@ def scdro_batch(l64, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
     the batch's range, the running largest loss, the moving average ``log s`` (``c_old =
     log(1 - beta)``, ``c_new = log beta``), the surrogate's weights, the ``lambda``-derivative
     and the batch's dual value at ``lambda`` (what the guard tracks)."""
-    if _host(l64, lam, log_s, loss_max) and l64.dtype == torch.float64 and l64.numel():
-        out = _scdro_batch_host(l64, float(lam.numpy()), float(log_s.numpy()),
-                                float(loss_max.numpy()), log_b, c_old, c_new, started,
-                                radius, shift_cost)
-        if out is not None:
-            return out
     lo, top = torch.aminmax(l64)
     loss_max = torch.maximum(loss_max, top)
     a = l64 / lam
@@ -54,38 +48,6 @@ def scdro_batch(l64, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
     return lo, top, loss_max, log_s, w, g_lam, tracked
 
 
-def _f64(v):
-    """A 0-d float64 CPU tensor holding the number ``v``."""
-    return torch.tensor(v, dtype=torch.float64)
-
-
-def _scdro_batch_host(l64, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
-                      shift_cost):
-    """:func:`scdro_batch` with its 0-d statistics as Python numbers (``lam``, ``log_s``,
-    ``loss_max``): the vector ops on ``l64`` stay tensor ops (the same kernels as the tensor
-    code's; the log-sum-exp as ``torch.logsumexp`` computes it). None when a loss is not
-    finite (the tensor code then runs, the caller raises)."""
-    lo, top = (float(v) for v in torch.aminmax(l64))
-    if not (math.isfinite(lo) and math.isfinite(top)):
-        return None
-    a = l64 / lam
-    m = top / lam                   # = a.max() (division by lam > 0 keeps the order)
-    log_g = math.log(float(torch.exp(a - m).sum())) + m - log_b
-    log_s = _logaddexp(log_s + c_old, log_g + c_new) if started else log_g
-    w = torch.exp(a - log_s) / a.shape[0]
-    g_lam = -float((w * l64).sum()) / lam + log_s + radius
-    tracked = lam * log_g + (lam - shift_cost) * radius
-    loss_max = loss_max if loss_max >= top else top     # (NaN: kept, as torch.maximum)
-    return lo, top, _f64(loss_max), _f64(log_s), w, _f64(g_lam), _f64(tracked)
-
-
-def _logaddexp(x, y):
-    """``log(exp(x) + exp(y))`` of two numbers (-inf allowed)."""
-    if x == -math.inf or y == -math.inf:
-        return y if x == -math.inf else x
-    return max(x, y) + math.log1p(math.exp(-abs(x - y)))
-
-
 def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, lr, beta, mu,
                  max_norm, started, lam_lo, lam_hi, radius):
     """SCDRO's step: the moving averages ``v`` (of ``moving_*``) and ``u``, the projected step
@@ -93,13 +55,7 @@ def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, l
     bound of Lemma 1 from the largest loss met). Returns ``(u, lambda)``."""
     if moving_vs:
         _foreach_momentum(moving_vs, moving_grads, beta)
-    if _host(u, g_lam, lam, loss_max):    # the scalars as numbers (fewer tensor ops)
-        uf = float(g_lam.numpy())
-        if started:
-            uf = (1.0 - beta) * float(u.numpy()) + beta * uf
-        u = _f64(uf)
-    else:
-        u = (1.0 - beta) * u + beta * g_lam if started else g_lam.clone()
+    u = (1.0 - beta) * u + beta * g_lam if started else g_lam.clone()
     steps = [v + mu * p for v, p in zip(vs, params)] if mu else vs
     if params:
         torch._foreach_add_(params, steps, alpha=-lr)
@@ -108,29 +64,11 @@ def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, l
         factor = torch.where(norm > max_norm, max_norm / norm, torch.ones_like(norm))
         for p in params:
             p.mul_(factor)
-    if _host(u, lam, loss_max):
-        return u, _f64(_scdro_lam_host(float(u.numpy()), float(lam.numpy()),
-                                       float(loss_max.numpy()), lr, mu, lam_lo, lam_hi,
-                                       radius))
     lam = (lam - lr * (u + mu * lam if mu else u)).clamp(min=lam_lo)
     if lam_hi is None:      # Lemma 1 with C = the largest loss met so far
         lam_hi = (lam_lo + loss_max.clamp(min=0.0) / radius).clamp(min=lam_lo)
         return u, torch.minimum(lam, lam_hi)
     return u, lam.clamp(max=lam_hi)
-
-
-def _clamp(x, lo=-math.inf, hi=math.inf):
-    """``torch.clamp`` of a number (NaN stays NaN)."""
-    return x if x != x else min(max(x, lo), hi)
-
-
-def _scdro_lam_host(u, lam, loss_max, lr, mu, lam_lo, lam_hi, radius):
-    """:func:`scdro_update`'s projected ``lambda`` step on numbers."""
-    lam = _clamp(lam - lr * (u + mu * lam if mu else u), lo=lam_lo)
-    if lam_hi is None:
-        lam_hi = _clamp(lam_lo + _clamp(loss_max, lo=0.0) / radius, lo=lam_lo)
-        return lam_hi if lam_hi != lam_hi else _clamp(lam, hi=lam_hi)
-    return _clamp(lam, hi=lam_hi)
 
 
 # ---------------------------------------------------------------------------- ASCDRO
