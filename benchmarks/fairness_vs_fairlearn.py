@@ -15,6 +15,10 @@ work, one of them with ``--reverse-splits``)::
         --variants default,to_overall,pooled --cache benchmarks/results/fairness_vs_fairlearn/cells
         --out benchmarks/results/fairness_vs_fairlearn/stop38
 
+Stop 39's (``stop39/adult``: ``adult:sex:splits=13,adult:race:splits=16`` with ``--variants
+default,to_overall``; ``stop39/compas``: ``compas:race:splits=30,compas:race:min=100:splits=30``
+with ``--variants default,to_overall,capped``; the same cache; docs/fairness.rst).
+
 Needs fairlearn (the ``bench`` extra). Data: ``riskopt.datasets.load`` (adult: the UCI
 split, one-hot, standardised; compas: ProPublica's filter, 80/20 split, standardised), the
 same arrays for both libraries; the sensitive feature stays a feature (as in fairlearn's
