@@ -406,10 +406,12 @@ def figure(df, best, path):
         axes[r][0].legend(fontsize=8)
     fig.suptitle(f"Group DRO, CVaR over groups (r = {R}), {_model_name(names)}: SONEX vs SONX "
                  "vs OOA "
-                 f"(momentum-type updates; B1 = {B1} groups x B2 = {B2} rows), ERM for "
-                 "reference\nmean over seeds, band = min-max; settings selected on the final "
-                 "training objective of seed 0 (ERM: on its mean loss); accuracy axes zoomed "
-                 "on epochs >= 1", fontsize=10)
+                 f"(momentum-type updates; B1 = {B1} groups x B2 = {B2} rows)"
+                 + (", ERM for reference" if "erm" in meths else "")
+                 + "\nmean over seeds, band = min-max; settings selected on the final "
+                 "training objective of seed 0" + (" (ERM: on its mean loss)" if "erm" in meths
+                                                   else "")
+                 + "; accuracy axes zoomed on epochs >= 1", fontsize=10)
     fig.tight_layout()
     atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
@@ -461,8 +463,8 @@ def results_md(df, epochs, seeds, note):
     tab = table(df, tun, best)
     ep = ", ".join(f"{k} {v}" for k, v in epochs.items())
     return tab, (f"# Group DRO (CVaR 0.15 over groups), {_model_name(epochs)}: SONEX vs SONX vs "
-                 "OOA (+ ERM)"
-                 "\n\nProduced by `python benchmarks/fcco_group_dro_mlp.py`; set-up in its "
+                 "OOA" + (" (+ ERM)" if "erm" in set(df.method) else "")
+                 + f"\n\nProduced by `python {os.path.relpath(sys.argv[0])}`; set-up in its "
                  f"docstring (paper Fig. 1 at CPU scale). Epochs: {ep}; selected settings: "
                  f"final epoch, mean ± std over seeds {list(seeds)}. {note}\n\n" + tab + "\n")
 
