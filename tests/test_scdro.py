@@ -1,6 +1,7 @@
 """SCDRO-family solvers on KL-DRO: convergence to the exact optimum and their guards (the
 step-by-step comparisons with the NumPy twins are rows of tests/test_solvers_common.py)."""
 import importlib.util
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -84,7 +85,11 @@ def test_ball_constraint_is_kept():
     X = rng.normal(size=(300, 3))
     y = (X @ np.array([3.0, -2.0, 1.0]) > 0).astype(float)
     obj = ro.Objective("logistic", "kl:0.2", X, y)
-    res = ro.solvers.get("rscdro", lr=0.5, radius_w=0.5, random_state=0).run(obj, 5)
+    # lr=0.5 collapses lambda on this separable set (stop 39: the run now stops there with a
+    # DivergenceWarning, after 4 passes); the ball holds either way
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ro.DivergenceWarning)
+        res = ro.solvers.get("rscdro", lr=0.5, radius_w=0.5, random_state=0).run(obj, 5)
     assert np.linalg.norm(res.coef) <= 0.5 + 1e-12
 
 
@@ -143,3 +148,77 @@ def test_defaults_on_fresh_problems(name, updates):
     else:
         assert max(gaps) < 2e-3, gaps
         assert np.median(gaps) < 5e-4, gaps
+
+
+def _wide_losses(seed):
+    """Logistic KL-DRO with lambda_0 = 1e-3 and features of scale 3: the losses span tens of
+    units, so exp(loss / lambda) is heavy-tailed once lambda is small."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(2000, 5)) * 3.0
+    y = (X @ rng.normal(size=5) + rng.normal(size=2000) > 0).astype(float)
+    return ro.Objective("logistic", ro.KLDRO(radius=0.5, shift_cost=1e-3), X, y, l2_reg=1e-4,
+                        fit_intercept=True, loss_bound=10.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_collapsed_multiplier_stops_the_run_and_says_so(seed):
+    # RSCDRO's lambda estimate is biased upwards at small lambda (the moving average of
+    # exp(l / lambda) follows the largest recent batch): lambda runs to lambda_0 and stays;
+    # the run must stop there as diverged, naming the step size, not go on silently
+    obj = _wide_losses(seed)
+    solver = ro.solvers.get("rscdro", lr=0.5, beta=0.5, batch_size=32, random_state=0)
+    with pytest.warns(ro.DivergenceWarning, match=r"lambda collapsed .* lr=0\.05 \(lr/10\)"):
+        res = solver.run(obj, 20)
+    assert res.diverged and "lambda collapsed" in res.message and res.n_epochs < 20
+    lo, _ = obj.lam_bounds()
+    assert res.state.lam == lo
+    # lambda_0 is not optimal for the solver's w: the exact dF/dlambda = rho - KL(q || 1/n)
+    # is negative there (F falls as lambda grows), so the bound was not reached by descent
+    assert obj.value_grad_lam(res.state.coef, lo)[2] < 0
+
+
+def test_no_collapse_alarm_where_lambda_star_is_lambda_0():
+    # a large radius and lambda_0 = 1: the constraint is inactive, lambda* = lambda_0, and
+    # the solver sits on the bound legitimately
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(2000, 5))
+    y = (X[:, 0] + rng.normal(size=2000) > 0).astype(float)
+    obj = ro.Objective("logistic", ro.KLDRO(radius=5.0, shift_cost=1.0), X, y, l2_reg=0.01,
+                       fit_intercept=True)
+    lo, _ = obj.lam_bounds()
+    assert obj.reference_solution().aux[0] == pytest.approx(lo)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ro.DivergenceWarning)
+        res = ro.solvers.get("rscdro", random_state=0).run(obj, 10)
+    assert not res.diverged and res.n_epochs == 10 and res.state.lam == lo
+
+
+def test_dual_sgm_capped_exponent_stops_the_run_and_says_so():
+    # Dual SGM's dual gradient grows like exp(loss / lambda): with a large step the exponent
+    # reaches its cap 50 (weights e^50 / b) and the iterates leave; the pass that caps one
+    # ends the run as diverged, naming the step size
+    obj = _wide_losses(0)
+    solver = ro.solvers.get("dual_sgm", lr=0.5, lam0=0.1, eta0=1.0, batch_size=32,
+                            random_state=0)
+    with pytest.warns(ro.DivergenceWarning, match=r"cap 50 .* lr=0\.05 \(lr/10\)"):
+        res = solver.run(obj, 20)
+    assert res.diverged and res.n_epochs < 20 and res.state.capped > 0
+    # a stable step on the same problem caps nothing and runs to the end
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ro.DivergenceWarning)
+        ok = ro.solvers.get("dual_sgm", lr=0.01, lam0=1.0, eta0=1.0, batch_size=32,
+                            random_state=0).run(obj, 5)
+    assert ok.state.capped == 0 and ok.n_epochs == 5
+
+
+def test_dual_sgm_stops_at_the_pass_where_the_objective_rose():
+    # iterates that leave without capping an exponent: judged after every pass
+    # (rise_every_pass), the run stops where F rose above its start, not 20 passes later
+    obj = _wide_losses(0)
+    solver = ro.solvers.get("dual_sgm", lr=1.0, lam0=0.1, eta0=0.1, batch_size=32,
+                            random_state=0)
+    with pytest.warns(ro.DivergenceWarning, match=r"objective reached .* lr=0\.1 \(lr/10\)"):
+        res = solver.run(obj, 20)
+    assert res.diverged and res.n_epochs < 20
+    f0 = obj.value(obj.zeros())
+    assert res.value > 1.5 * f0    # the point where it stopped is above the start's limit

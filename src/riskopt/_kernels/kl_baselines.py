@@ -8,7 +8,7 @@ mini-batch plug-in estimator), Dual SGM, and the primal-dual SPD / PG-SMD2 with 
 * ``_pass_fastdro``: ``q = weights(l_B)``, ``W <- P_R(W - eta (sum_B q_i grad l_i + reg W))``;
 * ``_pass_dual_sgm``: SGD on ``(W, lam, eta)`` for the dual
   ``lam E exp((l - eta)/lam - 1) + eta + (lam - lam0) rho`` (the f-divergence dual of the
-  KL ball, Levy et al. 2020), exponents capped at ``50``;
+  KL ball, Levy et al. 2020), exponents capped at ``50`` (and the caps counted);
 * ``_pass_primal_dual``: SPD / PG-SMD2: ``p`` in the simplex, ``W`` by the importance-weighted
   gradient ``n p_i grad l_i`` of the sampled ``i`` (uniform), ``p`` by a mirror-ascent step
   ``log p_i += dual_lr n l_i / b`` on the sampled coordinates (and ``log p *= 1 - dual_lr lam0``
@@ -138,13 +138,15 @@ def _pass_fastdro(code, X, y, reg, rho, lam0, R, lr, batches, W):
 
 @njit(cache=True)
 def _pass_dual_sgm(code, X, y, reg, rho, lo, hi, R, lr, batches, W, state):
-    """``state = [lam, eta]`` in place."""
+    """``state = [lam, eta]`` in place; a third entry, where given, counts the exponents
+    capped at 50 (the solver's divergence test)."""
     nb, b = batches.shape
     p, K = W.shape
     z = np.empty(K)
     dz = np.empty(K)
     G = np.empty((p, K))
     lam, eta = state[0], state[1]
+    capped = 0
     for t in range(nb):
         idx = batches[t]
         G[:, :] = 0.0
@@ -157,6 +159,7 @@ def _pass_dual_sgm(code, X, y, reg, rho, lo, hi, R, lr, batches, W, state):
             e = (li - eta) / lam - 1.0
             if e > 50.0:
                 e = 50.0
+                capped += 1
             w = math.exp(e) / b
             _add_outer(X, i, w, dz, G)
             g_eta -= w
@@ -171,6 +174,8 @@ def _pass_dual_sgm(code, X, y, reg, rho, lo, hi, R, lr, batches, W, state):
             lam = min(max(lam, lo), hi)
     state[0] = lam
     state[1] = eta
+    if state.shape[0] > 2:
+        state[2] += capped
 
 
 @njit(cache=True)

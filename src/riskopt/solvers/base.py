@@ -28,7 +28,7 @@ starts, pickling and resuming come free.
 Hooks for subclasses: ``_check_params``, ``_check_objective`` (beyond the family), ``_init``,
 ``_pass`` (and ``_pass_data`` for streaming), ``passes_per_update``, ``draw_indices``,
 ``_iterate`` (the point the callbacks see; default ``state.coef``; the averaged iterate for
-averaging methods), ``_finite`` and ``_result``. See ``docs/extending.rst``.
+averaging methods), ``_finite``, ``_failed`` and ``_result``. See ``docs/extending.rst``.
 """
 import inspect
 import warnings
@@ -123,6 +123,18 @@ class Solver:
 
     def _finite(self, state):
         return bool(np.all(np.isfinite(state.coef)))
+
+    #: judge the objective against its start after every pass (one evaluation of ``F`` per
+    #: pass, outside the solver's clock), not only at the end: for solvers whose iterates can
+    #: leave far and come back part way (Dual SGM), so that the run stops where it left
+    rise_every_pass = False
+
+    def _failed(self, objective, state):
+        """A solver-specific divergence found after a pass, as the reason (a sentence naming
+        the step size), or None (default): the run then stops, ``diverged``, with a
+        :class:`~riskopt.callbacks.DivergenceWarning` (e.g. the KL solvers' collapsed
+        multiplier, Dual SGM's capped exponents)."""
+        return None
 
     def point(self, objective, state):
         """The point the solver reports: ``(coef, aux)``, ``coef`` the ``(p, K)`` matrix of
@@ -285,6 +297,9 @@ class Solver:
             getattr(objective, "value", None))
         f_start = (_safe_value(objective, objective.as_coef(self._iterate(state)))
                    if rise_check else float("nan"))
+        rise_check = rise_check and bool(np.isfinite(f_start))
+        limit = (f_start + RISE_MARGIN * self._rise_scale(objective, f_start) if rise_check
+                 else float("nan"))
         for k in range(n_calls):
             t0 = perf_counter()
             state, amount = step(state, k)
@@ -303,18 +318,30 @@ class Solver:
                            f"non-finite iterates; {self._smaller_lr()}")
                 warnings.warn(message, DivergenceWarning, stacklevel=3)
                 break
-        if rise_check and not diverged and np.isfinite(f_start):
+            reason = self._failed(objective, state)
+            if not reason and rise_check and self.rise_every_pass:
+                f_now = _safe_value(objective, objective.as_coef(self._iterate(state)))
+                reason = (None if f_now <= limit
+                          else self._rise_reason(f_now, f_start, limit, "reached"))
+            if reason:
+                diverged = True
+                message = f"diverged after {state.epoch} updates ({progress:g} {unit}): {reason}"
+                warnings.warn(message, DivergenceWarning, stacklevel=3)
+                break
+        if rise_check and not diverged:
             f_end = _safe_value(objective, objective.as_coef(self._iterate(state)))
-            limit = f_start + RISE_MARGIN * self._rise_scale(objective, f_start)
             if not f_end <= limit:  # NaN f_end counts
                 diverged = True
-                end = f"{f_end:.6g}" if np.isfinite(f_end) else "an overflow"
-                message = (f"diverged after {state.epoch} updates ({progress:g} {unit}): the "
-                           f"objective ended at {end}, above its start {f_start:.6g} by more "
-                           f"than {RISE_MARGIN:g} x (max(F(start), F(0)) - lower bound) = "
-                           f"{limit - f_start:.3g}; {self._smaller_lr()}")
+                message = (f"diverged after {state.epoch} updates ({progress:g} {unit}): "
+                           f"{self._rise_reason(f_end, f_start, limit)}")
                 warnings.warn(message, DivergenceWarning, stacklevel=3)
         return self._result(objective, state, elapsed, trace, diverged, message, progress)
+
+    def _rise_reason(self, f_end, f_start, limit, verb="ended at"):
+        end = f"{f_end:.6g}" if np.isfinite(f_end) else "an overflow"
+        return (f"the objective {verb} {end}, above its start {f_start:.6g} by more than "
+                f"{RISE_MARGIN:g} x (max(F(start), F(0)) - lower bound) = "
+                f"{limit - f_start:.3g}; {self._smaller_lr()}")
 
     def _smaller_lr(self):
         """The advice of a divergence message: the step size to try."""

@@ -13,7 +13,9 @@ family, linear models (kernels: :mod:`riskopt._kernels.kl_baselines`).
 ``dual_sgm``   Dual SGM (Levy et al. 2020): SGD on ``(w, lambda, eta)`` for the dual
                ``lambda E exp((l - eta)/lambda - 1) + eta + (lambda - lambda_0) rho`` of the KL
                ball, whose mini-batch gradients are unbiased; ``lam0`` and ``eta0`` start the
-               multipliers (the paper tunes both in {0.1, 1, 10}); exponents capped at 50.
+               multipliers (the paper tunes both in {0.1, 1, 10}); exponents capped at 50:
+               a pass that caps one, or whose ``F`` rose above its start (``rise_every_pass``),
+               stops the run as diverged (``DualSGM._failed``).
 ``spd``        Stochastic primal-dual (Namkoong & Duchi 2016, convex): a dual vector ``p`` of
                size ``n`` (mirror ascent, then the KL-Bregman projection on the KL ball: O(n)
                per step), primal steps with the importance-weighted gradient.
@@ -51,6 +53,7 @@ class DualSGMState(NamedTuple):
     lam: float
     eta: float
     bounds: tuple
+    capped: int = 0
 
 
 class PrimalDualState(NamedTuple):
@@ -116,6 +119,7 @@ class DualSGM(_Base):
     """Dual SGM (module docstring): ``lam0`` / ``eta0`` start the multipliers."""
 
     name = "dual_sgm"
+    rise_every_pass = True
 
     def __init__(self, lr=0.1, batch_size=64, lam0=1.0, eta0=1.0, radius_w=None,
                  random_state=None):
@@ -134,12 +138,28 @@ class DualSGM(_Base):
 
     def _pass(self, objective, state, indices):
         a = copy_arrays(state, "coef")
-        st = np.array([state.lam, state.eta])
+        st = np.array([state.lam, state.eta, 0.0])
         lo, hi = state.bounds
         _k._pass_dual_sgm(objective.loss.code, objective.X, objective.y, objective.reg,
                           self._rho(objective), lo, hi, self._R(), float(self.lr),
                           np.atleast_2d(indices), a["coef"], st)
-        return state._replace(epoch=state.epoch + 1, lam=float(st[0]), eta=float(st[1]), **a)
+        return state._replace(epoch=state.epoch + 1, lam=float(st[0]), eta=float(st[1]),
+                              capped=int(st[2]), **a)
+
+    def _failed(self, objective, state):
+        """A pass that capped an exponent ``(l - eta) / lambda - 1`` at 50: the step then
+        weighted a sample by ``e^50 / b`` (the true weight is larger still), a point far from
+        the dual's stationary ``E exp(.) = 1``. Where the exponents stay below the cap and
+        the iterates still leave (adult_st: ``|w|`` from 1.5 to 484 and ``lambda`` from 2.5
+        to 553 in one pass, ``benchmarks/scdro_lambda_collapse.py``), ``rise_every_pass``
+        stops the run at the pass where ``F`` rose above its start."""
+        if not state.capped:
+            return None
+        return (f"dual_sgm: {state.capped} exponents (loss - eta) / lambda - 1 reached their "
+                f"cap 50 in the last pass (lambda = {state.lam:.4g}, eta = {state.eta:.4g}): "
+                f"the stochastic gradient of the dual grows like exp(loss / lambda) and "
+                f"lr={self.lr:g} is too large for it: use a smaller step size, e.g. "
+                f"lr={self.lr / 10:.3g} (lr/10), or a larger lam0")
 
     def _finite(self, state):
         return bool(np.all(np.isfinite(state.coef)) and np.isfinite(state.lam)

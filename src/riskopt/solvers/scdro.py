@@ -63,6 +63,11 @@ from ._registry import register
 from .base import Solver, copy_arrays
 
 
+#: ``_KLBase._failed``: a multiplier on ``lambda_0`` whose objective ``F(w, lambda_0)``
+#: exceeds ``F(w)`` by more than this times ``F(w) - lower bound`` is a collapse
+COLLAPSE_GAP = 1.0
+
+
 class SCDROState(NamedTuple):
     """``coef`` (p, K), ``epoch``, ``rng``, ``lam``; moving averages: ``log_s`` (log of the
     estimate of ``g``), ``v`` (p, K), ``u``; ``started`` (0 before the first step); schedule
@@ -231,6 +236,36 @@ class _KLBase(Solver):
 
     def _finite(self, state):
         return bool(np.all(np.isfinite(state.coef)) and np.isfinite(state.lam))
+
+    def _failed(self, objective, state):
+        """The collapsed multiplier: ``lambda`` on its lower bound ``lambda_0`` where the
+        compositional objective there, ``F(w, lambda_0)``, exceeds the exact ``F(w)`` (the
+        best ``lambda`` for the same ``w``) by more than ``COLLAPSE_GAP`` times ``F(w) -
+        lower bound``. At a small ``lambda`` the samples ``exp(l_i / lambda)`` are
+        heavy-tailed: the moving average ``s`` of ``g = E exp(l / lambda)`` follows the
+        largest recent batch, ``log s`` exceeds ``log g`` and the estimate of ``dF/dlambda``
+        (``log s + rho - (g_B / s) E_q[l] / lambda``) is biased upwards, so ``lambda`` is
+        pushed further down: ``lambda_0`` is absorbing (``benchmarks/scdro_lambda_collapse.py``,
+        adult_st: ``u ~ +1.2e4`` at every step once there). Checked only while ``lambda``
+        is on the bound (two evaluations of the losses); where ``lambda* = lambda_0`` (the
+        constraint inactive) the gap is 0."""
+        lo, hi = state.bounds
+        if not (hi > lo and state.lam <= lo * (1.0 + 1e-12)):
+            return None
+        with np.errstate(over="ignore", invalid="ignore"):
+            f = float(objective.value(state.coef))
+            f_lo = float(objective.value(state.coef, (lo,)))
+        lower = getattr(objective, "lower_bound", 0.0)
+        lower = float(lower) if isinstance(lower, (int, float)) else 0.0
+        scale = max(f - lower, 1e-12 * max(1.0, abs(f)))
+        if not (np.isfinite(f) and np.isfinite(f_lo)) or f_lo - f <= COLLAPSE_GAP * scale:
+            return None
+        return (f"{self.name}: lambda collapsed to its lower bound lambda_0 = {lo:.3g}, where "
+                f"F(w, lambda_0) = {f_lo:.4g} against F(w) = {f:.4g} at the best lambda: the "
+                f"estimate of g = E exp(loss / lambda) is heavy-tailed at small lambda and "
+                f"its bias drives lambda down; lr={self.lr:g}, beta={self.beta:g} are too "
+                f"large for this problem: use a smaller step size, e.g. lr={self.lr / 10:.3g} "
+                f"(lr/10), a smaller beta, or a start lam0 nearer the optimum")
 
     def _result(self, objective, state, elapsed, trace, diverged, message, progress):
         res = super()._result(objective, state, elapsed, trace, diverged, message, progress)
