@@ -193,32 +193,26 @@ def test_no_collapse_alarm_where_lambda_star_is_lambda_0():
     assert not res.diverged and res.n_epochs == 10 and res.state.lam == lo
 
 
-def test_dual_sgm_capped_exponent_stops_the_run_and_says_so():
-    # Dual SGM's dual gradient grows like exp(loss / lambda): with a large step the exponent
-    # reaches its cap 50 (weights e^50 / b) and the iterates leave; the pass that caps one
-    # ends the run as diverged, naming the step size
+@pytest.mark.parametrize("params, match", [
+    # the exponent reaches its cap 50 (weights e^50 / b): the pass that caps one ends the run
+    (dict(lr=0.5, lam0=0.1, eta0=1.0), r"cap 50 .* lr=0\.05 \(lr/10\)"),
+    # iterates that leave without capping: judged after every pass (rise_every_pass)
+    (dict(lr=1.0, lam0=0.1, eta0=0.1), r"objective reached .* lr=0\.1 \(lr/10\)"),
+])
+def test_dual_sgm_stops_where_it_left_and_says_so(params, match):
+    # Dual SGM's dual gradient grows like exp(loss / lambda): with a large step the iterates
+    # leave; the run stops at that pass, naming the step size, not 20 passes later
     obj = _wide_losses(0)
-    solver = ro.solvers.get("dual_sgm", lr=0.5, lam0=0.1, eta0=1.0, batch_size=32,
-                            random_state=0)
-    with pytest.warns(ro.DivergenceWarning, match=r"cap 50 .* lr=0\.05 \(lr/10\)"):
+    solver = ro.solvers.get("dual_sgm", batch_size=32, random_state=0, **params)
+    with pytest.warns(ro.DivergenceWarning, match=match):
         res = solver.run(obj, 20)
-    assert res.diverged and res.n_epochs < 20 and res.state.capped > 0
-    # a stable step on the same problem caps nothing and runs to the end
+    assert res.diverged and res.n_epochs < 20
+    assert not res.value <= 1.5 * obj.value(obj.zeros())   # above the start's limit (or inf)
+
+
+def test_dual_sgm_stable_step_caps_nothing():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ro.DivergenceWarning)
         ok = ro.solvers.get("dual_sgm", lr=0.01, lam0=1.0, eta0=1.0, batch_size=32,
-                            random_state=0).run(obj, 5)
-    assert ok.state.capped == 0 and ok.n_epochs == 5
-
-
-def test_dual_sgm_stops_at_the_pass_where_the_objective_rose():
-    # iterates that leave without capping an exponent: judged after every pass
-    # (rise_every_pass), the run stops where F rose above its start, not 20 passes later
-    obj = _wide_losses(0)
-    solver = ro.solvers.get("dual_sgm", lr=1.0, lam0=0.1, eta0=0.1, batch_size=32,
-                            random_state=0)
-    with pytest.warns(ro.DivergenceWarning, match=r"objective reached .* lr=0\.1 \(lr/10\)"):
-        res = solver.run(obj, 20)
-    assert res.diverged and res.n_epochs < 20
-    f0 = obj.value(obj.zeros())
-    assert res.value > 1.5 * f0    # the point where it stopped is above the start's limit
+                            random_state=0).run(_wide_losses(0), 5)
+    assert ok.state.capped == 0 and ok.n_epochs == 5 and not ok.diverged
