@@ -2,7 +2,7 @@
 i28b): the per-pass trajectory of one setting of ``scdro_convex_binary_tune`` each, from the
 zero start with ``lambda_0 = 1e-3``, radius 0.5, l2 1e-4, batch 128, seed 0.
 
-    RISKOPT_DATA=... python benchmarks/scdro_lambda_collapse.py [--passes 6]
+    RISKOPT_DATA=... python benchmarks/scdro_lambda_collapse.py [--passes 6] [--grid 20]
                                      [--out benchmarks/results/scdro_lambda_collapse]
 
 Each pass is one ``run(obj, 1, state=...)`` (resumed bit for bit), so the run goes on after the
@@ -14,7 +14,9 @@ compositional ``F(w, lam)``, the relative suboptimality of the reported point ag
 exact optimum, ``|w|``. The RSCDRO rows also run the NumPy twin (``tests/reference_impl``,
 written from the paper's equations) on the same sample indices without the ``LAM_FACTOR``
 bound on a step of ``lambda``: the collapse is the algorithm's (see ``_KLBase._failed``).
-Writes ``results.json`` and ``results.md``.
+Writes ``results.json`` and ``results.md``. ``--grid PASSES``: instead, every setting of the two
+solvers in the spec's grid (15 RSCDRO, 45 Dual SGM), one run each: where and why it stopped
+(``grid.md``, ``grid.json``).
 """
 import argparse
 import os
@@ -92,16 +94,62 @@ def twin_lambda(obj, params, passes, bound):
     return [float(traj[(k + 1) * nb - 1][1]) for k in range(passes)]
 
 
+GRID_LR = [0.01, 0.05, 0.1, 0.5, 1.0]
+GRIDS = {"rscdro": [dict(stage_passes=4, beta=b) for b in (0.1, 0.5, 0.9)],
+         "dual_sgm": [dict(lam0=a, eta0=e) for a in (0.1, 1.0, 10.0) for e in (0.1, 1.0, 10.0)]}
+
+
+def grid(obj, f_star, passes):
+    """Every setting of the two solvers in ``scdro_convex_binary_tune``'s grid, one run of
+    ``passes`` passes each: where it stops and why."""
+    rows = []
+    for name, settings in GRIDS.items():
+        for extra in settings:
+            for lr in GRID_LR:
+                params = dict(lr=lr, **extra)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    res = ro.solvers.get(name, batch_size=128, random_state=0,
+                                         **params).run(obj, passes)
+                msg = res.message
+                kind = ("lambda collapsed" if "collapsed" in msg else "exponent capped"
+                        if "cap 50" in msg else "F rose (per pass)" if "reached" in msg
+                        else "F rose (end)" if "ended at" in msg else "non-finite"
+                        if "non-finite" in msg else "ran to the end")
+                rows.append(dict(solver=name, params=params, n_epochs=int(res.n_epochs),
+                                 diverged=bool(res.diverged), kind=kind, message=msg,
+                                 lam=float(res.state.lam),
+                                 rel_subopt=float((res.value - f_star) / f_star)))
+                print(rows[-1]["solver"], params, kind, res.n_epochs, flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--passes", type=int, default=6)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                    "scdro_lambda_collapse"))
+    ap.add_argument("--grid", type=int, default=0, metavar="PASSES",
+                    help="instead: every grid setting of rscdro and dual_sgm, one run of "
+                         "PASSES passes each (writes grid.md / grid.json)")
     args = ap.parse_args()
     t0 = time.time()
     obj = objective()
     ref = obj.reference_solution()
     f_star, lam_star = float(ref.value), float(ref.aux[0])
+    if args.grid:
+        rows = grid(obj, f_star, args.grid)
+        lines = [f"# adult_st grid of scdro_convex_binary_tune, seed 0, {args.grid} passes", "",
+                 "| solver | setting | stopped after | why | lambda at the end | "
+                 "rel. subopt. of its point |", "|---|---|---:|---|---:|---:|"]
+        lines += [f"| {r['solver']} | {r['params']} | {r['n_epochs']} | {r['kind']} | "
+                  f"{r['lam']:.4g} | {r['rel_subopt']:.3g} |" for r in rows]
+        atomic_write_text(os.path.join(args.out, "grid.md"), "\n".join(lines) + "\n")
+        atomic_write_json(os.path.join(args.out, "grid.json"),
+                          dict(f_star=f_star, passes=args.grid, rows=rows,
+                               wall_seconds=round(time.time() - t0, 1)))
+        print("\n".join(lines))
+        return
     out = dict(f_star=f_star, lam_star=lam_star, lam_bounds=list(obj.lam_bounds()), runs=[])
     lines = [f"# adult_st, lambda_0 = 1e-3, radius 0.5: per-pass trajectories (seed 0)", "",
              f"F* = {f_star:.6g}, lambda* = {lam_star:.4g}, lambda box = "
