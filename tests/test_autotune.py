@@ -22,7 +22,7 @@ class _BlowUp(ro.solvers.Prospect):
 
     name = "blowup_test"
 
-    def __init__(self, lr=0.01, random_state=None, threshold=np.inf, at=4):
+    def __init__(self, lr=0.01, batch_size=1, random_state=None, threshold=np.inf, at=4):
         self._store(locals())
 
     def _pass(self, objective, state, indices):
