@@ -1,7 +1,9 @@
-"""Re-encode committed parquet files with zstd (the writer's codec since stop 38), losslessly.
+"""Re-encode committed parquet files with the writer's options, losslessly.
 
-For every ``*.parquet`` tracked under ``benchmarks/results`` (or the files named), the table is
-read, written with ``compression="zstd"`` (level ``--level``, default 9) to a temporary file, read
+The options are :func:`riskopt.bench._io.parquet_options` (zstd since stop 38, the float columns
+byte-stream split since stop 39). For every ``*.parquet`` tracked under ``benchmarks/results`` (or
+the files named), the table is read, written with those options (zstd level ``--level``, default
+9) to a temporary file, read
 back and compared with the original: ``Table.equals(..., check_metadata=True)`` (schema, schema
 metadata, every column's values; floats bit for bit up to NaN payloads, which parquet keeps).
 Only then is the file replaced (atomically) and only if it got smaller. Prints bytes before /
@@ -17,13 +19,15 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from riskopt.bench._io import parquet_options
+
 
 def reencode(path, level):
     old = pq.read_table(path)
     fd, tmp = tempfile.mkstemp(suffix=".parquet", dir=os.path.dirname(path))
     os.close(fd)
     try:
-        pq.write_table(old, tmp, compression="zstd", compression_level=level)
+        pq.write_table(old, tmp, **dict(parquet_options(old), compression_level=level))
         new = pq.read_table(tmp)
         if not new.equals(old, check_metadata=True):
             raise AssertionError(f"{path}: the re-encoded table differs")

@@ -122,9 +122,21 @@ def atomic_write_parquet(path, frame, metadata=None):
         meta = dict(table.schema.metadata or {})
         meta.update({k.encode(): v.encode() for k, v in metadata.items()})
         table = table.replace_schema_metadata(meta)
-    # zstd: 10-15 % smaller than the default snappy on the results tables (stop 38)
-    return atomic_write(path, lambda fh: pq.write_table(table, fh, compression="zstd",
-                                                        compression_level=9))
+    return atomic_write(path, lambda fh: pq.write_table(table, fh, **parquet_options(table)))
+
+
+def parquet_options(table):
+    """``pyarrow.parquet.write_table`` options of the results tables: zstd level 9 (10-15 %
+    smaller than the default snappy, stop 38) and the float columns byte-stream split (their
+    bytes regrouped by significance before compression; dictionary encoding, which would take
+    precedence, kept for the other columns): another ~32 % on the per-pass tables (stop 39:
+    sorel_fig5 3.56 -> 2.41 MB). Lossless: the same table is read back."""
+    import pyarrow as pa
+
+    floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
+    others = [f.name for f in table.schema if not pa.types.is_floating(f.type)]
+    return dict(compression="zstd", compression_level=9, use_dictionary=others,
+                use_byte_stream_split=floats or False)
 
 
 #: The most bytes a committed figure may take; :func:`small_png` aims below it.
