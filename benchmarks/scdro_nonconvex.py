@@ -92,13 +92,13 @@ def evaluate(net, X, y, with_kl=False, rho=RHO):
     per = [float((pred[y == c] == c).double().mean()) for c in torch.unique(y)]
     if not with_kl:
         return acc, min(per)
-    losses = nn.functional.cross_entropy(out, y, reduction="none").double().numpy()
+    losses = nn.functional.cross_entropy(out, y, reduction="none").double().cpu().numpy()
     return acc, min(per), float(ro.KLDRO(radius=rho, shift_cost=LAM0).value(losses))
 
 
 def train(method, lr, seed, data, epochs, model="mlp", decay_epoch=None, rho=RHO):
     Xtr, ytr, Xte, yte = data
-    net = make_net(seed, model, Xtr.shape[1])
+    net = make_net(seed, model, Xtr.shape[1]).to(Xtr.device)
     net(Xtr[:2])  # materialise the lazy layer before the optimiser sees the parameters
     n = Xtr.shape[0]
     steps_per_epoch = max(1, n // BATCH)
@@ -118,7 +118,7 @@ def train(method, lr, seed, data, epochs, model="mlp", decay_epoch=None, rho=RHO
             _decay(opt)
         perm = torch.randperm(n, generator=gen)
         for k in range(steps_per_epoch):
-            idx = perm[k * BATCH:(k + 1) * BATCH]
+            idx = perm[k * BATCH:(k + 1) * BATCH].to(Xtr.device)
             losses = nn.functional.cross_entropy(net(Xtr[idx]), ytr[idx], reduction="none")
             opt.zero_grad()
             if method == "scdro":
@@ -168,6 +168,9 @@ def main(argv=None):
     p.add_argument("--rho", type=float, default=RHO,
                    help="radius of the KL ball (default: %(default)s, the paper's Figs. 2 / 4; "
                         "Table 4: 0.1, 0.5, 1)")
+    p.add_argument("--device", default="cpu",
+                   help="torch device of the model and the data (default: %(default)s; 'cuda' "
+                        "on a GPU machine: TF32 is switched off so the arithmetic is float32's)")
     p.add_argument("--settings-from", type=Path, default=None,
                    help="a results.json of this script: run each method at the setting chosen "
                         "there (no grid) when it has one")
@@ -177,10 +180,15 @@ def main(argv=None):
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     d = ro.datasets.load(args.dataset)
     dt = torch.float64 if args.model == "mlp" else torch.float32
-    data = (torch.from_numpy(d.X_train).to(dt), torch.from_numpy(d.y_train).long(),
-            torch.from_numpy(d.X_test).to(dt), torch.from_numpy(d.y_test).long())
+    data = tuple(t.to(device) for t in (
+        torch.from_numpy(d.X_train).to(dt), torch.from_numpy(d.y_train).long(),
+        torch.from_numpy(d.X_test).to(dt), torch.from_numpy(d.y_test).long()))
     # SCDRO: (lr, beta); constant steps unless --decay-epoch (the stage schedule of RSCDRO
     # decays too fast here; on the MLP lr >= 0.3 drives lambda to its lower bound and diverges)
     grids = dict(GRIDS[args.model])
@@ -256,6 +264,9 @@ def main(argv=None):
             "selection": "the setting with the lowest final KL objective (training set), mean "
                          "over the tuning seeds",
             "rho": args.rho, "lambda_0": LAM0, "batch": BATCH, "methods": wanted,
+            "device": str(device), "device_name": (torch.cuda.get_device_name(device)
+                                                   if device.type == "cuda" else "cpu"),
+            "torch": torch.__version__,
             "settings_from": (None if args.settings_from is None else
                               {"path": str(args.settings_from), "fixed": fixed,
                                "runs_reused": reused}),
