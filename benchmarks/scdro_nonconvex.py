@@ -174,6 +174,13 @@ def main(argv=None):
     p.add_argument("--settings-from", type=Path, default=None,
                    help="a results.json of this script: run each method at the setting chosen "
                         "there (no grid) when it has one")
+    p.add_argument("--retune", nargs="+", default=[],
+                   help="methods tuned over their grid even when --settings-from has a "
+                        "setting for them (e.g. a longer budget than the source's)")
+    p.add_argument("--setting-index", type=int, default=None,
+                   help="worker mode for a parallel grid: only the K-th setting of each method "
+                        "that is tuned (one --out folder per worker; merge their "
+                        "partial_<method>.json, then rerun without this option)")
     args = p.parse_args(argv)
     if args.rho <= 0:
         p.error(f"--rho must be > 0, got {args.rho}")
@@ -192,15 +199,22 @@ def main(argv=None):
     # SCDRO: (lr, beta); constant steps unless --decay-epoch (the stage schedule of RSCDRO
     # decays too fast here; on the MLP lr >= 0.3 drives lambda to its lower bound and diverges)
     grids = dict(GRIDS[args.model])
-    unknown = sorted(set(args.methods or ()) - set(grids))
+    unknown = sorted((set(args.methods or ()) | set(args.retune)) - set(grids))
     if unknown:
         p.error(f"--methods: {unknown} not among {sorted(grids)} for --model {args.model}")
     wanted = list(args.methods) if args.methods is not None else list(grids)
     fixed = {}
     if args.settings_from is not None:
         chosen = json.loads(args.settings_from.read_text())["results"]
-        fixed = {m: r["lr"] for m, r in chosen.items() if m in grids and m in wanted}
+        fixed = {m: r["lr"] for m, r in chosen.items()
+                 if m in grids and m in wanted and m not in args.retune}
         grids.update({m: [tuple(v) if m in PAIRS else v] for m, v in fixed.items()})
+    if args.setting_index is not None:
+        if not all(0 <= args.setting_index < len(v) for m, v in grids.items()
+                   if m in wanted and m not in fixed):
+            p.error(f"--setting-index {args.setting_index} is outside a tuned method's grid")
+        grids = {m: [v[args.setting_index]] if m in wanted and m not in fixed else v
+                 for m, v in grids.items()}
     k = len(args.seeds) if args.tune_seeds is None else max(1, min(args.tune_seeds,
                                                                      len(args.seeds)))
     tune, rest = args.seeds[:k], args.seeds[k:]
