@@ -174,8 +174,12 @@ class GroupDROLoss(_GatherMixin, nn.Module):
         g = _as_index_tensor("groups", groups, b, losses.device)
         out_of_range = ((g < 0) | (g >= m)).sum().to(torch.float64).reshape(1)
         local_sums = torch.zeros(m, dtype=losses.dtype, device=losses.device)
-        local_sums = local_sums.index_add(0, g.clamp(0, m - 1), losses)
-        counts = torch.bincount(g.clamp(0, m - 1), minlength=m).to(torch.float64)
+        gc = g.clamp(0, m - 1)
+        local_sums = local_sums.index_add(0, gc, losses)
+        # index_add, not torch.bincount: CUDA's bincount reads the maximum on the host (a
+        # device sync, found by benchmarks/torch_device.py under set_sync_debug_mode("error"))
+        counts = torch.zeros(m, dtype=torch.float64, device=losses.device).index_add(
+            0, gc, torch.ones(b, dtype=torch.float64, device=losses.device))
         stats = torch.cat([local_sums.detach().to(torch.float64), counts, out_of_range])
         if self.gather:
             stats = _dist.all_reduce_sum(stats, self.group)
