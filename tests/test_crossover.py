@@ -10,6 +10,8 @@
 * A crossover whose model gets stuck is not retried; a continuation stage ended early (the
   ``accept`` rule) is solved again when its certificate misses ``accept``.
 * The numba kernel of the model QP agrees with its pure-NumPy twin (below).
+* On a small design the crossover runs first from the ridge start (no stage), certified at
+  cvxpy's optimum; uncertified, it hands its bound and point to the stages.
 """
 import numpy as np
 import pytest
@@ -353,3 +355,83 @@ def test_small_kkt_solve_matches_lapack_and_flags_singular_systems():
         np.testing.assert_allclose(x, np.linalg.solve(K, rhs), rtol=1e-6, atol=1e-9)
     K = np.ones((3, 3))
     assert np.all(np.isnan(kc._solve_small(K, np.ones(3))))
+
+
+def _spy(monkeypatch, module, name):
+    calls = []
+    real = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("tail", [0.05, 0.2, 0.6])
+def test_a_small_design_takes_the_crossover_first_from_the_ridge_start(tail, monkeypatch):
+    """``XO_FIRST_WINDOW_SHARE``: the squared loss from ``w = 0`` with the ridge start on a
+    design whose window holds most samples runs the crossover before any smoothed stage (no
+    stage Hessian formed), and its point is certified at cvxpy's optimum through its own
+    bound; with the rule off, the stages reach the same optimum in more steps."""
+    obj = _obj("squared", tail, True, 21, n=300, d=4)
+    assert xc.window_share(obj) >= nt.XO_FIRST_WINDOW_SHARE
+    _, v_cvx = cvxpy_spectral_minimum(obj)
+    tol = 1e-9
+    hess = _spy(monkeypatch, nt, "_smoothed_hessian")
+    res = nt.newton(obj, obj.zeros(), rtol=1e-10, mean_start=True)
+    assert res["converged"] and res["dual_nu"] == "crossover" and not hess
+    assert res["n_iter"] <= 1 + xc.MAX_OUTER
+    assert res["bound"] <= v_cvx + tol * abs(v_cvx)
+    assert res["value"] - res["bound"] <= 1e-10 * abs(res["value"])
+    assert abs(res["value"] - v_cvx) <= tol * abs(v_cvx)
+    monkeypatch.setattr(nt, "XO_FIRST_WINDOW_SHARE", 2.0)  # (a share is at most 1: off)
+    off = nt.newton(obj, obj.zeros(), rtol=1e-10, mean_start=True)
+    assert off["converged"] and hess and off["n_iter"] >= res["n_iter"]
+    assert abs(off["value"] - v_cvx) <= tol * abs(v_cvx)
+
+
+def test_a_large_design_keeps_the_stages_first(monkeypatch):
+    """The window of a design with many samples per column is a small share of them: the
+    stages run first (the crossover-first rule does not apply)."""
+    obj = _obj("squared", 0.1, True, 22, n=3000, d=3)
+    assert xc.window_share(obj) < nt.XO_FIRST_WINDOW_SHARE
+    hess = _spy(monkeypatch, nt, "_smoothed_hessian")
+    res = nt.newton(obj, obj.zeros(), rtol=1e-10, mean_start=True)
+    assert res["converged"] and hess
+
+
+def test_an_uncertified_crossover_first_hands_its_point_to_the_stages(monkeypatch):
+    """A crossover-first that misses the goal (one model solve allowed) keeps its valid bound
+    and its point (lower ``F`` than the ridge start) for the stages, which end at cvxpy's
+    optimum, certified."""
+    obj = _obj("squared", 0.2, True, 23, n=300, d=4)
+    _, v_cvx = cvxpy_spectral_minimum(obj)
+    real = xc.box_newton
+    seen = []
+
+    def one_solve(*args, **kwargs):
+        out = real(*args, **{**kwargs, "max_outer": 1})
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(xc, "box_newton", one_solve)
+    starts = []
+    real_hessian = nt._smoothed_hessian
+
+    def hessian(stage, z, *args, **kwargs):
+        starts.append(z.copy())
+        return real_hessian(stage, z, *args, **kwargs)
+
+    monkeypatch.setattr(nt, "_smoothed_hessian", hessian)
+    res = nt.newton(obj, obj.zeros(), rtol=1e-10, mean_start=True)
+    first = seen[0]
+    assert first["steps"] == 1
+    assert first["value"] - first["bound"] > 1e-10 * abs(first["value"])  # not certified
+    assert first["bound"] <= v_cvx + 1e-9 * abs(v_cvx)
+    ridge = nt._mean_start(obj, obj.zeros(), np.zeros(obj.n))[0]
+    assert first["value"] < obj.value(ridge)  # it lowered F: the stages start at its point
+    np.testing.assert_allclose(starts[0], first["z"], rtol=1e-12, atol=1e-12)
+    assert res["converged"] and abs(res["value"] - v_cvx) <= 1e-9 * abs(v_cvx)
+    assert res["bound"] <= v_cvx + 1e-9 * abs(v_cvx)

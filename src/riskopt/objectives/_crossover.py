@@ -65,6 +65,24 @@ def _window(ell, k_top, half):
     return hi_edge, lo_edge
 
 
+def _top_rank(n, lo, hi):
+    """The rank (0-based, by loss descending) of the threshold of a box spectrum ``[lo, hi]``
+    over ``n`` samples: ``hi`` fits ``k_top`` times above ``lo`` in the total 1."""
+    k_top = int(np.floor((1.0 - n * lo) / (hi - lo) * (1 + 1e-12)))
+    return min(max(k_top, 0), n - 1)
+
+
+def _half_width(p):
+    """The window's default half-width for ``p`` design columns."""
+    return int(min(max(WINDOW_PER_COLUMN * p, 50), MAX_WINDOW // 2))
+
+
+def window_share(objective):
+    """The share of the samples in the default window of :func:`box_newton` (``2 half / n``,
+    at most 1): the share of the losses its model linearises, the others frozen."""
+    return min(2.0 * _half_width(objective.p) / max(objective.n, 1), 1.0)
+
+
 def _dense_rows(X):
     """``(base, shift, inv_scale, intercept)`` of a design whose rows
     :func:`riskopt._kernels.crossover.window_rows` reads (a C-ordered float64 array, or a
@@ -140,10 +158,9 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
         # q0: the exact weights at W (the oracle that gives F), a feasible vertex of the model
         R, q0 = objective.risk_weights(ell)
         F = R + objective._reg_value(W.reshape(-1, 1))
-    k_top = int(np.floor((1.0 - n * lo) / (hi - lo) * (1 + 1e-12)))
-    k_top = min(max(k_top, 0), n - 1)
+    k_top = _top_rank(n, lo, hi)
     if half is None:
-        half = int(min(max(WINDOW_PER_COLUMN * objective.p, 50), MAX_WINDOW // 2))
+        half = _half_width(objective.p)
     fused = _dense_rows(X) if lo == 0.0 else None
     square = getattr(objective.loss, "name", "") == "squared"  # (curvature 1)
     q = None
