@@ -33,6 +33,13 @@ block of each counts) and report
   the eager CPU host paths switched off (the gathers' NumPy packing and merge, OOA's
   group step in NumPy; what runs on GPUs and under compile),
   interleaved: what those paths save, side by side;
+* one-process rows (``--no-solo`` skips them): the same optimizer with
+  ``process_group=False`` on a model of its own, without DDP, against SGD without DDP, both
+  timed while the other rank does the same (the same load): the optimizer's algorithmic
+  floor (what it computes, the loss's group means and any second forward included), and the
+  DDP overhead ``x (median) / x one process``: what DDP and the gathers add beyond plain
+  DDP + SGD's own DDP cost. A DDP ratio above 1.5 whose one-process ratio is too is out of
+  reach of any communication scheme;
 * the same optimizer with ``process_group=False`` (no gather: the local, inexact state),
   so that ``time / time_local`` isolates what the gathers cost. The optimizers' own extra
   work (ASCDRO's and the MSVR methods' second forward pass at the previous iterate) is in
@@ -155,7 +162,21 @@ def _worker(rank, path, args):
     for key in floors:
         out[key] = {"calls": 1.0, "bytes": 8.0 * bare_out.numel(), "gather_s": 0.0}
 
+    # one process's worth of work (no DDP, no gather; a model of its own): SGD and each
+    # optimizer with process_group=False, timed while the other rank does the same (the same
+    # load as the DDP blocks): the ratio of the two is the optimizer's algorithmic floor
+    solo = copy.deepcopy(module)
+    solo_sgd = torch.optim.SGD(solo.parameters(), lr=1e-3)
+
+    def solo_sgd_step():
+        idx = local_batch()
+        solo_sgd.zero_grad()
+        (0.5 * (solo(X[idx])[:, 0] - y[idx]) ** 2).mean().backward()
+        solo_sgd.step()
+
     blocks = {"sgd": [], "bare": [], **{key: [] for key in floors}}   # (wall, cpu) per block
+    if args.solo:
+        blocks["sgd/solo"] = []
     for name in args.rows:
         kind = D.ROWS[name][2]
         opts = {mode: (D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
@@ -167,6 +188,10 @@ def _worker(rank, path, args):
                                    on_divergence="ignore")
             opts["hook"] = (opt, opt.attach(torch.nn.parallel.DistributedDataParallel(mod)),
                             mod)
+        if args.solo:            # one process: no DDP, no gather
+            opts["solo"] = (D.make_optimizer(name, solo.parameters(), n, 4, lr=1e-4,
+                                             process_group=False, on_divergence="ignore"),
+                            solo, solo)
         if args.tensor_code:     # the same optimizer, eager CPU host paths off
             opts["tensor"] = (D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
                                                on_divergence="ignore"), ddp, module)
@@ -175,6 +200,8 @@ def _worker(rank, path, args):
         for _ in range(args.repeats):    # interleaved: the machine's load drifts
             blocks["sgd"].append(_timed(sgd_step, args.steps))
             blocks["bare"].append(_timed(bare_gather, args.steps))
+            if args.solo:
+                blocks["sgd/solo"].append(_timed(solo_sgd_step, args.steps))
             for key, fn in floors.items() if name == args.rows[0] else ():
                 blocks[key].append(_timed(fn, args.steps))     # (with the first row's)
             for mode, (opt, model, mod) in opts.items():
@@ -214,6 +241,9 @@ def main():
                          "code), interleaved: their effect side by side")
     ap.add_argument("--no-floors", dest="floors", action="store_false",
                     help="skip the floor rows (SGD plus a gather, plus a second forward)")
+    ap.add_argument("--no-solo", dest="solo", action="store_false",
+                    help="skip the one-process rows (each optimizer and SGD without DDP and "
+                         "without gathers: the algorithmic floor of each DDP ratio)")
     ap.add_argument("--out", default=str(OUT), help="results folder (default: %(default)s)")
     args = ap.parse_args()
     widths = args.hidden
@@ -232,8 +262,15 @@ def report(args, out_dir):
     n_params = args.d * args.hidden + 2 * args.hidden + 1
     sgd = out["sgd"]
 
-    def row(label, ex, lo=None):
+    solo_sgd = out.get("sgd/solo")
+
+    def row(label, ex, lo=None, solo=None):
+        one = None if solo is None or solo_sgd is None else solo["median"] / solo_sgd["median"]
+        ddp = ex["median"] / sgd["median"]
         return {"optimizer": label, "ms_per_step": 1e3 * ex["time"],
+                "one_process_ratio": one, "one_process_cpu_ratio": None if one is None else
+                solo["cpu"] / solo_sgd["cpu"],
+                "ddp_overhead_ratio": None if one is None else ddp / one,
                 "ratio_to_sgd": ex["time"] / sgd["time"],
                 "median_ratio_to_sgd": ex["median"] / sgd["median"],
                 "cpu_ms_per_step": 1e3 * ex["cpu"], "cpu_ratio_to_sgd": ex["cpu"] / sgd["cpu"],
@@ -251,12 +288,12 @@ def report(args, out_dir):
     rows += [row(label, out[f"floor/{e}"]) for e, label in labels.items()
              if f"floor/{e}" in out]
     for name in args.rows:
-        rows.append(row(name, out[f"{name}/exact"], out[f"{name}/local"]))
+        lo, so = out[f"{name}/local"], out.get(f"{name}/solo")
+        rows.append(row(name, out[f"{name}/exact"], lo, so))
         if f"{name}/hook" in out:
-            rows.append(row(f"{name} (attach)", out[f"{name}/hook"], out[f"{name}/local"]))
+            rows.append(row(f"{name} (attach)", out[f"{name}/hook"], lo, so))
         if f"{name}/tensor" in out:
-            rows.append(row(f"{name} (tensor code)", out[f"{name}/tensor"],
-                            out[f"{name}/local"]))
+            rows.append(row(f"{name} (tensor code)", out[f"{name}/tensor"], lo, so))
     meta = {"batch_per_rank": args.batch, "world": WORLD, "backend": "gloo",
             "model": f"MLP {args.d}-{args.hidden}-1 float32 ({n_params} parameters)",
             "ddp_allreduce_bytes_per_step": 4 * n_params, "steps": args.steps,
@@ -270,17 +307,30 @@ def report(args, out_dir):
           f"{4 * n_params} bytes per step. Machine loaded (2 shared cores, load average "
           f"{meta['load'][0]:.1f} at the end): ratios only. Best and median wall time of "
           f"{args.repeats} interleaved blocks; CPU: rank 0's process time (median), the "
-          "waits for the other rank excluded.", "",
-          "| optimizer | ms / step (best) | x plain DDP+SGD (best) | x (median) | x (CPU) | "
-          "x same optimizer without gather | optimizer collectives / step | gathered bytes / "
-          "step | ms / step in the gathers (mean, waits included) |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "waits for the other rank excluded."]
+    if solo_sgd is not None:
+        md += ["", "One process (median wall, CPU in brackets): the same optimizer without DDP "
+               "and without gathers (`process_group=False`, a model of its own) against SGD "
+               "without DDP, timed while the other rank does the same: the algorithmic floor "
+               "of the DDP ratio (what the optimizer computes, the loss's group means and any "
+               "second forward included). DDP overhead = x (median) / one process: what DDP "
+               "and the gathers add relative to plain DDP + SGD's own DDP cost (plain DDP + "
+               f"SGD's step is {sgd['median'] / solo_sgd['median']:.2f}x one-process SGD's, "
+               "median wall)."]
+    md += ["", "| optimizer | ms / step (best) | x plain DDP+SGD (best) | x (median) | x (CPU) | "
+           "x one process (CPU) | DDP overhead | x same optimizer without gather | optimizer "
+           "collectives / step | gathered bytes / step | ms / step in the gathers (mean, "
+           "waits included) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         loc = "-" if r["ratio_exact_to_local"] is None else f"{r['ratio_exact_to_local']:.2f}"
+        one = "-" if r["one_process_ratio"] is None else (
+            f"{r['one_process_ratio']:.2f} ({r['one_process_cpu_ratio']:.2f})")
+        ovh = "-" if r["ddp_overhead_ratio"] is None else f"{r['ddp_overhead_ratio']:.2f}"
         md.append(f"| {r['optimizer']} | {r['ms_per_step']:.2f} | {r['ratio_to_sgd']:.2f} | "
-                  f"{r['median_ratio_to_sgd']:.2f} | {r['cpu_ratio_to_sgd']:.2f} | "
-                  f"{loc} | {r['collectives_per_step']:.2f} | {r['bytes_per_step']:.0f} | "
-                  f"{r['gather_ms_per_step']:.3f} |")
+                  f"{r['median_ratio_to_sgd']:.2f} | {r['cpu_ratio_to_sgd']:.2f} | {one} | "
+                  f"{ovh} | {loc} | {r['collectives_per_step']:.2f} | "
+                  f"{r['bytes_per_step']:.0f} | {r['gather_ms_per_step']:.3f} |")
     atomic_write_text(out_dir / "results.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
