@@ -40,6 +40,10 @@ block of each counts) and report
   DDP overhead ``x (median) / x one process``: what DDP and the gathers add beyond plain
   DDP + SGD's own DDP cost. A DDP ratio above 1.5 whose one-process ratio is too is out of
   reach of any communication scheme;
+* per gather (the optimizers', the bare and the floor rows'), the median arrival skew of the
+  two ranks (the wait for the slower one) and the median time of the collective itself,
+  from the later arrival to the later exit (``time.time()``: one clock on one host): whether
+  a gather costs its latency or the wait for a rank that is behind;
 * the same optimizer with ``process_group=False`` (no gather: the local, inexact state),
   so that ``time / time_local`` isolates what the gathers cost. The optimizers' own extra
   work (ASCDRO's and the MSVR methods' second forward pass at the previous iterate) is in
@@ -56,6 +60,7 @@ Usage::
 SONX and SOX skip the forward pass at the previous iterate (they do not use ``g_prev``).
 """
 import argparse
+import collections
 import copy
 import multiprocessing
 import os
@@ -75,17 +80,55 @@ ROWS = ["scdro", "ascdro", "pgsmd2", "sonex", "sonx", "sox", "alexr2", "ooa"]
 WORLD = 2
 
 
-def _timed(step, steps, warmup=3):
+class _Arrivals:
+    """Each all-gather's entry and exit time (``time.time()``: one clock for the ranks of one
+    host), by timed block: the wait for the other rank (the ranks' arrival skew) apart from
+    the collective itself (from the later arrival to the later exit)."""
+
+    def __init__(self):
+        self.key, self.calls = None, collections.defaultdict(list)
+
+    def wrap(self, fn):
+        def gather(*args, **kwargs):
+            t0 = time.time()
+            got = fn(*args, **kwargs)
+            if self.key is not None:
+                self.calls[self.key].append((t0, time.time()))
+            return got
+        return gather
+
+    @staticmethod
+    def summary(per_rank):
+        """``{key: (median |skew|, median collective)}`` in seconds, from every rank's
+        ``calls`` (the ranks' i-th calls of a block are the same collective)."""
+        out = {}
+        for key in per_rank[0]:
+            pairs = list(zip(*(r.get(key, []) for r in per_rank)))
+            if pairs:
+                out[key] = (statistics.median(max(a for a, _ in c) - min(a for a, _ in c)
+                                              for c in pairs),
+                            statistics.median(max(e for _, e in c) - max(a for a, _ in c)
+                                              for c in pairs))
+        return out
+
+
+ARRIVALS = _Arrivals()
+
+
+def _timed(step, steps, warmup=3, key=None):
     """``(wall, cpu)`` seconds per step of a block of ``steps`` steps between two barriers
     (both ranks start together; the block ends with the slower), after ``warmup`` steps;
-    ``cpu``: this process' CPU time (the waits for the other rank excluded)."""
+    ``cpu``: this process' CPU time (the waits for the other rank excluded). The block's
+    gathers are recorded under ``key`` (:class:`_Arrivals`)."""
     for _ in range(warmup):
         step()
     dist.barrier()
+    ARRIVALS.key = key
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
     c1 = time.process_time()
+    ARRIVALS.key = None
     dist.barrier()
     return (time.perf_counter() - t0) / steps, (c1 - c0) / steps
 
@@ -129,7 +172,13 @@ def _worker(rank, path, args):
     bare_out = torch.empty(WORLD * bare_in.numel(), dtype=torch.float64)
     out["bare"] = {"calls": 1.0, "bytes": 8.0 * bare_out.numel(), "gather_s": 0.0}
 
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather = ARRIVALS.wrap(getattr(dist, "all_gather_single", None)
+                           or dist.all_gather_into_tensor)
+    try:                     # the optimizers' gathers, recorded the same way
+        from riskopt.torch import distributed as rdist
+        rdist._all_gather_single = ARRIVALS.wrap(rdist._all_gather_single)
+    except (ImportError, AttributeError):
+        pass
 
     def bare_gather():       # (not riskopt's: the script also runs against an older src)
         gather(bare_out, bare_in)
@@ -199,16 +248,16 @@ def _worker(rank, path, args):
             blocks[f"{name}/{mode}"] = []
         for _ in range(args.repeats):    # interleaved: the machine's load drifts
             blocks["sgd"].append(_timed(sgd_step, args.steps))
-            blocks["bare"].append(_timed(bare_gather, args.steps))
+            blocks["bare"].append(_timed(bare_gather, args.steps, key="bare"))
             if args.solo:
                 blocks["sgd/solo"].append(_timed(solo_sgd_step, args.steps))
             for key, fn in floors.items() if name == args.rows[0] else ():
-                blocks[key].append(_timed(fn, args.steps))     # (with the first row's)
+                blocks[key].append(_timed(fn, args.steps, key=key))   # (with the first row's)
             for mode, (opt, model, mod) in opts.items():
                 _host_code(mode != "tensor")
                 blocks[f"{name}/{mode}"].append(_timed(
                     lambda: D.drive_step(kind, opt, model, mod, X, y, groups, local_batch()),
-                    args.steps))
+                    args.steps, key=f"{name}/{mode}"))
                 _host_code(True)
         for mode, (opt, _, _) in opts.items():
             g = opt._gatherer
@@ -221,6 +270,11 @@ def _worker(rank, path, args):
         wall, cpu = zip(*got)
         out.setdefault(key, {"calls": 0.0, "bytes": 0.0, "gather_s": 0.0}).update(
             time=min(wall), median=statistics.median(wall), cpu=statistics.median(cpu))
+    calls = [None] * WORLD
+    dist.all_gather_object(calls, dict(ARRIVALS.calls))
+    for key, (skew, coll) in _Arrivals.summary(calls).items():
+        out.setdefault(key, {"calls": 0.0, "bytes": 0.0, "gather_s": 0.0}).update(
+            skew_s=skew, coll_s=coll)
     if rank == 0:
         torch.save(out, f"{path}/out.pt")
     dist.destroy_process_group()
@@ -276,7 +330,9 @@ def report(args, out_dir):
                 "cpu_ms_per_step": 1e3 * ex["cpu"], "cpu_ratio_to_sgd": ex["cpu"] / sgd["cpu"],
                 "ratio_exact_to_local": None if lo is None else ex["time"] / lo["time"],
                 "collectives_per_step": ex["calls"], "bytes_per_step": ex["bytes"],
-                "gather_ms_per_step": 1e3 * ex["gather_s"]}
+                "gather_ms_per_step": 1e3 * ex["gather_s"],
+                "gather_skew_us": 1e6 * ex["skew_s"] if "skew_s" in ex else None,
+                "gather_collective_us": 1e6 * ex["coll_s"] if "coll_s" in ex else None}
 
     rows = [row("SGD (plain DDP)", sgd), row("one bare all-gather, no step (the floor of a "
                                               "gather's cost)", out["bare"])]
@@ -320,8 +376,9 @@ def report(args, out_dir):
     md += ["", "| optimizer | ms / step (best) | x plain DDP+SGD (best) | x (median) | x (CPU) | "
            "x one process (CPU) | DDP overhead | x same optimizer without gather | optimizer "
            "collectives / step | gathered bytes / step | ms / step in the gathers (mean, "
-           "waits included) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "waits included) | a gather: the ranks' arrival skew / the collective, us "
+           "(median) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         loc = "-" if r["ratio_exact_to_local"] is None else f"{r['ratio_exact_to_local']:.2f}"
         one = "-" if r["one_process_ratio"] is None else (
@@ -330,7 +387,9 @@ def report(args, out_dir):
         md.append(f"| {r['optimizer']} | {r['ms_per_step']:.2f} | {r['ratio_to_sgd']:.2f} | "
                   f"{r['median_ratio_to_sgd']:.2f} | {r['cpu_ratio_to_sgd']:.2f} | {one} | "
                   f"{ovh} | {loc} | {r['collectives_per_step']:.2f} | "
-                  f"{r['bytes_per_step']:.0f} | {r['gather_ms_per_step']:.3f} |")
+                  f"{r['bytes_per_step']:.0f} | {r['gather_ms_per_step']:.3f} | "
+                  + ("-" if r["gather_skew_us"] is None else
+                     f"{r['gather_skew_us']:.0f} / {r['gather_collective_us']:.0f}") + " |")
     atomic_write_text(out_dir / "results.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
