@@ -243,24 +243,30 @@ def kl_ball_log(logp, rho):
 
 def _kl_ball_log_host(d, logn, rho, tol):
     """:func:`kl_ball_log` eagerly: the same safeguarded Newton steps, with the scalars (``a``,
-    the bracket, the stopping rule) as Python numbers and one host read of ``(lse, mu, var)``
-    per step; only the ``O(n)`` statistics are tensor operations (about 12 a step, against
-    about 50 with 0-d tensors)."""
+    the bracket, the stopping rule) as Python numbers and one host read per step.
+
+    A step's ``O(n)`` statistics are three tensor operations: ``e = exp(a d)`` (``d <= 0``
+    with maximum 0, so no shift is needed and ``sum e >= 1``) and one matrix-vector product of
+    ``(1, d, d^2)`` with ``e`` for the sums ``S0, S1, S2``: ``lse = log S0``, the mean
+    ``mu = S1 / S0`` and the variance ``S2 / S0 - mu^2`` of ``d`` under ``softmax(a d)``
+    (about 11 operations and four passes over ``d`` with ``logsumexp``, against 3 and two).
+    The variance only scales the Newton step (the stopping rule uses ``lse`` and ``mu``)."""
+    moments = torch.stack([torch.ones_like(d), d, d * d])
+
     def stats(a):
-        z = d * a
-        lse = torch.logsumexp(z, 0)
-        q = torch.exp(z - lse)
-        mu = (q * d).sum()
-        lse, mu, var = torch.stack([lse, mu, (q * (d - mu) ** 2).sum()]).tolist()
-        return a * mu - (lse - logn), var, lse
+        s0, s1, s2 = torch.mv(moments, torch.exp(d * a)).tolist()
+        lse, mu = math.log(s0), s1 / s0
+        return a * mu - (lse - logn), max(s2 / s0 - mu * mu, 0.0), lse
 
     kl, var1, lse1 = stats(1.0)
     if kl <= rho:
         return d - lse1
     a1 = 1.0 - math.log(kl / rho) * kl / (var1 if var1 > 0 else 1.0)
-    var0 = float(d.var(unbiased=False))
-    a = a1 if var1 > 0 and 0.0 < a1 < 1.0 else (
-        min(math.sqrt(2.0 * rho / var0), 0.5) if var0 > 0 else 0.5)
+    if var1 > 0 and 0.0 < a1 < 1.0:
+        a = a1
+    else:
+        var0 = float(d.var(unbiased=False))
+        a = min(math.sqrt(2.0 * rho / var0), 0.5) if var0 > 0 else 0.5
     lo, hi = 0.0, 1.0
     for _ in range(200):
         kl, var, lse = stats(a)
