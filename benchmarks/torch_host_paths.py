@@ -4,7 +4,8 @@ piece, in one process (no collective): what each saves per call.
 The pieces: the by-index merge of a gathered table (``_guard._merge_host`` against the
 tensor merge of ``GuardMixin._gather_by_index``: 2 ranks x 4 groups, 4 columns, as SONEX's
 under DDP) and OOA's batch and group step (``_updates.ooa_batch`` / ``ooa_update``: 4
-groups, no parameters). (A host path for SCDRO's 0-d statistics was measured here too,
+groups, no parameters), and PG-SMD2's KL-ball projection against stop 39's code (its
+Newton statistics by ``logsumexp``). (A host path for SCDRO's 0-d statistics was measured here too,
 1.05x / 0.85x of its tensor code in two runs: no gain, not kept.) Each piece runs ``--calls`` times per
 block, host and tensor code in alternating blocks (``--repeats`` each); reported: the
 median CPU microseconds per call of each and their ratio. One thread; the machine's load
@@ -18,6 +19,7 @@ Usage::
 Output: ``benchmarks/results/torch_host_paths/`` (JSON and Markdown).
 """
 import argparse
+import math
 import os
 import statistics
 import time
@@ -42,6 +44,43 @@ def _tensor_merge(table, sizes, off, b, k):
     return I, merged, (inv[loc], gc[loc] / C[inv[loc]] * len(sizes))
 
 
+def _kl_ball_log_stop39(logp, rho):
+    """Stop 39's eager KL-ball projection (each Newton step's statistics by ``logsumexp``,
+    about 11 tensor ops), kept as the reference of the current one."""
+    d = (logp - logp.max()).double()
+    logn, tol = math.log(logp.numel()), 1e-13 * max(1.0, rho)
+
+    def stats(a):
+        z = d * a
+        lse = torch.logsumexp(z, 0)
+        q = torch.exp(z - lse)
+        mu = (q * d).sum()
+        lse, mu, var = torch.stack([lse, mu, (q * (d - mu) ** 2).sum()]).tolist()
+        return a * mu - (lse - logn), var, lse
+
+    kl, var1, lse1 = stats(1.0)
+    if kl <= rho:
+        return d - lse1
+    a1 = 1.0 - math.log(kl / rho) * kl / (var1 if var1 > 0 else 1.0)
+    var0 = float(d.var(unbiased=False))
+    a = a1 if var1 > 0 and 0.0 < a1 < 1.0 else (
+        min(math.sqrt(2.0 * rho / var0), 0.5) if var0 > 0 else 0.5)
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        kl, var, lse = stats(a)
+        err = kl - rho
+        done = abs(err) <= tol
+        if not done:
+            lo, hi = (lo, a) if err > 0 else (a, hi)
+        if done or hi - lo <= 4e-16 * hi:
+            break
+        curv = a * var
+        step = (a - math.log(kl / rho) * kl / curv if kl > 0 else a - err / curv
+                ) if curv > 0 else math.nan
+        a = step if lo < step < hi else 0.5 * (lo + hi)
+    return d * a - lse
+
+
 def pieces():
     """``name -> (host call, tensor call)``."""
     g = torch.Generator().manual_seed(0)
@@ -58,8 +97,17 @@ def pieces():
     def ooa():
         _updates.ooa_batch(p_tab, I, L, 0.5, 1.0)
         _updates.ooa_update([], p_tab, I, L, 0.1, 0.5)
+    # PG-SMD2's dual table after a projection and one batch's ascent step (n = 4096, the
+    # DDP benchmark's dataset), projected again
+    n = 4096
+    logp = _kl_ball_log_stop39(3.0 * torch.randn(n, generator=g, dtype=torch.float64), 0.5)
+    logp.index_add_(0, torch.randint(0, n, (512,), generator=g),
+                    0.05 * n / 512 * torch.rand(512, generator=g, dtype=torch.float64))
+    kl_ball = (lambda: _updates.kl_ball_log(logp, 0.5), lambda: _kl_ball_log_stop39(logp, 0.5))
     return {"by-index merge (SONEX, SONX, SOX, ALEXR2, OOA under DDP)": merge,
-            "OOA batch + group step": (ooa, ooa)}
+            "OOA batch + group step": (ooa, ooa),
+            "PG-SMD2's KL-ball projection, n = 4096 (the 'tensor code' column: stop 39's "
+            "statistics by logsumexp; calls / 10)": kl_ball}
 
 
 def _block(fn, calls, host):
@@ -85,9 +133,10 @@ def main():
         for fn, h in ((host, True), (tensor, False)):
             _block(fn, 50, h)                       # warm-up
         t_host, t_tensor = [], []
+        calls = args.calls // 10 if "calls / 10" in name else args.calls
         for _ in range(args.repeats):
-            t_host.append(_block(host, args.calls, True))
-            t_tensor.append(_block(tensor, args.calls, False))
+            t_host.append(_block(host, calls, True))
+            t_tensor.append(_block(tensor, calls, False))
         h, t = statistics.median(t_host), statistics.median(t_tensor)
         rows.append({"piece": name, "host_us": 1e6 * h, "tensor_us": 1e6 * t,
                      "ratio": h / t})
