@@ -204,12 +204,33 @@ def _variants(c):
     """riskopt's variants of constraint ``c``: ``(label, constraint=, extra parameters)``."""
     return [(c, c, {}), (f"{c}:to_overall", f"{c}:to_overall", {}),
             (f"{c} randomized", c, {"randomized": True}),
-            (f"{c} pooled", c, {"pooled": True}), (f"{c} capped", c, {"capped": True})]
+            (f"{c} pooled", c, {"pooled": True}), (f"{c} capped", c, {"capped": True}),
+            (f"{c} uncapped", c, {"uncapped": True}), (f"{c} smoothed", c, {"smoothed": True}),
+            (f"{c}:to_overall matched", f"{c}:to_overall", {"matched": True})]
+
+
+def _settings(extra):
+    """The ``riskopt.fairness`` constants a variant sets during its fit (popped from
+    ``extra``): "pooled" ``CALIBRATION_POOLED = True``, "capped" ``CALIBRATION_ROUND_STEPS =
+    1``, "uncapped" ``CALIBRATION_ROUND_STEPS = None`` (stop 39's default), "smoothed"
+    ``CALIBRATION_MIN_CELL = inf`` (no calibration to the hard rates: the bound holds for the
+    smoothed rates only, the issue's minimum)."""
+    out = {}
+    if extra.pop("pooled", False):
+        out["CALIBRATION_POOLED"] = True
+    if extra.pop("capped", False):
+        out["CALIBRATION_ROUND_STEPS"] = 1
+    if extra.pop("uncapped", False):
+        out["CALIBRATION_ROUND_STEPS"] = None
+    if extra.pop("smoothed", False):
+        out["CALIBRATION_MIN_CELL"] = float("inf")
+    return out
 
 
 #: ``--variants`` tags of :func:`_variants`' labels ("pooled": the default with
 #: ``riskopt.fairness.CALIBRATION_POOLED = True`` during the fit)
-VARIANT_TAGS = ("default", "to_overall", "randomized", "pooled", "capped")
+VARIANT_TAGS = ("default", "to_overall", "randomized", "pooled", "capped", "uncapped",
+                "smoothed", "matched")
 
 
 def _variant_tag(label):
@@ -314,16 +335,21 @@ def _split(name, attr, k, min_rows, tol, repeats, n_boot, log, variants=None, ca
                 if extra.get("randomized"):
                     extra = {**extra, "random_state": k}
                 extra = dict(extra)
-                pooled, capped = extra.pop("pooled", False), extra.pop("capped", False)
-                keep = ro.fairness.CALIBRATION_POOLED, ro.fairness.CALIBRATION_ROUND_STEPS
-                ro.fairness.CALIBRATION_POOLED = pooled or keep[0]
-                ro.fairness.CALIBRATION_ROUND_STEPS = 1 if capped else keep[1]
+                settings, ctol = _settings(extra), tol
+                if extra.pop("matched", False):  # fairlearn's training value, to overall
+                    fl_row = next(r for r in rows if r["model"] == FAIRLEARN
+                                  and r["constraint"] == c)
+                    ctol = max(tol, float(fl_row["train"][1]))
+                keep = {k: getattr(ro.fairness, k) for k in settings}
+                for k, v in settings.items():
+                    setattr(ro.fairness, k, v)
                 try:
                     t, est, w = _fit(lambda: ro.RiskClassifier(
-                        risk="mean", l2_reg=1.0 / n, constraint=spec, constraint_tol=tol,
+                        risk="mean", l2_reg=1.0 / n, constraint=spec, constraint_tol=ctol,
                         **extra), X, y, s, repeats)
                 finally:
-                    ro.fairness.CALIBRATION_POOLED, ro.fairness.CALIBRATION_ROUND_STEPS = keep
+                    for k, v in keep.items():
+                        setattr(ro.fairness, k, v)
                 add(RISKOPT, label, t, est.predict(Xt), est, w, train_pred=est.predict(X))
             noise[label] = _boot_diff(yt, st, preds[(RISKOPT, label)], preds[(FAIRLEARN, c)],
                                       key, n_boot)

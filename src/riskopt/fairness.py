@@ -120,8 +120,10 @@ CALIBRATION_BUDGET = 15
 #: a round cut off there is dropped and the calibration moves on to the next, finer
 #: smoothing from the last solved round (a round that needs many more steps than the first
 #: solve is the iteration chasing a hard rate that jumps -- tied scores -- not converging to
-#: it); None: no cap but the budget
-CALIBRATION_ROUND_STEPS = None
+#: it); None: no cap but the budget (the default up to stop 39; 3 since stop 40: compas'
+#: equalized-odds fits whose calibration spiked to 0.6-1.0 x fairlearn's fit time, with the
+#: same fallbacks and bounds; benchmarks/results/fairness_vs_fairlearn/stop40)
+CALIBRATION_ROUND_STEPS = 3
 #: cells with fewer than ``CALIBRATION_MIN_CELL / tol`` rows keep the smoothed rate (their hard
 #: rate moves in steps of ``1 / n_k >= tol / 2``: a hard bound at ``tol`` is not resolvable)
 CALIBRATION_MIN_CELL = 2.0
