@@ -348,3 +348,30 @@ def test_calibration_round_cap_keeps_the_bound_and_rejects_bad_values(monkeypatc
         with pytest.raises(ValueError, match="CALIBRATION_ROUND_STEPS"):
             ro.RiskClassifier(risk="mean", constraint="equalized_odds",
                               constraint_tol=tol).fit(X, y, sensitive_features=s)
+
+
+def test_benchmark_driving_cells_match_fairlearn_and_variant_settings():
+    """fairness_eo_causes.driving_cells: the difference is fairlearn's between-groups metric
+    and the two cells it names have rates that differ by it (random predictions, three
+    groups); fairness_vs_fairlearn._settings maps the variants to riskopt.fairness constants
+    and leaves the estimator's parameters."""
+    from conftest import load_benchmark
+
+    metrics = pytest.importorskip("fairlearn.metrics")
+    causes = load_benchmark("fairness_eo_causes")
+    rng = np.random.default_rng(3)
+    y, pred = rng.integers(0, 2, 300), rng.integers(0, 2, 300)
+    s = rng.choice(np.array(["a", "b", "c"], dtype=object), 300)
+    for c, fn in (("demographic_parity", metrics.demographic_parity_difference),
+                  ("equalized_odds", metrics.equalized_odds_difference)):
+        diff, hi, lo = causes.driving_cells(y, pred, s, c)
+        assert diff == pytest.approx(fn(y, pred, sensitive_features=s), abs=1e-12)
+        for g, lab, n, rate in (hi, lo):
+            rows = (s == g) & (True if lab is None else y == lab)
+            assert n == rows.sum() and rate == pytest.approx(pred[rows].mean(), abs=1e-12)
+        assert hi[3] - lo[3] == pytest.approx(diff, abs=1e-12)
+    settings = load_benchmark("fairness_vs_fairlearn")._settings
+    extra = {"smoothed": True, "uncapped": True, "randomized": True}
+    assert settings(extra) == {"CALIBRATION_MIN_CELL": float("inf"),
+                               "CALIBRATION_ROUND_STEPS": None}
+    assert extra == {"randomized": True}
