@@ -19,6 +19,12 @@ Stop 39's (``stop39/adult``: ``adult:sex:splits=13,adult:race:splits=16`` with `
 default,to_overall``; ``stop39/compas``: ``compas:race:splits=30,compas:race:min=100:splits=30``
 with ``--variants default,to_overall,capped``; the same cache; docs/fairness.rst).
 
+Stop 40's (``stop40/adult``, ``stop40/compas``: the same cases with ``--variants
+default,to_overall,uncapped,matched`` -- compas also ``smoothed`` -- and ``--cache
+benchmarks/results/fairness_vs_fairlearn/cells/stop40``, a copy of the cache holding fairlearn's
+and the plain fits and stop 38-39's default rows as ``uncapped``: the default changed to
+``CALIBRATION_ROUND_STEPS = 3``; ``benchmarks/fairness_eo_causes.py`` reads the same cache).
+
 Needs fairlearn (the ``bench`` extra). Data: ``riskopt.datasets.load`` (adult: the UCI
 split, one-hot, standardised; compas: ProPublica's filter, 80/20 split, standardised), the
 same arrays for both libraries; the sensitive feature stays a feature (as in fairlearn's
@@ -52,7 +58,13 @@ Rows per case:
   the block's pooled offset; a candidate fix, off by default); ``"<constraint> capped"``, the
   default with ``riskopt.fairness.CALIBRATION_ROUND_STEPS = 1`` (a calibration round cut off
   at the first solve's SQP steps, at least 20, and the calibration moved on to the next finer
-  smoothing; off by default). ``--variants`` picks among them.
+  smoothing; off by default); ``"<constraint> uncapped"``, ``CALIBRATION_ROUND_STEPS = None``
+  (the default up to stop 39); ``"<constraint> smoothed"``, ``CALIBRATION_MIN_CELL = inf`` (no
+  calibration to the hard training rates: the bound holds for the smoothed rates, the issue's
+  minimum); ``"<constraint>:to_overall matched"``, a diagnostic, not a claim: fairlearn's form at
+  ``constraint_tol`` = fairlearn's own training value of that form on the split (at least
+  ``--tol``): riskopt at the operating point fairlearn's fit reached on the training data.
+  ``--variants`` picks among them.
   Randomised predictions (both libraries') are drawn with ``random_state`` = the split's index.
 
 Reported on the test set (all by ``fairlearn.metrics``, between groups): accuracy, worst-group
