@@ -44,8 +44,8 @@ from numba import njit  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import prospect_incremental as pi  # noqa: E402
-from riskopt._kernels.hull_oracle import (_hull_build, _hull_replace, _hull_scratch,  # noqa: E402
-                                          _hull_weight, _hull_weight_full)
+from riskopt._kernels.hull_oracle import (_hull_build, _hull_move, _hull_replace,  # noqa: E402
+                                          _hull_scratch, _hull_weight, _hull_weight_full)
 from riskopt._kernels import hull_oracle, rank_oracle  # noqa: E402
 from riskopt._kernels.rank_oracle import (_rank_alloc, _rank_build, _rank_replace,  # noqa: E402
                                           _rank_weight)
@@ -72,7 +72,7 @@ def _build(nu0, ls0, sigma, nu, div, R):
 def _replace(nu0, R, sigma, old, new):
     if nu0:
         _rank_replace(R, old, new)
-    else:
+    elif not _hull_move(R, old, new):  # as the pass does
         _hull_replace(R, sigma, old, new)
 
 
@@ -133,12 +133,19 @@ def _scratch(ho, n):
     return ho._hull_scratch()
 
 
+@njit
+def _no_move(R, old, new):
+    return False
+
+
 def make_replay(rk, ho):
     """The replay on the modules ``rk`` / ``hull`` (this checkout's or a base's), the same
     closure for both so that the two compile alike: the replacements alone (``query``
     False) or the step, the query then the replacement (for ``nu = 0``, where ``rk`` has it,
     the pass's fused ``_rank_weight_at`` + ``_rank_replace_at``)."""
     fused = hasattr(rk, "_rank_weight_at")
+    # the pass's update entry (stop 40: ``_hull_move``, else ``_hull_replace``) where ho has it
+    move = getattr(ho, "_hull_move", _no_move)
 
     @njit
     def run(nu0, ls0, sigma, nu, div, R, olds, news, work, hst, query):
@@ -161,7 +168,8 @@ def make_replay(rk, ho):
                 if query:
                     q = ho._hull_weight(R, olds[t], work, hst)
                     acc += ho._hull_weight_full(R, sigma, olds[t]) if q != q else q
-                ho._hull_replace(R, sigma, olds[t], news[t])
+                if not move(R, olds[t], news[t]):
+                    ho._hull_replace(R, sigma, olds[t], news[t])
         return acc
     return run
 

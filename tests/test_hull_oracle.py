@@ -132,6 +132,36 @@ def test_hull_weights_property_up_to_2000(seed, n, spectrum, dist, move, div, nu
     _check(seed, n, spectrum, dist, move, div, nu_rel, B, steps=40, warm=warm)
 
 
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), dist=st.sampled_from(DISTS),
+       move=st.sampled_from(MOVES), div=st.sampled_from([ko.CHI2, ko.KL]),
+       B=st.sampled_from([2, 3, 8]))
+def test_tree_after_every_update_equals_a_rebuild(seed, n, dist, move, div, B):
+    # the step's update (_hull_move: a split or a merge relays out only the leaves that
+    # moved and pulls only their ancestors) leaves every node of the segment tree (count,
+    # term sum, smallest and largest term) bit for bit what a rebuild from the chunks gives;
+    # when _hull_move declines (a KL rebuild is due) it changes nothing
+    from riskopt._kernels import rank_oracle as rk
+    losses, sigma, idx, vals = _case(seed, n, "esrm", dist, move, min(3 * n + 5, 120))
+    nu = 0.1 * max(float(np.ptp(np.concatenate([losses, vals]))), 1.0)
+    R = ho._hull_alloc(n, B)
+    ho._hull_build(np.sort(losses), sigma, nu, div, R)
+    tree = slice(10, 14)  # tc, tF, tlo, thi
+    for i, v in zip(idx, vals):
+        before = [a.copy() for a in R]
+        if not ho._hull_move(R, losses[i], v):
+            assert all(np.array_equal(a, b) for a, b in zip(R, before))
+            ho._hull_replace(R, sigma, losses[i], v)
+        losses[i] = v
+        out = np.empty(n)
+        assert rk._rank_values(R, out) == n and np.array_equal(out, np.sort(losses))
+        fresh = tuple(a.copy() for a in R)
+        rk._tree_rebuild(fresh)
+        for a, b in zip(R[tree], fresh[tree]):
+            assert np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("div", [ko.CHI2, ko.KL])
 @pytest.mark.parametrize("spectrum,dist", [("esrm", "gauss"), ("extremile", "ties"),
                                            ("user", "exp")])

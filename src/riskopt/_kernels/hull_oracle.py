@@ -50,7 +50,7 @@ from numba import njit
 
 from .oracles import CHI2, _weights_sorted_ws
 from .rank_oracle import (_fterm, _rank_alloc, _rank_build, _rank_count, _rank_locate,
-                          _rank_replace, _rank_values, chunk_size)
+                          _rank_values, _replace_at, chunk_size)
 
 MAX_NEWTON = 64   #: Newton iterations before a query gives up (the caller runs the full PAV)
 KL_RANGE = 600.0  #: a KL table spanning more than 2 KL_RANGE nu is left to the full PAV
@@ -113,40 +113,80 @@ def _cpart(Shi, fpar, k, s):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _prefix_F(R, k):
-    """Sum of the terms of the ``k`` smallest losses."""
-    if k == 0:
-        return 0.0
-    j, P, acc = _locate(R, k - 1)
-    FV = R[9]
-    p = R[2][j]
-    for t in range(k - P):
-        acc += FV[p, t]
+def _locate(R, e):
+    """``(logical chunk, ranks before it, sum of the terms before it)`` of the loss of
+    0-based rank ``e``."""
+    return _descend(R, 1, 0, 0.0, e)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _descend(R, v, P, acc, e):
+    """:func:`_locate` from node ``v`` (``P`` ranks and term sum ``acc`` before it)."""
+    tc = R[10]
+    tF = R[11]
+    size = R[5][4]
+    kk = e - P
+    while v < size:
+        a = 2 * v
+        if kk < tc[a]:
+            v = a
+        else:
+            P += tc[a]
+            acc += tF[a]
+            kk -= tc[a]
+            v = a + 1
+    return v - size, P, acc
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _locate_pq(R, p, q):
+    """:func:`_locate` of the 0-based ranks ``p`` and ``q - 1`` (``p < q``: the first and
+    the last loss of the segment ``(p, q)``) in one descent down to where their paths part:
+    ``(j0, P0, A0, j1, P1, A1)``."""
+    tc = R[10]
+    tF = R[11]
+    size = R[5][4]
+    v = 1
+    P = 0
+    acc = 0.0
+    e1 = q - 1
+    while v < size:
+        a = 2 * v
+        m = P + tc[a]
+        if p < m:
+            if e1 >= m:
+                break
+            v = a
+        else:
+            P = m
+            acc += tF[a]
+            v = a + 1
+    j0, P0, A0 = _descend(R, v, P, acc, p)
+    j1, P1, A1 = _descend(R, v, P, acc, e1)
+    return j0, P0, A0, j1, P1, A1
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _chunk_sum(FV, p, a, b):
+    """Sum of the terms ``FV[p, a:b]`` in order."""
+    acc = 0.0
+    for j in range(a, b):
+        acc += FV[p, j]
     return acc
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _range_F(R, k0, k1):
+def _range_at(R, k0, k1, j0, P0, j1, P1):
     """Sum of the terms of the losses of ranks ``k0 + 1 .. k1`` (1-based), summed over the
-    covering chunks and tree nodes (no difference of prefix sums)."""
+    covering chunks and tree nodes (no difference of prefix sums), from the locations ``(j0,
+    P0)``, ``(j1, P1)`` of the 0-based ranks ``k0`` and ``k1 - 1`` (:func:`_locate_pq`)."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     size = meta[4]
-    nc = meta[0]
-    j0, P0, _ = _locate(R, k0)  # chunks and offsets of ranks k0 + 1 and k1
-    j1, P1, _ = _locate(R, k1 - 1)
     p0 = lid[j0]
     if j0 == j1:
-        acc = 0.0
-        for j in range(k0 - P0, k1 - P0):
-            acc += FV[p0, j]
-        return acc
-    acc = 0.0
-    for j in range(k0 - P0, cnt[p0]):
-        acc += FV[p0, j]
-    p1 = lid[j1]
-    acc2 = 0.0
-    for j in range(0, k1 - P1):
-        acc2 += FV[p1, j]
+        return _chunk_sum(FV, p0, k0 - P0, k1 - P0)
+    acc = _chunk_sum(FV, p0, k0 - P0, cnt[p0])
+    acc2 = _chunk_sum(FV, lid[j1], 0, k1 - P1)
     # full chunks j0 + 1 .. j1 - 1: bottom-up segment-tree range sum
     mid = 0.0
     lo = j0 + 1 + size
@@ -161,28 +201,6 @@ def _range_F(R, k0, k1):
         lo >>= 1
         hi >>= 1
     return acc + mid + acc2
-
-
-@njit(cache=True, _nrt=False, inline="always")
-def _locate(R, e):
-    """``(logical chunk, ranks before it, sum of the terms before it)`` of the loss of
-    0-based rank ``e``."""
-    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
-    size = meta[4]
-    v = 1
-    P = 0
-    acc = 0.0
-    kk = e
-    while v < size:
-        a = 2 * v
-        if kk < tc[a]:
-            v = a
-        else:
-            P += tc[a]
-            acc += tF[a]
-            kk -= tc[a]
-            v = a + 1
-    return v - size, P, acc
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -340,18 +358,16 @@ def _hull_weight(R, x, work, stats):
     if slot < cp.shape[0]:
         p = cp[slot]
         q = cq[slot]
-    if 0 <= p < r <= q <= meta[3] and q >= zlo:
-        yp = _prefix_F(R, p)
-        yq = _prefix_F(R, q)
-    else:
-        slot = cp.shape[0]
+    if not (0 <= p < r <= q <= meta[3] and q >= zlo):
         p = a
-        yp = _prefix_F(R, p)
-        q = r
-        yq = yp + fx
-        if zlo > r:
-            yq = _prefix_F(R, zlo)
-            q = zlo
+        q = r if r >= zlo else zlo
+    # the two ends located in one descent; their locations also serve the final range sum
+    # when the iteration ends where it started (a warm start that holds)
+    p0 = p
+    q0 = q
+    j0, P0, A0, j1, P1, A1 = _locate_pq(R, p, q)
+    yp = A0 + _chunk_sum(FV, lid[j0], 0, p - P0)
+    yq = A1 + _chunk_sum(FV, lid[j1], 0, q - P1)
     it = 0
     ok = False
     while it < MAX_NEWTON:
@@ -396,7 +412,9 @@ def _hull_weight(R, x, work, stats):
     for k in range(s0, s1 + 1):
         cp[k] = p
         cq[k] = q
-    dy = _range_F(R, p, q)
+    if p != p0 or q != q0:
+        j0, P0, A0, j1, P1, A1 = _locate_pq(R, p, q)
+    dy = _range_at(R, p, q, j0, P0, j1, P1)
     if fpar[3] == 0.0:
         ds = (Shi[q] - Shi[p]) + (Slo[q] - Slo[p])
         c = (dy - fpar[2] * ds) / (q - p)
@@ -431,22 +449,39 @@ def _hull_scratch(n=0):
             np.full(m, -1, dtype=np.int64))
 
 
+@njit(cache=True, _nrt=False)
+def _hull_move(R, old, new):
+    """:func:`_hull_replace` when it needs no KL rebuild (the step's update): compiled
+    without reference counting, so that a reference-counted caller (the pass) passes ``R``
+    without counting the references of its 15 arrays at each call (through ``_hull_replace``,
+    an allocating and so reference-counted function, the update cost 1.5-1.7x as much at n =
+    2e4: ``benchmarks/prospect_oracle_steps.py``, stop 40). Returns False, changing nothing,
+    when a KL table needs the rebuild of :func:`_hull_replace` (or is wide)."""
+    fpar = R[14]
+    if fpar[3] != 0.0 and (fpar[4] != 0.0 or abs(new - fpar[0]) > KL_WINDOW * fpar[1]):
+        return False
+    if old != new:
+        k, j, _ = _rank_locate(R, old)
+        _replace_at(R, k, j, old, new)
+    return True
+
+
 @njit(cache=True)
 def _hull_replace(R, sigma, old, new):
     """One loss changes from ``old`` to ``new``. KL: a loss more than ``KL_WINDOW nu`` from
     ``L0`` rebuilds the terms about the new table's mid-range (O(n)), or marks the table wide
     (``fpar[4] = 1``, see ``_hull_build``); a wide table is rebuilt at every update until it
-    fits again. Returns False when the table is wide."""
+    fits again. Returns False when the table is wide. (A caller that runs with reference
+    counting calls :func:`_hull_move` first, this only when that returns False.)"""
+    if _hull_move(R, old, new):
+        return True
     fpar = R[14]
-    if fpar[3] != 0.0 and (fpar[4] != 0.0 or abs(new - fpar[0]) > KL_WINDOW * fpar[1]):
-        n = R[5][3]
-        ls = np.empty(n)
-        _rank_values(R, ls)
-        _rank_replace_sorted(ls, old, new)
-        _hull_build(ls, sigma, fpar[1], 1, R)
-        return fpar[4] == 0.0
-    _rank_replace(R, old, new)
-    return True
+    n = R[5][3]
+    ls = np.empty(n)
+    _rank_values(R, ls)
+    _rank_replace_sorted(ls, old, new)
+    _hull_build(ls, sigma, fpar[1], 1, R)
+    return fpar[4] == 0.0
 
 
 @njit(cache=True)

@@ -54,8 +54,8 @@ from .oracles import (CHI2, _chi2_weight_at,
 from .prefetch import _prefetch
 from .prospect_moreau import (_epoch_prospect_moreau, _prox_linear, _prox_newton,  # noqa: F401
                               _psi, _resort, _sorted_tables)
-from .hull_oracle import (_hull_build, _hull_replace, _hull_scratch, _hull_weight,
-                          _hull_weight_full, hull_chunk)
+from .hull_oracle import (_hull_build, _hull_move, _hull_replace, _hull_scratch,
+                          _hull_weight, _hull_weight_full, hull_chunk)
 from .rank_oracle import (_rank_alloc, _rank_build, _rank_replace_at, _rank_weight_at,
                           chunk_size as _rank_chunk)
 
@@ -457,8 +457,9 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
         losses[i] = li
         if nu0:
             _rank_replace_at(R, k0, j0, lold, li)
-        elif hull:
-            _hull_replace(R, sigma, lold, li)
+        elif hull:  # _hull_move, not reference-counted: _hull_replace only for a KL rebuild
+            if not _hull_move(R, lold, li):
+                _hull_replace(R, sigma, lold, li)
         elif kl:
             _kl_update(B, i, li, stats)
         else:

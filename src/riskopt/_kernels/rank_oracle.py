@@ -106,17 +106,8 @@ def _tree_leaf(R, k):
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     if tc.shape[0] == 0:
         return
-    size = meta[4]
-    p = lid[k]
-    m = cnt[p]
-    v = size + k
-    acc = 0.0
-    for j in range(m):
-        acc += FV[p, j]
-    tc[v] = m
-    tF[v] = acc
-    tlo[v] = FV[p, 0] if m > 0 else 0.0
-    thi[v] = FV[p, m - 1] if m > 0 else 0.0
+    v = meta[4] + k
+    _leaf_scan(R, k)
     v >>= 1
     while v >= 1:
         _tree_pull(tc, tF, tlo, thi, v)
@@ -125,24 +116,64 @@ def _tree_leaf(R, k):
 
 @njit(cache=True, _nrt=False)
 def _tree_relayout(R, k0, k1, d):
-    """The tree after a split (``d = 1``) or a removal (``d = -1``) of a logical chunk: the
-    leaves at logical positions ``>= k1`` are the old ones shifted by ``d`` (no rescan), those
-    in ``[k0, k1)`` are rescanned, the internal nodes pulled: O(n / B + B)."""
+    """The tree after a split (``d = 1``) or a removal (``d = -1``) of a logical chunk
+    (``meta[0]`` already counts the chunks after it): the leaves at logical positions ``>=
+    k1`` are the old ones shifted by ``d`` (no rescan), those in ``[k0, k1)`` are rescanned,
+    and only the ancestors of the leaves that changed (``[k0, nc)``, the old last one
+    included) are pulled: O(nc - k0 + log n + B)."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     if tc.shape[0] == 0:
         return
     size = meta[4]
+    nc = meta[0]
+    hi = nc
     if d > 0:
-        for j in range(size - 1, k1 - 1, -1):
+        for j in range(nc - 1, k1 - 1, -1):
             _leaf_copy(tc, tF, tlo, thi, size + j, size + j - d)
     elif d < 0:
-        for j in range(k1, size):
-            if j - d < size:
-                _leaf_copy(tc, tF, tlo, thi, size + j, size + j - d)
-            else:
-                tc[size + j] = 0
-                tF[size + j] = 0.0
-    _tree_rebuild(R, k0, k1)
+        for j in range(k1, nc):
+            _leaf_copy(tc, tF, tlo, thi, size + j, size + j - d)
+        _leaf_clear(tc, tF, tlo, thi, size + nc)
+        hi = nc + 1
+    for k in range(k0, k1):
+        _leaf_scan(R, k)
+    _pull_range(tc, tF, tlo, thi, size + k0, size + hi - 1)
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _pull_range(tc, tF, tlo, thi, a, b):
+    """Pull every ancestor of the nodes ``a .. b`` (one level of the tree), level by level."""
+    lo = a >> 1
+    hi = b >> 1
+    while hi >= 1:
+        for v in range(lo, hi + 1):
+            _tree_pull(tc, tF, tlo, thi, v)
+        lo >>= 1
+        hi >>= 1
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _leaf_clear(tc, tF, tlo, thi, a):
+    tc[a] = 0
+    tF[a] = 0.0
+    tlo[a] = 0.0
+    thi[a] = 0.0
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _leaf_scan(R, k):
+    """Leaf ``k`` from the values of logical chunk ``k`` (its sum recomputed, no drift)."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    v = meta[4] + k
+    p = lid[k]
+    m = cnt[p]
+    acc = 0.0
+    for j in range(m):
+        acc += FV[p, j]
+    tc[v] = m
+    tF[v] = acc
+    tlo[v] = FV[p, 0] if m > 0 else 0.0
+    thi[v] = FV[p, m - 1] if m > 0 else 0.0
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -164,22 +195,10 @@ def _tree_rebuild(R, k0=0, k1=-1):
     nc = meta[0]
     kend = size if k1 < 0 else k1
     for k in range(k0, kend):
-        v = size + k
         if k < nc:
-            p = lid[k]
-            m = cnt[p]
-            acc = 0.0
-            for j in range(m):
-                acc += FV[p, j]
-            tc[v] = m
-            tF[v] = acc
-            tlo[v] = FV[p, 0]
-            thi[v] = FV[p, m - 1]
+            _leaf_scan(R, k)
         else:
-            tc[v] = 0
-            tF[v] = 0.0
-            tlo[v] = 0.0
-            thi[v] = 0.0
+            _leaf_clear(tc, tF, tlo, thi, size + k)
     for v in range(size - 1, 0, -1):
         _tree_pull(tc, tF, tlo, thi, v)
 
