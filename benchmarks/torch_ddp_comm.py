@@ -157,14 +157,19 @@ def _worker(rank, path, args):
     def local_batch():
         return torch.randint(0, n, (args.batch,), generator=gen)
 
-    ddp = torch.nn.parallel.DistributedDataParallel(module)
-    sgd = torch.optim.SGD(module.parameters(), lr=1e-3)
+    def sgd_stepper(model, params):
+        """SGD on ``model``'s mean loss (the goal's reference): ``(optimizer, step)``."""
+        opt = torch.optim.SGD(params, lr=1e-3)
 
-    def sgd_step():
-        idx = local_batch()
-        sgd.zero_grad()
-        (0.5 * (ddp(X[idx])[:, 0] - y[idx]) ** 2).mean().backward()
-        sgd.step()
+        def step():
+            idx = local_batch()
+            opt.zero_grad()
+            (0.5 * (model(X[idx])[:, 0] - y[idx]) ** 2).mean().backward()
+            opt.step()
+        return opt, step
+
+    ddp = torch.nn.parallel.DistributedDataParallel(module)
+    sgd, sgd_step = sgd_stepper(ddp, module.parameters())
 
     # the floor of any gather: one bare collective of a typical gather's size (a header and
     # three columns of the rank's rows, float64), no other work, timed like the steps
@@ -215,13 +220,7 @@ def _worker(rank, path, args):
     # optimizer with process_group=False, timed while the other rank does the same (the same
     # load as the DDP blocks): the ratio of the two is the optimizer's algorithmic floor
     solo = copy.deepcopy(module)
-    solo_sgd = torch.optim.SGD(solo.parameters(), lr=1e-3)
-
-    def solo_sgd_step():
-        idx = local_batch()
-        solo_sgd.zero_grad()
-        (0.5 * (solo(X[idx])[:, 0] - y[idx]) ** 2).mean().backward()
-        solo_sgd.step()
+    _, solo_sgd_step = sgd_stepper(solo, solo.parameters())
 
     blocks = {"sgd": [], "bare": [], **{key: [] for key in floors}}   # (wall, cpu) per block
     if args.solo:
