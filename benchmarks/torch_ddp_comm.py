@@ -21,9 +21,12 @@ block of each counts) and report
 * a row "one bare all-gather": a collective of a typical gather's size (the header and three
   float64 columns of the rank's rows) and nothing else, as a ratio to the SGD step: the
   floor of what an optimizer's own gather adds (latency and the wait for the other rank);
-* three "floor" rows (``--no-floors`` skips them): plain DDP + SGD plus only what an
+* four "floor" rows (``--no-floors`` skips them): plain DDP + SGD plus only what an
   algorithm cannot avoid, no optimizer code: one gather of that size between the forward
-  and the backward (the floor of every gathering optimizer); the same plus a no-grad
+  and the backward (the floor of every gathering optimizer); the same with the loss the
+  group methods are driven with (the mean of the batch's group means, ``torch.unique`` and
+  ``index_add_``, plus a tenth of the mean loss: the floor of SONX, SOX and OOA, whose
+  losses are per group); the same plus a no-grad
   forward at a second parameter vector (the MSVR methods SONEX and ALEXR2 need the inner
   values at the previous iterate); the same plus a forward with graph there and its
   backward (ASCDRO's STORM estimator needs the gradient at the previous iterate; a lower
@@ -200,7 +203,11 @@ def _worker(rank, path, args):
         idx = local_batch()
         x, t = X[idx], y[idx]
         sgd.zero_grad()
-        loss = (0.5 * (ddp(x)[:, 0] - t) ** 2).mean()
+        if extra == "groups":    # the loss the group methods are driven with, no optimizer
+            losses = 0.5 * (ddp(x)[:, 0] - t) ** 2
+            loss = D._group_means(losses, groups[idx])[1].mean() + 0.1 * losses.mean()
+        else:
+            loss = (0.5 * (ddp(x)[:, 0] - t) ** 2).mean()
         if extra == "nograd":
             with torch.no_grad():
                 twin(x)
@@ -211,7 +218,8 @@ def _worker(rank, path, args):
         loss.backward()
         sgd.step()
 
-    floors = {f"floor/{e}": (lambda e=e: floor_step(e)) for e in ("gather", "nograd", "graph")
+    floors = {f"floor/{e}": (lambda e=e: floor_step(e)) for e in ("gather", "groups", "nograd",
+                                                                   "graph")
               } if args.floors else {}
     for key in floors:
         out[key] = {"calls": 1.0, "bytes": 8.0 * bare_out.numel(), "gather_s": 0.0}
@@ -336,6 +344,9 @@ def report(args, out_dir):
     rows = [row("SGD (plain DDP)", sgd), row("one bare all-gather, no step (the floor of a "
                                               "gather's cost)", out["bare"])]
     labels = {"gather": "floor: SGD + one gather (any gathering optimizer)",
+              "groups": "floor: SGD on the loss the group methods are driven with (the "
+                        "mean of the batch's group means + a tenth of the mean loss) + one "
+                        "gather (sonx, sox, ooa; sonex, alexr2 before their 2nd forward)",
               "nograd": "floor: SGD + gather + a no-grad forward at a 2nd iterate "
                         "(MSVR: sonex, alexr2)",
               "graph": "floor: SGD + gather + forward/backward at a 2nd iterate "
