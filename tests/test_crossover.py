@@ -392,11 +392,14 @@ def test_a_small_design_takes_the_crossover_first_from_the_ridge_start(tail, mon
     assert abs(off["value"] - v_cvx) <= tol * abs(v_cvx)
 
 
-def test_a_large_design_keeps_the_stages_first(monkeypatch):
-    """The window of a design with many samples per column is a small share of them: the
-    stages run first (the crossover-first rule does not apply)."""
-    obj = _obj("squared", 0.1, True, 22, n=3000, d=3)
-    assert xc.window_share(obj) < nt.XO_FIRST_WINDOW_SHARE
+@pytest.mark.parametrize("n,d", [(3000, 3), (400, 60)])
+def test_a_large_design_keeps_the_stages_first(n, d, monkeypatch):
+    """The window of a design with many samples per column is a small share of them, and a
+    wide design's model solves cost more than its Newton steps: the stages run first (the
+    crossover-first rule does not apply)."""
+    obj = _obj("squared", 0.1, True, 22, n=n, d=d)
+    assert (xc.window_share(obj) < nt.XO_FIRST_WINDOW_SHARE
+            or obj.p > nt.XO_FIRST_MAX_COLUMNS)
     hess = _spy(monkeypatch, nt, "_smoothed_hessian")
     res = nt.newton(obj, obj.zeros(), rtol=1e-10, mean_start=True)
     assert res["converged"] and hess

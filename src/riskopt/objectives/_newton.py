@@ -46,7 +46,8 @@ optimum) and ends with its point when that point is certified within the goal: o
 4 (2 of the first stage, then the crossover tried early: 2 model solves, certified to 3e-13)
 and adult CVaR 0.5 from 48 to 15 (the early try fails after 2 model solves, the first stage
 ends after 12 steps and the crossover needs 1). On a small design (its window a large share
-of the samples, :data:`XO_FIRST_WINDOW_SHARE`) it runs first, from the ridge start. Each model
+of the samples and few columns, :data:`XO_FIRST_WINDOW_SHARE`) it runs first, from the ridge
+start. Each model
 solve counts as a Newton step (one weighted Gram matrix).
 """
 import numpy as np
@@ -299,6 +300,13 @@ EARLY_QP_PER_COLUMN = 20.0
 #: kin8nm CVaR 0.01 (a 4 % window) went 6 -> 7 steps, 4.3 -> 8.3 ms, and law_school CVaR 0.01
 #: 7 -> 9 (the model's first steps backtracked, its window missed the samples crossing up)
 XO_FIRST_WINDOW_SHARE = 0.25
+#: ... and at most this many design columns (a model solve's work grows like ``p^4``,
+#: ``_crossover.MAX_FEATURES``). Synthetic ``y = X w + t(3)`` default fits, CPU min of 16-32
+#: (one BLAS thread, loaded), crossover first / stages first: 800 x 8 0.34, 1,200 x 12 0.86,
+#: 1,500 x 16 0.97, 2,500 x 20 0.92, 3,000 x 23 0.38, 800 x 30 0.56, 2,000 x 30 0.93, 500 x 50
+#: 0.60; but 600 x 64 0.85 and 1,500 x 64 1.25, 3,000 x 80 1.95, 1,000 x 100 1.67, 2,000 x 100
+#: 1.78 (5-6 model solves against 9-24 Newton steps, fewer but dearer steps)
+XO_FIRST_MAX_COLUMNS = 51
 
 
 def _backtrack(t, slope, rise):
@@ -489,7 +497,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
                                  grad=grad, qg=q)
 
     xo_hit, tried_early, loose, xo_fails = None, False, 2, 0
-    if (box and started and it < max_iter
+    if (box and started and it < max_iter and objective.p <= XO_FIRST_MAX_COLUMNS
             and _xo.window_share(objective) >= XO_FIRST_WINDOW_SHARE):
         # a small design: the crossover from the ridge start, before any stage
         xo_hit, k, stuck, xo = _crossover(objective, W, z, bound, max(rtol, accept or rtol),
