@@ -58,7 +58,7 @@ _SCRATCH = threading.local()
 def _scratch(n):
     """This thread's scratch arrays of :func:`_batch_weights` for ``n`` losses (kept for the
     last ``n``): the radix sort's (float32 keys, packed keys twice, the digit counts), the
-    order and sorted losses, the PAV's (``3 n`` floats, ``n`` int64), the tie tables.
+    order and sorted losses, the PAV's (``3 n`` floats, ``2 n`` int64), the tie tables.
     Nothing is read from the scratch before it is written in the same call."""
     ws = getattr(_SCRATCH, "ws", None)
     if ws is None or ws[0] != n:
@@ -68,7 +68,7 @@ def _scratch(n):
         ws = (n, np.empty(n, dtype=np.float32), buf[:n],
               np.empty(2 << RADIX_BITS, dtype=np.int64), buf[n:2 * n],
               np.empty(n, dtype=np.int64), np.empty(n), buf.view(np.float64),
-              np.empty(n, dtype=np.int64), np.empty(_TABLE_MAX, dtype=np.uint64),
+              np.empty(2 * n, dtype=np.int64), np.empty(_TABLE_MAX, dtype=np.uint64),
               np.empty(_TABLE_MAX, dtype=np.int64))
         _SCRATCH.ws = ws
     return ws[1:]

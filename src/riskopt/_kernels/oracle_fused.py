@@ -82,89 +82,235 @@ def _kl_weights_linear(ls, sigma, nu, qs, work, iwork):
 
 
 @njit(cache=True)
-def _chi2_gathered(order, ls, sigma, nu, q, work, iwork):
-    """The chi-square branch of ``oracles._weights_sorted_ws`` (the same blocks and weights,
-    bit for bit, with each block's reference loss kept in ``ref`` instead of re-read
-    through ``start``), its weights scattered to ``q[order]``, and the value of
-    ``oracles._risk_sorted`` (the same sums in the same order) in the fill pass. ``work`` (float)
-    holds at least ``3 n``, ``iwork`` (int64) ``n``. (The pooling step is written out
-    here, in ``_weights_sorted_ws`` and in ``oracle_ties._chi2_groups``: a shared ``njit``
-    helper, even ``inline="always"``, made this loop 1.5x slower at n = 1e6. The stack's
-    top block kept in registers and the blocks' means in a loop of their own were 4-8 %
-    slower at n = 8192, same process; in the KL PAV the former made no difference.)"""
+def _chi2_runs(ls, sigma, tnn, R, A, T, E):
+    """The maximal runs of ranks along which ``l_(r) - tnn sigma_r`` does not increase
+    (the chi-square PAV's values; rank ``r`` joins the run of ``r - 1`` iff ``l_(r-1) -
+    l_(r) >= tnn (sigma_(r-1) - sigma_r)``, the PAV's test of two single ranks): run ``k``
+    has its first loss ``R[k]``, ``A[k] = sum (l - R[k])`` and ``T[k] = sum sigma`` over
+    its ranks (kept apart, as in ``oracles._weights_sorted_ws``, so neither a common offset
+    of the losses nor a tiny ``nu`` costs precision) and ends before rank ``E[k]``; returns
+    their number. The PAV pools every such run (each rank's value is at most the mean of
+    the ranks before it in the run), so it may start from them. Branch-free (selects by
+    multiplying with 0.0 / 1.0: numba leaves an ``if`` a branch, 57 against 18 us at
+    n = 8192, on which a PAV over uniform losses mispredicts half the time)."""
     n = ls.shape[0]
-    start = iwork
-    a = work[:n]
-    t = work[n:2 * n]
-    ref = work[2 * n:3 * n]
-    tnn = 2.0 * n * nu
+    ref = ls[0]
+    acc = 0.0
+    ts = sigma[0]
+    R[0] = ref
+    A[0] = 0.0
+    T[0] = ts
+    E[0] = 1
+    k = 0
+    for i in range(1, n):
+        x = ls[i]
+        s = sigma[i]
+        g = np.float64((ls[i - 1] - x) >= tnn * (sigma[i - 1] - s))   # 1.0: the run goes on
+        k += 1 - np.int64(g)
+        ref = ref * g + x * (1.0 - g)
+        acc = (acc + (x - ref)) * g
+        ts = ts * g + s
+        R[k] = ref
+        A[k] = acc
+        T[k] = ts
+        E[k] = i + 1
+    return k + 1
+
+
+@njit(cache=True)
+def _chi2_pav_runs(R, A, T, E, m, tnn):
+    """The chi-square PAV of ``oracles._weights_sorted_ws`` (its pooling test and update)
+    over the ``m`` runs of :func:`_chi2_runs`, in place (the stack below the run read, its
+    top in registers). Returns the number of blocks."""
     k = -1
-    for i in range(n):
-        k += 1
-        start[k] = i
-        ref[k] = ls[i]
-        a[k] = 0.0
-        t[k] = sigma[i]
-        while k >= 1:
-            c1 = start[k] - start[k - 1]
-            c2 = i + 1 - start[k]
-            # pool iff mean(l - tnn sigma) of block k-1 >= that of block k (times c1 c2)
-            lhs = (ref[k - 1] - ref[k]) * (c1 * c2) + (a[k - 1] * c2 - a[k] * c1)
-            if lhs < tnn * (t[k - 1] * c2 - t[k] * c1):
+    for j in range(m):
+        rf = R[j]
+        a = A[j]
+        t = T[j]
+        e = E[j]
+        st = E[k] if k >= 0 else 0             # the run's first rank
+        while k >= 0:
+            s0 = E[k - 1] if k >= 1 else 0     # the first rank of block k
+            c1 = st - s0
+            c2 = e - st
+            # pool iff mean(l - tnn sigma) of block k >= that of the top (times c1 c2)
+            lhs = (R[k] - rf) * (c1 * c2) + (A[k] * c2 - a * c1)
+            if lhs < tnn * (T[k] * c2 - t * c1):
                 break
-            a[k - 1] += a[k] + c2 * (ref[k] - ref[k - 1])
-            t[k - 1] += t[k]
+            a = A[k] + (a + c2 * (rf - R[k]))
+            rf = R[k]
+            t += T[k]
+            st = s0
             k -= 1
+        k += 1
+        R[k] = rf
+        A[k] = a
+        T[k] = t
+        E[k] = e
+    return k + 1
+
+
+@njit(cache=True)
+def _block_marks(E, nb, n, mark):
+    """``mark[r]`` = 1 where a block starts (but the first), else 0: the block of rank ``r``
+    is the prefix sum of ``mark`` (no loop per block, whose exit mispredicts on short
+    blocks)."""
+    for r in range(n):
+        mark[r] = 0
+    for b in range(nb - 1):
+        mark[E[b]] = 1
+
+
+@njit(cache=True)
+def _chi2_gathered(order, ls, sigma, nu, q, work, iwork):
+    """The chi-square weights of ``oracles._weights_sorted_ws`` (the same blocks in exact
+    arithmetic, the same formulas), scattered to ``q[order]``, and the value of
+    ``oracles._risk_sorted``. ``work`` (float) holds at least ``3 n``, ``iwork`` (int64)
+    ``2 n`` (``n``: a mark array is allocated).
+
+    The PAV of ``_weights_sorted_ws`` branches on every push (5.4k pools for 8.2k pushes on
+    uniform losses at n = 8192), and its mispredictions cost most of its time. Here the
+    runs that it pools in any case are found by a branch-free pass (:func:`_chi2_runs`:
+    about half the ranks on such losses), the stack PAV runs on the runs
+    (:func:`_chi2_pav_runs`), and the weights ``q_r = max(0, mean_s + ((l_r - ref) -
+    mean_a) / (2 n nu))`` are filled by rank, each rank's block from a prefix sum of marks
+    (:func:`_block_marks`), with the value's sums in the same pass. The weights agree with
+    ``_weights_sorted_ws`` to rounding (``tests/test_oracle_ties.py``)."""
+    n = ls.shape[0]
+    R = work[:n]
+    A = work[n:2 * n]
+    T = work[2 * n:3 * n]
+    E = iwork[:n]
+    mark = iwork[n:2 * n] if iwork.shape[0] >= 2 * n else np.empty(n, dtype=np.int64)
+    tnn = 2.0 * n * nu
+    nb = _chi2_pav_runs(R, A, T, E, _chi2_runs(ls, sigma, tnn, R, A, T, E), tnn)
+    _block_marks(E, nb, n, mark)
+    st = 0
+    for b in range(nb):
+        c = E[b] - st
+        st = E[b]
+        A[b] = A[b] / c
+        T[b] = T[b] / c
     top = ls[n - 1]
+    inv_n = 1.0 / n
     s = 0.0
     m = 0.0
     pen = 0.0
-    for b in range(k + 1):
-        end = start[b + 1] if b < k else n
-        cnt = end - start[b]
-        mean_a = a[b] / cnt
-        mean_s = t[b] / cnt
-        rf = ref[b]
-        for r in range(start[b], end):
-            x = ls[r]
-            v = mean_s + ((x - rf) - mean_a) / tnn
-            v = v if v > 0.0 else 0.0
-            q[order[r]] = v
-            d = x - top
-            s += v * d
-            m += d
-            e = v - 1.0 / n
-            pen += e * e
+    bi = 0
+    for r in range(n):
+        bi += mark[r]
+        x = ls[r]
+        v = T[bi] + ((x - R[bi]) - A[bi]) / tnn
+        v = max(v, 0.0)
+        q[order[r]] = v
+        d = x - top
+        s += v * d
+        m += d
+        e = v - inv_n
+        pen += e * e
     return _clamp_value(top + s - nu * n * pen, top, m, top - ls[0], n, nu)
+
+
+@njit(cache=True)
+def _kl_runs(e, sigma, A, S, E):
+    """The maximal runs of non-increasing ``e_r / sigma_r`` (cross-multiplied; ``sigma_r =
+    0`` is ``+inf``, pooled with what follows, as the KL PAV pools a block without spectrum
+    mass), branch-free as :func:`_chi2_runs`: ``A = sum e``, ``S = sum sigma``, end ``E``.
+    Returns their number, or -1 where a product of two neighbours with spectrum mass is
+    <= 1e-290 (too close to underflow: the log form decides, as in :func:`_kl_blocks`)."""
+    n = e.shape[0]
+    pe = e[0]
+    ps = sigma[0]
+    acc = pe
+    ss = ps
+    A[0] = acc
+    S[0] = ss
+    E[0] = 1
+    k = 0
+    bad = 0
+    for i in range(1, n):
+        ei = e[i]
+        si = sigma[i]
+        lhs = ei * ps
+        rhs = pe * si
+        nw = np.int64(lhs > rhs)
+        bad += np.int64(min(lhs, rhs) <= 1e-290) * np.int64(ps > 0.0) * np.int64(si > 0.0)
+        g = np.float64(1 - nw)
+        k += nw
+        acc = acc * g + ei
+        ss = ss * g + si
+        A[k] = acc
+        S[k] = ss
+        E[k] = i + 1
+        pe = ei
+        ps = si
+    return -1 if bad else k + 1
+
+
+@njit(cache=True)
+def _kl_pav_runs(A, S, E, m):
+    """The KL PAV of :func:`_kl_blocks` over the ``m`` runs of :func:`_kl_runs`, in place;
+    returns the number of blocks, or -1 as :func:`_kl_blocks`."""
+    k = -1
+    for j in range(m):
+        a = A[j]
+        s = S[j]
+        e = E[j]
+        while k >= 0:
+            if S[k] != 0.0:            # a block without spectrum mass is always pooled
+                if s == 0.0:
+                    break
+                lhs = A[k] * s
+                rhs = a * S[k]
+                if not (lhs > 1e-290 and rhs > 1e-290):
+                    return -1
+                if lhs < rhs:
+                    break
+            a += A[k]
+            s += S[k]
+            k -= 1
+        k += 1
+        A[k] = a
+        S[k] = s
+        E[k] = e
+    return k + 1
 
 
 @njit(cache=True, error_model="numpy")
 def _kl_gathered(order, ls, sigma, nu, q, work, iwork):
-    """The PAV of :func:`_kl_weights_linear` (the same blocks and weights, bit for bit),
-    its weights ``S_b e_r / A_b`` scattered to ``q[order]``, and the value from the blocks:
+    """The KL weights of :func:`_kl_weights_linear` (the same blocks in exact arithmetic:
+    the PAV starts from the non-increasing runs of :func:`_kl_runs`, as
+    :func:`_chi2_gathered`), scattered to ``q[order]``, and the value from the blocks:
     with ``q_r = S_b e_r / A_b``, ``log(n q_r) = log(n S_b / A_b) + (l_r - max l) / nu`` and
     ``sum_b q_r = S_b``, so ``q.l - nu KL(q)`` is ``max l - nu sum_b S_b log(n S_b / A_b)``
     (one logarithm per block instead of one per loss; clamped as ``oracles._risk_sorted``).
-    ``work`` (float) holds at least ``3 n``, ``iwork`` (int64) ``n``. Returns NaN when
-    the linear PAV declines (nothing scattered then)."""
+    ``work`` (float) holds at least ``3 n``, ``iwork`` (int64) ``2 n`` (``n``: a mark array
+    is allocated). Returns NaN when the linear PAV declines (nothing scattered then)."""
     n = ls.shape[0]
-    start = iwork
     e = work[:n]
     A = work[n:2 * n]
     S = work[2 * n:3 * n]
-    nb = _kl_blocks(ls, sigma, nu, e, start, A, S)
+    E = iwork[:n]
+    top = ls[n - 1]
+    if (top - ls[0]) / nu > KL_LINEAR_RANGE:
+        return np.nan
+    exp_terms(ls, top, nu, e)        # vectorised (oracle_vmath): 2-3x a loop of math.exp
+    m = _kl_runs(e, sigma, A, S, E)
+    if m < 0:
+        return np.nan
+    nb = _kl_pav_runs(A, S, E, m)
     if nb < 0:
         return np.nan
+    mark = iwork[n:2 * n] if iwork.shape[0] >= 2 * n else np.empty(n, dtype=np.int64)
+    _block_marks(E, nb, n, mark)
     for b in range(nb):            # the blocks' factors, in one vectorised loop
         A[b] = S[b] / A[b]
-    top = ls[n - 1]
-    m = 0.0
-    for b in range(nb):
-        end = start[b + 1] if b < nb - 1 else n
-        f = A[b]
-        for r in range(start[b], end):
-            q[order[r]] = f * e[r]
-            m += ls[r] - top
+    mm = 0.0
+    bi = 0
+    for r in range(n):
+        bi += mark[r]
+        q[order[r]] = A[bi] * e[r]
+        mm += ls[r] - top
     y = A[:nb]
     for b in range(nb):
         y[b] = n * y[b] if S[b] > 0.0 else 1.0
@@ -176,4 +322,4 @@ def _kl_gathered(order, ls, sigma, nu, q, work, iwork):
     pen = 0.0
     for b in range(nb):
         pen += S[b] * y[b]
-    return _clamp_value(top - nu * pen, top, m, top - ls[0], n, nu)
+    return _clamp_value(top - nu * pen, top, mm, top - ls[0], n, nu)

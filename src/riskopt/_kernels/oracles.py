@@ -278,7 +278,7 @@ def _risk_weights_ordered(losses, order, sigma, nu, div, q):
 def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
     """:func:`_risk_weights_ordered` given the sorted losses ``ls = losses[order]`` too;
     ``qs`` (length n), ``work`` and ``iwork`` are scratch space (see :func:`_weights_sorted_ws`;
-    the fused paths of ``oracle_fused`` need ``3 n`` floats)."""
+    the fused paths of ``oracle_fused`` need ``3 n`` floats and ``2 n`` int64)."""
     n = ls.shape[0]
     if nu != 0.0:
         if work.shape[0] >= 3 * n and iwork.shape[0] >= n:
@@ -316,7 +316,7 @@ def _scratch(n):
     ws = getattr(_SCRATCH, "ws", None)
     if ws is None or ws[0] != n:
         ws = (n, np.empty(n, dtype=np.uint64), np.empty(n), np.empty(n), np.empty(3 * n),
-              np.empty(n, dtype=np.int64))
+              np.empty(2 * n, dtype=np.int64))
         _SCRATCH.ws = ws
     return ws[1:]
 
