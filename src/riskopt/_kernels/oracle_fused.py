@@ -82,24 +82,25 @@ def _kl_weights_linear(ls, sigma, nu, qs, work, iwork):
 
 
 @njit(cache=True)
-def _chi2_runs(ls, sigma, tnn, R, A, T, E):
+def _chi2_runs(ls, sigma, tnn, R, Y, C, E):
     """The maximal runs of ranks along which ``l_(r) - tnn sigma_r`` does not increase
     (the chi-square PAV's values; rank ``r`` joins the run of ``r - 1`` iff ``l_(r-1) -
     l_(r) >= tnn (sigma_(r-1) - sigma_r)``, the PAV's test of two single ranks): run ``k``
-    has its first loss ``R[k]``, ``A[k] = sum (l - R[k])`` and ``T[k] = sum sigma`` over
-    its ranks (kept apart, as in ``oracles._weights_sorted_ws``, so neither a common offset
-    of the losses nor a tiny ``nu`` costs precision) and ends before rank ``E[k]``; returns
-    their number. The PAV pools every such run (each rank's value is at most the mean of
-    the ranks before it in the run), so it may start from them. Branch-free (selects by
-    multiplying with 0.0 / 1.0: numba leaves an ``if`` a branch, 57 against 18 us at
-    n = 8192, on which a PAV over uniform losses mispredicts half the time)."""
+    has its first loss ``R[k]``, ``Y[k] = sum ((l - R[k]) - tnn sigma)`` over its ``C[k]``
+    ranks (a float) and ends before rank ``E[k]``; returns their number. The PAV pools
+    every such run (each rank's value is at most the mean of the ranks before it in the
+    run), so it may start from them. Values relative to the run's first loss, as in
+    ``oracles._weights_sorted_ws``: neither a common offset of the losses nor a tiny ``nu``
+    costs precision (for tied losses ``Y`` is ``-tnn sum sigma`` to rounding). Branch-free
+    (selects by multiplying with 0.0 / 1.0: numba leaves an ``if`` a branch, 57 against 18
+    us at n = 8192, on which a PAV over uniform losses mispredicts half the time)."""
     n = ls.shape[0]
     ref = ls[0]
-    acc = 0.0
-    ts = sigma[0]
+    acc = -tnn * sigma[0]
+    c = 1.0
     R[0] = ref
-    A[0] = 0.0
-    T[0] = ts
+    Y[0] = acc
+    C[0] = c
     E[0] = 1
     k = 0
     for i in range(1, n):
@@ -108,44 +109,40 @@ def _chi2_runs(ls, sigma, tnn, R, A, T, E):
         g = np.float64((ls[i - 1] - x) >= tnn * (sigma[i - 1] - s))   # 1.0: the run goes on
         k += 1 - np.int64(g)
         ref = ref * g + x * (1.0 - g)
-        acc = (acc + (x - ref)) * g
-        ts = ts * g + s
+        acc = acc * g + ((x - ref) - tnn * s)
+        c = c * g + 1.0
         R[k] = ref
-        A[k] = acc
-        T[k] = ts
+        Y[k] = acc
+        C[k] = c
         E[k] = i + 1
     return k + 1
 
 
 @njit(cache=True)
-def _chi2_pav_runs(R, A, T, E, m, tnn):
-    """The chi-square PAV of ``oracles._weights_sorted_ws`` (its pooling test and update)
-    over the ``m`` runs of :func:`_chi2_runs`, in place (the stack below the run read, its
-    top in registers). Returns the number of blocks."""
+def _chi2_pav_runs(R, Y, C, E, m):
+    """The chi-square PAV of ``oracles._weights_sorted_ws`` (its pooling test, with the
+    loss and spectrum sums of a block folded into ``Y``) over the ``m`` runs of
+    :func:`_chi2_runs`, in place (the stack below the run read, its top in registers).
+    Returns the number of blocks."""
     k = -1
     for j in range(m):
         rf = R[j]
-        a = A[j]
-        t = T[j]
+        y = Y[j]
+        c = C[j]
         e = E[j]
-        st = E[k] if k >= 0 else 0             # the run's first rank
         while k >= 0:
-            s0 = E[k - 1] if k >= 1 else 0     # the first rank of block k
-            c1 = st - s0
-            c2 = e - st
-            # pool iff mean(l - tnn sigma) of block k >= that of the top (times c1 c2)
-            lhs = (R[k] - rf) * (c1 * c2) + (A[k] * c2 - a * c1)
-            if lhs < tnn * (T[k] * c2 - t * c1):
+            c1 = C[k]
+            # pool iff mean(l - tnn sigma) of block k >= that of the top (times c1 c)
+            if (R[k] - rf) * (c1 * c) + (Y[k] * c - y * c1) < 0.0:
                 break
-            a = A[k] + (a + c2 * (rf - R[k]))
+            y = Y[k] + (y + c * (rf - R[k]))
             rf = R[k]
-            t += T[k]
-            st = s0
+            c += c1
             k -= 1
         k += 1
         R[k] = rf
-        A[k] = a
-        T[k] = t
+        Y[k] = y
+        C[k] = c
         E[k] = e
     return k + 1
 
@@ -164,51 +161,61 @@ def _block_marks(E, nb, n, mark):
 @njit(cache=True)
 def _chi2_gathered(order, ls, sigma, nu, q, work, iwork):
     """The chi-square weights of ``oracles._weights_sorted_ws`` (the same blocks in exact
-    arithmetic, the same formulas), scattered to ``q[order]``, and the value of
-    ``oracles._risk_sorted``. ``work`` (float) holds at least ``3 n``, ``iwork`` (int64)
-    ``2 n`` (``n``: a mark array is allocated).
+    arithmetic), scattered to ``q[order]``, and the value of ``oracles._risk_sorted``.
+    ``work`` (float) holds at least ``3 n``, ``iwork`` (int64) ``2 n`` (``n``: two arrays
+    are allocated).
 
     The PAV of ``_weights_sorted_ws`` branches on every push (5.4k pools for 8.2k pushes on
     uniform losses at n = 8192), and its mispredictions cost most of its time. Here the
     runs that it pools in any case are found by a branch-free pass (:func:`_chi2_runs`:
     about half the ranks on such losses), the stack PAV runs on the runs
-    (:func:`_chi2_pav_runs`), and the weights ``q_r = max(0, mean_s + ((l_r - ref) -
-    mean_a) / (2 n nu))`` are filled by rank, each rank's block from a prefix sum of marks
-    (:func:`_block_marks`), with the value's sums in the same pass. The weights agree with
-    ``_weights_sorted_ws`` to rounding (``tests/test_oracle_ties.py``)."""
+    (:func:`_chi2_pav_runs`), and the weights ``q_r = max(0, ((l_r - R_b) - Y_b / C_b) /
+    (2 n nu))`` are filled by rank, each rank's block ``b`` from a prefix sum of marks
+    (:func:`_block_marks`); the value's sums after (:func:`_chi2_sums`). The weights agree
+    with ``_weights_sorted_ws`` to rounding (``tests/test_oracle_ties.py``)."""
     n = ls.shape[0]
     R = work[:n]
-    A = work[n:2 * n]
-    T = work[2 * n:3 * n]
+    Y = work[n:2 * n]
+    C = work[2 * n:3 * n]
     E = iwork[:n]
-    mark = iwork[n:2 * n] if iwork.shape[0] >= 2 * n else np.empty(n, dtype=np.int64)
+    big = iwork.shape[0] >= 2 * n
+    mark = iwork[n:2 * n] if big else np.empty(n, dtype=np.int64)
     tnn = 2.0 * n * nu
-    nb = _chi2_pav_runs(R, A, T, E, _chi2_runs(ls, sigma, tnn, R, A, T, E), tnn)
+    nb = _chi2_pav_runs(R, Y, C, E, _chi2_runs(ls, sigma, tnn, R, Y, C, E))
     _block_marks(E, nb, n, mark)
-    st = 0
     for b in range(nb):
-        c = E[b] - st
-        st = E[b]
-        A[b] = A[b] / c
-        T[b] = T[b] / c
+        Y[b] = Y[b] / C[b]
+    # (a product by 1 / tnn where that is finite: a division per rank took 12 of 50 us)
+    inv = 1.0 / tnn
+    fast = inv < np.inf
+    vs = iwork.view(np.float64)[n:2 * n] if big else np.empty(n)
+    bi = 0
+    for r in range(n):
+        bi += mark[r]                  # (read before the same slot is written: vs)
+        d = (ls[r] - R[bi]) - Y[bi]
+        v = d * inv if fast else d / tnn
+        v = max(v, 0.0)
+        q[order[r]] = v
+        vs[r] = v
     top = ls[n - 1]
-    inv_n = 1.0 / n
+    s, m, pen = _chi2_sums(ls, vs, top, 1.0 / n)
+    return _clamp_value(top + s - nu * n * pen, top, m, top - ls[0], n, nu)
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _chi2_sums(ls, v, top, inv_n):
+    """``sum v (l - top)``, ``sum (l - top)`` and ``sum (v - 1/n)^2`` (the chi-square
+    value's sums; reassociated: vectorised)."""
     s = 0.0
     m = 0.0
     pen = 0.0
-    bi = 0
-    for r in range(n):
-        bi += mark[r]
-        x = ls[r]
-        v = T[bi] + ((x - R[bi]) - A[bi]) / tnn
-        v = max(v, 0.0)
-        q[order[r]] = v
-        d = x - top
-        s += v * d
+    for r in range(ls.shape[0]):
+        d = ls[r] - top
+        s += v[r] * d
         m += d
-        e = v - inv_n
+        e = v[r] - inv_n
         pen += e * e
-    return _clamp_value(top + s - nu * n * pen, top, m, top - ls[0], n, nu)
+    return s, m, pen
 
 
 @njit(cache=True)
