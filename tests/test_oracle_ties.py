@@ -219,3 +219,39 @@ def test_equal_losses_in_numpy_equal_the_tied_kernel(top):
     sigma = np.full(n, 1.0 / n)
     assert kt.equal_risk_weights(np.r_[l[:-1], top + 1.0], sigma, 0.0, 0, q) is None
     assert kt.equal_risk_weights(np.full(n, np.inf), sigma, 0.0, 0, q) is None
+
+
+@pytest.mark.parametrize("div", [0, 1])
+def test_the_pav_from_runs_on_ties_zero_mass_and_extreme_nu(div):
+    """The branch-free runs of ``_chi2_gathered`` / ``_kl_gathered`` on what bends them: ties
+    (a run of equal losses), spectra with zero mass (CVaR: ``sigma = 0`` below the tail),
+    a tiny ``nu`` (chi2: ``2 n nu`` far below the losses' spacing, subnormal ``nu`` where
+    ``1 / (2 n nu)`` overflows) and a large one, against the merge-sort oracle (log-form PAV;
+    checked against cvxpy in ``test_oracles``): weights to 1e-12, values to rounding,
+    through the ``2 n`` and the ``n`` scratch (``iwork``)."""
+    rng = np.random.default_rng(11)
+    n = 300
+    nus = (5e-312, 1e-20, 1e-3, 0.5, 1e4) if div == 0 else (1e-2, 0.5, 1e4)
+    for l in (np.round(rng.standard_normal(n), 1), rng.random(n) * 3, 1e4 + rng.random(n),
+              np.repeat(rng.random(n // 3), 3)):
+        order, ls = ko.sorted_order(l)
+        for risk in (ro.CVaR(0.2), ro.ESRM(1.0), ro.Extremile(2.0)):
+            sigma = np.ascontiguousarray(risk.spectrum(n))
+            for nu in nus:
+                q_ms = np.empty(n)
+                v_ms = ko._risk_weights(l, sigma, nu, div, q_ms)
+                for ni in (1, 2):
+                    q = np.empty(n)
+                    work, iwork = np.empty(3 * n), np.empty(ni * n, dtype=np.int64)
+                    if div == 0:
+                        v = ko._chi2_gathered(order, ls, sigma, nu, q, work, iwork)
+                    else:
+                        v = ko._kl_gathered(order, ls, sigma, nu, q, work, iwork)
+                        if np.isnan(v):       # declined: a table too wide for the linear PAV
+                            assert np.ptp(l) / nu > ko.KL_LINEAR_RANGE
+                            continue
+                    np.testing.assert_allclose(q, q_ms, rtol=0, atol=1e-12,
+                                               err_msg=f"{risk} nu={nu}")
+                    # (nu D(q): the reference's own rounding grows with nu, as above)
+                    assert abs(v - v_ms) <= 8 * n * EPS * (abs(v_ms) + np.ptp(l)
+                                                           + nu * np.log(n))

@@ -3,12 +3,17 @@ linear domain), split from :mod:`riskopt._kernels.oracles`, which re-exports the
 
 Given the stable sort (``order``, ``ls = losses[order]``), :func:`_chi2_gathered` and
 :func:`_kl_gathered` run the pool-adjacent-violators pass over the sorted losses and write
-the weights straight to ``q[order]``, with the risk value. The passes after the PAV are laid
-out for the vector unit: each rank's block number by a prefix sum over the block starts
-(:func:`_block_ids`; no loop per block, whose exit mispredicts on blocks of one or two
-ranks), the weights in sorted order by one loop of gathers (vectorised), the scatter to
-``q[order]`` alone, and the value's sums with reassociation (vectorised;
-:func:`_chi2_sums`); KL takes its exponentials and its logarithms from ``oracle_vmath``.
+the weights straight to ``q[order]``, with the risk value. On a batch of uniform losses
+the chi-square PAV pools on most pushes (5.4k pools for 8.2k pushes at n = 8192), on a
+branch that mispredicts about half the time, so the ranks
+are first grouped into the maximal runs that the PAV pools in any case (a value that does
+not rise: :func:`_chi2_runs`, :func:`_kl_runs`) by a branch-free pass, and the stack PAV
+runs on the runs (:func:`_chi2_pav_runs`, :func:`_kl_pav_runs`): the same blocks in exact
+arithmetic, weights equal to rounding. The passes after the PAV: each rank's block by a
+prefix sum of block-start marks (:func:`_block_marks`; no loop per block, whose exit
+mispredicts on blocks of one or two ranks), the weights by rank with the scatter to
+``q[order]``, and the value's sums reassociated (vectorised; :func:`_chi2_sums`,
+:func:`_offset_sum`); KL takes its exponentials and its logarithms from ``oracle_vmath``.
 """
 import math
 
@@ -218,6 +223,15 @@ def _chi2_sums(ls, v, top, inv_n):
     return s, m, pen
 
 
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _offset_sum(ls, top):
+    """``sum (l - top)`` (reassociated: vectorised)."""
+    m = 0.0
+    for r in range(ls.shape[0]):
+        m += ls[r] - top
+    return m
+
+
 @njit(cache=True)
 def _kl_runs(e, sigma, A, S, E):
     """The maximal runs of non-increasing ``e_r / sigma_r`` (cross-multiplied; ``sigma_r =
@@ -312,12 +326,11 @@ def _kl_gathered(order, ls, sigma, nu, q, work, iwork):
     _block_marks(E, nb, n, mark)
     for b in range(nb):            # the blocks' factors, in one vectorised loop
         A[b] = S[b] / A[b]
-    mm = 0.0
     bi = 0
     for r in range(n):
         bi += mark[r]
         q[order[r]] = A[bi] * e[r]
-        mm += ls[r] - top
+    mm = _offset_sum(ls, top)
     y = A[:nb]
     for b in range(nb):
         y[b] = n * y[b] if S[b] > 0.0 else 1.0
