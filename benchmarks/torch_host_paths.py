@@ -5,7 +5,8 @@ The pieces: the by-index merge of a gathered table (``_guard._merge_host`` again
 tensor merge of ``GuardMixin._gather_by_index``: 2 ranks x 4 groups, 4 columns, as SONEX's
 under DDP) and OOA's batch and group step (``_updates.ooa_batch`` / ``ooa_update``: 4
 groups, no parameters), and PG-SMD2's KL-ball projection against stop 39's code (its
-Newton statistics by ``logsumexp``). (A host path for SCDRO's 0-d statistics was measured here too,
+Newton statistics by ``logsumexp``), and ASCDRO's batch statistics in a step without a
+restart (the restart's estimators skipped on the host). (A host path for SCDRO's 0-d statistics was measured here too,
 1.05x / 0.85x of its tensor code in two runs: no gain, not kept.) Each piece runs ``--calls`` times per
 block, host and tensor code in alternating blocks (``--repeats`` each); reported: the
 median CPU microseconds per call of each and their ratio. One thread; the machine's load
@@ -104,7 +105,17 @@ def pieces():
     logp.index_add_(0, torch.randint(0, n, (512,), generator=g),
                     0.05 * n / 512 * torch.rand(512, generator=g, dtype=torch.float64))
     kl_ball = (lambda: _updates.kl_ball_log(logp, 0.5), lambda: _kl_ball_log_stop39(logp, 0.5))
+    # ASCDRO's batch statistics in a step without a restart (2 ranks x 256 losses, float64)
+    l64 = torch.rand(512, generator=g, dtype=torch.float64)
+    lp64 = l64 + 0.01 * torch.rand(512, generator=g, dtype=torch.float64)
+    one = torch.ones((), dtype=torch.float64)
+    asc_args = (l64, lp64, one, one, one.clone(), -one, torch.zeros((), dtype=torch.float64),
+                512, math.log(512), 0.5, True, 0.5, 0.0)
+    assert not bool(_updates.ascdro_batch(*asc_args)[6])        # (no restart)
+    asc = lambda: _updates.ascdro_batch(*asc_args)           # noqa: E731
     return {"by-index merge (SONEX, SONX, SOX, ALEXR2, OOA under DDP)": merge,
+            "ASCDRO's batch statistics, no restart (host: the restart's estimators skipped "
+            "after a host read of the flag)": (asc, asc),
             "OOA batch + group step": (ooa, ooa),
             "PG-SMD2's KL-ball projection, n = 4096 (the 'tensor code' column: stop 39's "
             "statistics by logsumexp; calls / 10)": kl_ball}

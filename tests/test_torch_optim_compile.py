@@ -145,3 +145,24 @@ def test_host_code_equals_the_tensor_code(dtype, monkeypatch):
     p1, s1, _ = D.run("ooa", 12, dtype=dtype)
     assert not torch.equal(p1, D.run("ooa", 11, dtype=dtype)[0])     # (the steps moved)
     assert torch.equal(p0, p1) and torch.equal(s0, s1)
+
+
+@pytest.mark.parametrize("name", ["ascdro", "rascdro", "recover"])
+def test_ascdro_restart_on_the_host_is_the_tensor_code(name, monkeypatch):
+    """Eager on the CPU, ASCDRO's batch statistics compute the restart's estimators only
+    in a step that restarts (a host read of the flag); the branch-free tensor code (compile,
+    GPUs) forced instead gives the same iterates and state, bit for bit, over steps with
+    and without a restart."""
+    seen, batch = [], _updates.ascdro_batch
+
+    def spy(*args):
+        out = batch(*args)
+        seen.append(bool(out[6]))
+        return out
+
+    monkeypatch.setattr(_updates, "ascdro_batch", spy)
+    p0, s0, _ = D.run(name, 30)
+    assert any(seen) and not all(seen)          # both branches ran
+    monkeypatch.setattr(_updates, "HOST", False)
+    p1, s1, _ = D.run(name, 30)
+    assert torch.equal(p0, p1) and torch.equal(s0, s1)

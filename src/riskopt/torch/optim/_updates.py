@@ -97,6 +97,12 @@ def ascdro_batch(l64, lp64, lam, lamp, s, u, m, b, log_b, beta, started, rho, sh
     else:
         s, u = sg, sl
     restart = ~((sg > 0) & (s >= beta * sg))
+    log_g = torch.logsumexp(a, 0) - log_b       # this batch, at lambda_t
+    tracked = lam * log_g + (lam - shift_cost) * rho
+    if _host(l64) and not bool(restart):   # eager on the CPU (a host read is free there):
+        # the restart's estimators only when it happens; the same numbers as the branch-free
+        # code below, whose torch.where keeps the other operand
+        return s_old, s, u, M, coef, coef_p, restart, tracked
     M0 = a.max()               # the restart: the estimators on this batch alone
     e0 = torch.exp(a - M0) / b
     s = torch.where(restart, e0.sum(), s)
@@ -105,8 +111,6 @@ def ascdro_batch(l64, lp64, lam, lamp, s, u, m, b, log_b, beta, started, rho, sh
     m = torch.where(restart, M0, M)
     if coef_p is not None:
         coef_p = torch.where(restart, torch.zeros_like(coef_p), coef_p)
-    log_g = torch.logsumexp(a, 0) - log_b       # this batch, at lambda_t
-    tracked = lam * log_g + (lam - shift_cost) * rho
     return s_old, s, u, m, coef, coef_p, restart, tracked
 
 
