@@ -292,20 +292,20 @@ EARLY_QP_PER_COLUMN = 20.0
 #: when its window holds at least this share of the samples (``_crossover.window_share``: a
 #: small design, ``n <= 8 half``, e.g. ``n <= 1,152`` for 9 columns: the model linearises most
 #: losses and freezes few). Not certified within the goal: its bound is kept and the stages
-#: start from its point when it lowered ``F``. ``benchmarks/newton_steps.py`` (steps / CPU of
-#: the Newton call, 0.25 against off, one process, loaded): concrete (the default
-#: RiskRegressor) 7 / 4.7 ms -> 4 / 2.7 ms, concrete CVaR 0.05, 0.2, 0.01 and MaxLoss 9, 12, 7,
-#: 12 -> 5, 4, 4, 5 steps, synthetic 1,000 x 8 5 -> 4 (CVaR 0.05: 13 -> 4); each certified.
-#: Larger designs keep the stages: with the rule "the window reaches the top rank" instead,
-#: kin8nm CVaR 0.01 (a 4 % window) went 6 -> 7 steps, 4.3 -> 8.3 ms, and law_school CVaR 0.01
-#: 7 -> 9 (the model's first steps backtracked, its window missed the samples crossing up)
+#: start from its point when it lowered ``F``. ``benchmarks/newton_steps.py`` (results in
+#: ``benchmarks/results/first_minutes/stop40/newton_steps``; steps / CPU median of the Newton
+#: call, one process, loaded; this rule against off): concrete (the default RiskRegressor)
+#: 7 / 3.20 ms -> 4 / 2.07 ms; concrete CVaR 0.05, 0.2, 0.01 and MaxLoss 9, 12, 7, 12 -> 5, 4,
+#: 4, 5 steps; synthetic 800 x 8, 1,000 x 8, 1,200 x 12, 3,000 x 23, 500 x 50: 11, 5, 5, 14,
+#: 24 -> 4, 4, 4, 4, 5 steps (5.12 -> 1.90, 2.44 -> 1.59, 2.39 -> 1.92, 10.77 -> 4.42, 17.83 ->
+#: 10.65 ms); each certified; the larger designs unchanged. With the rule "the window reaches
+#: the top rank" instead (a 4 % window), kin8nm CVaR 0.01 went 6 -> 7 steps, 4.3 -> 8.3 ms,
+#: and law_school CVaR 0.01 7 -> 9: the model's first steps backtracked
 XO_FIRST_WINDOW_SHARE = 0.25
 #: ... and at most this many design columns (a model solve's work grows like ``p^4``,
-#: ``_crossover.MAX_FEATURES``). Synthetic ``y = X w + t(3)`` default fits, CPU min of 16-32
-#: (one BLAS thread, loaded), crossover first / stages first: 800 x 8 0.34, 1,200 x 12 0.86,
-#: 1,500 x 16 0.97, 2,500 x 20 0.92, 3,000 x 23 0.38, 800 x 30 0.56, 2,000 x 30 0.93, 500 x 50
-#: 0.60; but 600 x 64 0.85 and 1,500 x 64 1.25, 3,000 x 80 1.95, 1,000 x 100 1.67, 2,000 x 100
-#: 1.78 (5-6 model solves against 9-24 Newton steps, fewer but dearer steps)
+#: ``_crossover.MAX_FEATURES``): without this cap (same results file) synthetic 1,500 x 64
+#: took 5 steps against 14 but 18.56 ms against 15.24, and 1,000 x 100 6 against 24 but 79.13
+#: ms against 45.62 (fewer, dearer steps)
 XO_FIRST_MAX_COLUMNS = 51
 
 
