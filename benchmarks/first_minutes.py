@@ -52,14 +52,19 @@ t0, c0 = time.perf_counter(), time.process_time()
 import numpy as np
 from numba.core import event
 n_compiled = [0]
-depth = [0]
+stack = []
+kernels = []
 class _L(event.Listener):
     def on_start(self, ev):
         f = getattr(ev.data.get("dispatcher"), "py_func", None)
-        if str(getattr(f, "__module__", "")).startswith("riskopt."):
+        mine = str(getattr(f, "__module__", "")).startswith("riskopt.")
+        if mine:
             n_compiled[0] += 1
+        stack.append((mine, getattr(f, "__qualname__", "?"), time.process_time()))
     def on_end(self, ev):
-        pass
+        mine, name, c = stack.pop()
+        if mine and not stack:
+            kernels.append([name, round(time.process_time() - c, 4)])
 event.register("numba:compile", _L())
 from riskopt.estimators import RiskClassifier
 rng = np.random.default_rng(0)
@@ -71,7 +76,7 @@ t2, c2 = time.perf_counter(), time.process_time()
 import json
 print(json.dumps({"import_wall": t1 - t0, "import_cpu": c1 - c0, "fit_wall": t2 - t1,
                   "fit_cpu": c2 - c1, "kernels_compiled": n_compiled[0],
-                  "solver": est.solver_, "n_iter": int(est.n_iter_)}))
+                  "solver": est.solver_, "n_iter": int(est.n_iter_), "kernels": kernels}))
 """
 
 

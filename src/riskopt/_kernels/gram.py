@@ -61,27 +61,25 @@ def pool_runs(order, ls, q, sigma, scale, thr, starts, ends):
 
 
 @njit(cache=True)
-def scaled_rows(X, s, h, rows, a, b, buf, v, sums, shift, inv_scale, r, g, rsums):
+def scaled_rows(X, s, h, rows, a, b, buf, v, shift, inv_scale, r, g):
     """``buf[k - a] = s[i] * z_i`` (float32) for ``i = rows[k]`` (``i = k`` if ``rows`` is
     empty), ``a <= k < b``, with ``z_ij = (X[i, j] - shift[j]) * inv_scale[j]`` formed in
     float64 (standardised before the float32 store: raw columns of scale 1e18 would overflow
-    float32 products, and an offset column would lose its centred part); with ``sums`` also
-    ``v += h[i] * z_i`` and with ``rsums`` ``g += r[i] * z_i`` (float64: a gradient ``Z' r``
-    in the same pass over the rows)."""
+    float32 products, and an offset column would lose its centred part), ``v += h[i] * z_i``
+    and ``g += r[i] * z_i`` (float64: ``Z' h`` and a gradient ``Z' r`` in the same pass over
+    the rows; a caller that wants neither passes scratch). One loop body, no flags: the three
+    variants of the flagged kernel it replaces compiled in 0.55 s, this in about 0.3 s of a
+    first fit."""
     p = X.shape[1]
     take = rows.shape[0] > 0
     for k in range(a, b):
         i = rows[k] if take else k
         si = s[i]
+        hi = h[i]
+        ri = r[i]
         t = k - a
-        if sums or rsums:
-            hi = h[i] if sums else 0.0
-            ri = r[i] if rsums else 0.0
-            for j in range(p):
-                z = (X[i, j] - shift[j]) * inv_scale[j]
-                buf[t, j] = z * si
-                v[j] += hi * z
-                g[j] += ri * z
-        else:
-            for j in range(p):
-                buf[t, j] = (X[i, j] - shift[j]) * inv_scale[j] * si
+        for j in range(p):
+            z = (X[i, j] - shift[j]) * inv_scale[j]
+            buf[t, j] = z * si
+            v[j] += hi * z
+            g[j] += ri * z

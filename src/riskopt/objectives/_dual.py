@@ -144,7 +144,7 @@ def _plain_gram(X, h, rows, sums=False, shift=None, scale=None, r=None):
     for a in range(0, m, GRAM_BLOCK):
         b = min(a + GRAM_BLOCK, m)
         B = buf[:b - a]
-        _kg.scaled_rows(X, s, h, idx, a, b, B, v, sums, shift, inv, rr, g, r is not None)
+        _kg.scaled_rows(X, s, h, idx, a, b, B, v, shift, inv, rr, g)
         np.matmul(B.T, B, out=Gb)
         G += Gb
     return out if len(out) > 1 else G
