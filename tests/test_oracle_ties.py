@@ -255,3 +255,58 @@ def test_the_pav_from_runs_on_ties_zero_mass_and_extreme_nu(div):
                     # (nu D(q): the reference's own rounding grows with nu, as above)
                     assert abs(v - v_ms) <= 8 * n * EPS * (abs(v_ms) + np.ptp(l)
                                                            + nu * np.log(n))
+
+
+def _loss_vectors(rng, n):
+    """Distinct, lightly tied, heavily tied, signed-zero, NaN and infinite losses."""
+    cont = rng.standard_normal(n) ** 2 - 0.3
+    light = cont.copy()
+    light[::5] = light[1::5][:len(light[::5])]
+    zeros = np.where(rng.random(n) < 0.5, 0.0, -0.0) * (rng.random(n) < 0.3) + cont
+    nan = cont.copy()
+    nan[3] = np.nan
+    inf = cont.copy()
+    inf[[1, 7]] = np.inf
+    return {"distinct": cont, "light ties": light, "signed zeros": zeros,
+            "few values": np.round(cont, 1), "nan": nan, "inf": inf}
+
+
+@pytest.mark.parametrize("n", [257, 5000])
+def test_the_sorted_tie_check_makes_the_choice_of_the_sampled_one(n):
+    """``risk_weights_sorted`` checks the sorted losses for equal neighbours before it asks
+    the sampled estimate (``few_values``, whose kernel a first fit on continuous losses then
+    does not compile): where no two are equal the estimate is False, so the tied oracle is
+    chosen exactly as before, and the result is ``risk_weights``' bit for bit."""
+    rng = np.random.default_rng(n)
+    for kind, l in _loss_vectors(rng, n).items():
+        srt = sk.sorted_order(l)
+        if ko.n_ties(srt[1]) == 0:
+            assert not kt.few_values(l, l.view(np.uint64), kt.TIES_MAX_GROUPS), kind
+        for nu in (0.0, 0.3):
+            sigma = np.ascontiguousarray(ro.ESRM(1.0, shift_cost=nu).spectrum(n))
+            q, q_s = np.empty(n), np.empty(n)
+            with np.errstate(invalid="ignore", over="ignore"):
+                v = ko.risk_weights(l, sigma, nu, ko.CHI2, q)
+                v_s, _ = ko.risk_weights_sorted(l, sigma, nu, ko.CHI2, q_s)
+            assert np.array_equal(q, q_s, equal_nan=True), kind
+            assert v == v_s or (np.isnan(v) and np.isnan(v_s)), kind
+
+
+@pytest.mark.parametrize("n", [1, 2, 300, 5000])
+def test_distinct_losses_at_nu0_in_numpy_equal_the_kernel_bit_for_bit(n):
+    """``oracles._distinct_nu0`` (no kernel: a fit's ``nu = 0`` evaluations on distinct
+    losses) gives ``_risk_weights_nu0``'s weights and value bit for bit, infinite and NaN
+    losses included."""
+    rng = np.random.default_rng(n)
+    for kind, l in _loss_vectors(rng, max(n, 8)).items():
+        l = l[:n]
+        order, ls = sk.sorted_order(l)
+        if ko.n_ties(ls):
+            continue
+        for spectrum in (ro.ESRM(1.0), ro.Extremile(2.0), ro.CVaR(0.1)):
+            sigma = np.ascontiguousarray(spectrum.spectrum(n))
+            q, q_k = np.full(n, -1.0), np.full(n, -1.0)
+            v = ko._distinct_nu0(order, ls, sigma, q)
+            v_k = ko._risk_weights_nu0(order, ls, sigma, q_k)
+            assert np.array_equal(q, q_k), kind
+            assert v == v_k or (np.isnan(v) and np.isnan(v_k)), kind

@@ -4,8 +4,9 @@ The kernels are compiled at their first call and cached (``NUMBA_CACHE_DIR``, el
 the package); a cold cache costs seconds on the first fit. :func:`warmup` fits the estimators'
 default paths on small synthetic data -- ``RiskRegressor()`` (CVaR 0.1: Newton and its
 crossover), ``RiskRegressor(risk="mean")``, ``RiskRegressor(risk=CVaR(0.1, shift_cost=1))``
-(a shifted spectrum), ``RiskClassifier()`` (ESRM 1), ``RiskClassifier(risk="mean")`` and a
-3-class ``RiskClassifier`` (multinomial: L-BFGS), the list of :func:`_default_fits` -- and,
+(a shifted spectrum), ``RiskClassifier()`` (ESRM 1), ``RiskClassifier(risk="mean")``, a
+3-class ``RiskClassifier`` (multinomial: L-BFGS) and the oracle on tied losses, the list of
+:func:`_default_fits` -- and,
 for each bench spec named, its solvers once (the runner's own warm-up). ``make warmup`` runs
 it; ``make demo`` calls it first.
 """
@@ -33,7 +34,21 @@ def _default_fits():
         ("RiskClassifier()", lambda: RiskClassifier().fit(X, yc)),
         ("RiskClassifier(risk='mean')", lambda: RiskClassifier(risk="mean").fit(X, yc)),
         ("RiskClassifier() on 3 classes", lambda: RiskClassifier().fit(X, y3)),
+        ("the oracle on tied losses", _tied_oracle),
     ]
+
+
+def _tied_oracle():
+    """The oracle calls of a default fit whose losses tie (a first fit on continuous losses
+    skips them: ``oracles._tied_or_none``, ``oracles._gathered``): 300 losses, 200 values."""
+    import numpy as np
+
+    from ._kernels import oracles as ko
+
+    losses = np.repeat(np.arange(200.0), [2] * 100 + [1] * 100)
+    sigma = np.full(300, 1.0 / 300)
+    for nu in (0.0, 1e-2):
+        ko.risk_weights_sorted(losses, sigma, nu, ko.CHI2, np.empty(300))
 
 
 def warmup(specs=(), log=print):

@@ -323,7 +323,8 @@ def _distinct_nu0(order, ls, sigma, q):
     n = ls.shape[0]
     top = ls[n - 1]
     q[order] = sigma
-    return float(top + np.cumsum(sigma * (ls - top))[-1])
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as the kernel's
+        return float(top + np.cumsum(sigma * (ls - top))[-1])
 
 
 _SCRATCH = threading.local()
