@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
-from first_minutes import _first_fit  # noqa: E402
+from first_minutes import _first_fit, write_results  # noqa: E402
 
 
 def _summary(runs):
@@ -94,13 +94,7 @@ def main():
     res["load_average"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
     print(_markdown(res))
     if args.out:
-        from riskopt.bench._io import atomic_write_json, atomic_write_text
-
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "results.json", res)
-        atomic_write_text(out / "results.md", _markdown(res))
-        print(f"wrote {out / 'results.md'}")
+        write_results(args.out, res, _markdown(res))
 
 
 if __name__ == "__main__":

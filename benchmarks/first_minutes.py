@@ -259,7 +259,6 @@ def main():
         print(json.dumps(_warm(args.repeats)))
         return
     sys.path.insert(0, str(SRC))
-    from riskopt.bench._io import atomic_write_json, atomic_write_text
     from riskopt.bench._meta import _git_commit
 
     versions = {"after": SRC}
@@ -286,10 +285,18 @@ def main():
             print(v, r["case"], f"ratio cpu {r['ratio_cpu']:.2f} wall {r['ratio_wall']:.2f}",
                   r["solver"], r["n_iter"], flush=True)
     res["load_average"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
-    out = Path(args.out)
+    write_results(args.out, res, _markdown(res))
+
+
+def write_results(out, res, markdown):
+    """``results.json`` (``res``) and ``results.md`` (``markdown``) into the folder ``out``,
+    atomically."""
+    from riskopt.bench._io import atomic_write_json, atomic_write_text
+
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", res)
-    atomic_write_text(out / "results.md", _markdown(res))
+    atomic_write_text(out / "results.md", markdown)
     print(f"wrote {out / 'results.md'}")
 
 
