@@ -221,3 +221,30 @@ def test_smoothness_bounds_the_curvature_of_each_loss(loss):
         for i in range(obj.n):
             g1, g2 = np.outer(obj.X[i], d1[i]), np.outer(obj.X[i], d2[i])
             assert np.linalg.norm(g1 - g2) <= L[i] * np.linalg.norm(W1 - W2) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("name", ["squared", "absolute", "logistic"])
+def test_the_newton_loss_pass_is_the_objective_loss_pass_bit_for_bit(name):
+    """``losses_derivs_1`` (the Newton solver's loss pass: the logistic loss and the squared /
+    absolute ones in separate kernels, so that a first fit compiles its own loss only) gives
+    the objective's losses and derivatives (``_losses_derivs_z``) bit for bit and the NumPy
+    formulas to rounding, both sides of every kink and branch (``z`` = 0, +-700, +-1e-300,
+    ``r = 0``) included."""
+    from riskopt._kernels import losses as kl
+
+    rng = np.random.default_rng(3)
+    z = np.concatenate([rng.normal(scale=5.0, size=500), [0.0, -0.0, 700.0, -700.0,
+                                                           1e-300, -1e-300, 40.0, -40.0]])
+    y = (rng.random(z.shape[0]) < 0.5).astype(float) if name == "logistic" else \
+        np.concatenate([z[:250] + rng.normal(size=250), z[250:]])  # r = 0 for the rest
+    code = {"squared": kl.SQUARED, "absolute": kl.ABSOLUTE, "logistic": kl.LOGISTIC}[name]
+    ell, der = np.empty_like(z), np.empty_like(z)
+    kl.losses_derivs_1(code, y, z, ell, der)
+    ell_z, der_z = np.empty_like(z), np.empty((z.shape[0], 1))
+    kl._losses_derivs_z(code, y, z[:, None].copy(), ell_z, der_z)
+    assert np.array_equal(ell, ell_z) and np.array_equal(der, der_z[:, 0])
+    r = z - y
+    ref = {"squared": (0.5 * r * r, r), "absolute": (np.abs(r), np.sign(r)),
+           "logistic": (np.logaddexp(0.0, z) - y * z, 0.5 * (1.0 + np.tanh(0.5 * z)) - y)}
+    np.testing.assert_allclose(ell, ref[name][0], rtol=1e-13, atol=1e-300)
+    np.testing.assert_allclose(der, ref[name][1], rtol=1e-13, atol=1e-15)

@@ -121,22 +121,39 @@ def _add_outer(X, i, coef, d, G):
                 G[j, k] += xij * d[k]
 
 
+def losses_derivs_1(code, y, z, losses, derivs):
+    """Per-sample losses and derivatives for one output (``code`` not multinomial) from
+    predictions ``z``, into ``losses`` and ``derivs`` (shape (n,)): the Newton solver's loss
+    pass. The logistic loss and the squared / absolute ones are separate kernels, so that a
+    first fit compiles the loop of its own loss only (the three branches in one kernel took
+    about 0.35 s to compile, the logistic loop alone about 0.22 s)."""
+    if code == SQUARED or code == ABSOLUTE:
+        _losses_derivs_1(code, y, z, losses, derivs)
+    else:
+        _logistic_derivs_1(y, z, losses, derivs)
+
+
 @njit(cache=True)
 def _losses_derivs_1(code, y, z, losses, derivs):
-    """:func:`_losses_derivs_z` for one output (``code`` not multinomial): predictions ``z``,
-    derivatives ``derivs`` of shape (n,). The Newton solver's kernel: a first fit compiles
-    this loop alone, not the K-output path (``_loss_deriv``) too."""
+    """:func:`losses_derivs_1` of the squared (``code == SQUARED``) or else the absolute
+    loss."""
     for i in range(z.shape[0]):
-        zi = z[i]
+        r = z[i] - y[i]
         if code == SQUARED:
-            r = zi - y[i]
             derivs[i] = r
             losses[i] = 0.5 * r * r
-        elif code == ABSOLUTE:
-            r = zi - y[i]
+        else:
             derivs[i] = 1.0 if r > 0.0 else (-1.0 if r < 0.0 else 0.0)
             losses[i] = abs(r)
-        elif zi > 0.0:  # _sigmoid and _log1pexp sharing one exp (the same roundings)
+
+
+@njit(cache=True)
+def _logistic_derivs_1(y, z, losses, derivs):
+    """:func:`losses_derivs_1` of the logistic loss: :func:`_sigmoid` and :func:`_log1pexp`
+    sharing one ``exp`` (the same roundings)."""
+    for i in range(z.shape[0]):
+        zi = z[i]
+        if zi > 0.0:
             e = math.exp(-zi)
             derivs[i] = 1.0 / (1.0 + e) - y[i]
             losses[i] = zi + math.log1p(e) - y[i] * zi
@@ -151,7 +168,10 @@ def _losses_derivs_z(code, y, Z, losses, derivs):
     """Per-sample losses and derivatives from predictions ``Z`` (n, K)."""
     n, K = Z.shape
     if K == 1 and code != MULTINOMIAL:  # scalar fast path (no row views): same formulas
-        _losses_derivs_1(code, y, Z[:, 0], losses, derivs[:, 0])
+        if code == SQUARED or code == ABSOLUTE:
+            _losses_derivs_1(code, y, Z[:, 0], losses, derivs[:, 0])
+        else:
+            _logistic_derivs_1(y, Z[:, 0], losses, derivs[:, 0])
         return
     dz = np.empty(K)
     for i in range(n):

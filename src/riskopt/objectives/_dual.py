@@ -161,7 +161,7 @@ def _losses_derivs_z(objective, z, y=None):
     z = np.ascontiguousarray(z, dtype=np.float64).reshape(-1)
     ell = np.empty(z.shape[0])
     der = np.empty(z.shape[0])
-    objective._kl._losses_derivs_1(objective.loss.code, objective.y if y is None else y, z,
+    objective._kl.losses_derivs_1(objective.loss.code, objective.y if y is None else y, z,
                                    ell, der)
     return ell, der
 
