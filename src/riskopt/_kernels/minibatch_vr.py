@@ -164,7 +164,7 @@ def _epoch_prospect_batch(code, X, y, reg, sigma, nu, div, lr, batches, W, losse
     ls2 = np.empty(n)
     qs = np.empty(n)
     work = np.empty(3 * n)
-    iwork = np.empty(n, dtype=np.int64)
+    iwork = np.empty(2 * n, dtype=np.int64)   # (2 n: the fused PAV's block marks)
     S = np.zeros(n + 1)
     for r in range(n):
         S[r + 1] = S[r] + sigma[r]
