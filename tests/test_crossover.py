@@ -438,3 +438,28 @@ def test_an_uncertified_crossover_first_hands_its_point_to_the_stages(monkeypatc
     np.testing.assert_allclose(starts[0], first["z"], rtol=1e-12, atol=1e-12)
     assert res["converged"] and abs(res["value"] - v_cvx) <= 1e-9 * abs(v_cvx)
     assert res["bound"] <= v_cvx + 1e-9 * abs(v_cvx)
+
+
+def test_certify_from_skips_the_certificates_of_the_first_points(monkeypatch):
+    """``certify_from`` (the crossover-first of a small design): the same model solves and
+    points, one ``dual_bound`` less for ``certify_from=2``; the last point is certified at
+    cvxpy's optimum through its own bound."""
+    from riskopt.objectives import _dual
+
+    obj = _obj("squared", 0.25, True, 2, n=200)
+    _, v_cvx = cvxpy_spectral_minimum(obj)
+    W, z = nt._mean_start(obj, obj.zeros(), np.zeros(obj.n))
+    calls = []
+    real = _dual.dual_bound
+    monkeypatch.setattr(_dual, "dual_bound", lambda *a: calls.append(1) or real(*a))
+    outs = []
+    for first in (1, 2):
+        calls.clear()
+        outs.append(xc.box_newton(obj, W, z, accept=0.0, max_outer=3, max_grow=0,
+                                  certify_from=first))
+        assert outs[-1]["steps"] == 3 and len(calls) == (3 if first == 1 else 2)
+    a, b = outs
+    assert b["value"] == pytest.approx(obj.value(b["coef"]), rel=1e-14)
+    assert a["value"] - a["bound"] <= b["value"] - b["bound"]
+    assert b["value"] - b["bound"] <= 1e-9 * abs(v_cvx)
+    assert b["bound"] <= v_cvx + 1e-9 * abs(v_cvx)

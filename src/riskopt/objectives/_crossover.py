@@ -117,7 +117,7 @@ def _model_qp(C, c, l_w, q, lo, hi, m, max_iter=None):
 
 
 def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None, log=None,
-               max_grow=None, qp_iter=None, start=None, certify_last=False):
+               max_grow=None, qp_iter=None, start=None, certify_last=False, certify_from=1):
     """Window SQP to the exact optimum of a box-spectrum risk at ``nu = 0`` from ``W`` (module
     docstring), at most ``max_outer`` model solves and ``max_grow`` window doublings (default
     ``MAX_GROW``); ``qp_iter``: a cap on the active-set changes of each model solve (default
@@ -128,7 +128,9 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
     solve allowed (``max_outer``) is certified (one :func:`dual_bound` less per earlier solve:
     the early crossover's first point, whose model took the window's curvature at the start's
     vertex weights, was within its goal in none of the default regression fits of
-    ``benchmarks/first_minutes.py``: relative gaps 2.7e-6 to 6e-2 against 1e-6). Returns
+    ``benchmarks/first_minutes.py``: relative gaps 2.7e-6 to 6e-2 against 1e-6);
+    ``certify_from``: only the points of this model solve on (and of the last allowed) are
+    certified. Returns
     ``dict(coef, z, q, bound, value, weights, steps, stuck)``: the point with the smallest certified gap
     (``z`` its predictions ``X @ coef``, ``weights`` the exact oracle's at it; ``q``: its dual
     point, ``None`` with ``bound = -inf`` if no step was taken), ``steps`` the model solves
@@ -259,7 +261,7 @@ def box_newton(objective, W, z=None, accept=1e-6, max_outer=MAX_OUTER, half=None
                            else widx, lo, hi)
         if q is None:
             break
-        if certify_last and step < max_outer:
+        if step < max_outer and (certify_last or step < certify_from):
             continue
         bound, _ = dual_bound(objective, W, q, 0.0, z)
         if log is not None:

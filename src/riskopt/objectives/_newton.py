@@ -307,6 +307,13 @@ XO_FIRST_WINDOW_SHARE = 0.25
 #: took 5 steps against 14 but 18.56 ms against 15.24, and 1,000 x 100 6 against 24 but 79.13
 #: ms against 45.62 (fewer, dearer steps)
 XO_FIRST_MAX_COLUMNS = 51
+#: ... certifying the points of its model solves from this one on (``box_newton``'s
+#: ``certify_from``; one ``dual_bound`` less per fit): its first point, from a vertex model at
+#: the ridge start, was within the goal (1e-6) in none of the 6 default regression fits of
+#: ``benchmarks/first_minutes.py`` nor concrete CVaR 0.05 / 0.2 (``box_newton(log=)`` from the
+#: ridge start: relative gaps 7.9e-3 to 4.7e2; a first point within the goal costs one more
+#: model solve, from its own weights)
+XO_FIRST_CERTIFY_FROM = 2
 
 
 def _backtrack(t, slope, rise):
@@ -346,7 +353,7 @@ def _decrement(H, g):
 
 
 def _crossover(objective, W, z, bound, rel_goal, budget, max_grow=None, qp_iter=None,
-               start=None, certify_last=False):
+               start=None, certify_last=False, certify_from=1):
     """``(point, steps, stuck, result)``: :func:`riskopt.objectives._crossover.box_newton`
     from ``W`` with at most ``budget`` model solves (``start``: its losses, derivatives, ``F``
     and exact weights at ``W``, when known); ``point`` its ``result`` when certified within
@@ -355,7 +362,7 @@ def _crossover(objective, W, z, bound, rel_goal, budget, max_grow=None, qp_iter=
     cannot run)."""
     xo = _xo.box_newton(objective, W, z, accept=rel_goal, max_grow=max_grow, qp_iter=qp_iter,
                         max_outer=min(_xo.MAX_OUTER, budget), start=start,
-                        certify_last=certify_last)
+                        certify_last=certify_last, certify_from=certify_from)
     if xo is None:
         return None, 0, True, None
     ok = xo["value"] - max(bound, xo["bound"]) <= rel_goal * max(abs(xo["value"]), 1e-12)
@@ -501,7 +508,8 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
             and _xo.window_share(objective) >= XO_FIRST_WINDOW_SHARE):
         # a small design: the crossover from the ridge start, before any stage
         xo_hit, k, stuck, xo = _crossover(objective, W, z, bound, max(rtol, accept or rtol),
-                                          max_iter - it, max_grow=0, start=(ell, der, F, qF))
+                                          max_iter - it, max_grow=0, start=(ell, der, F, qF),
+                                          certify_from=XO_FIRST_CERTIFY_FROM)
         it += k
         xo_fails = XO_MAX_FAILS if stuck else xo_fails + (xo_hit is None)
         if xo_hit is None and xo is not None:
