@@ -141,13 +141,13 @@ def test_tied_oracle_declines():
 
 
 def test_the_fused_paths_equal_the_unfused_oracle_to_rounding():
-    """``_chi2_gathered`` (the PAV from the branch-free runs, values relative to the least
-    loss) reproduces ``_weights_sorted_ws`` + scatter + ``_risk_sorted`` to rounding:
+    """``_chi2_gathered`` reproduces ``_weights_sorted_ws`` + scatter + ``_risk_sorted``
+    bit for bit; ``_chi2_runs_gathered`` (the PAV from the branch-free runs) to rounding:
     weights within ``4 n eps (range / (2 n nu) + max sigma)`` (a block mean's rounding
     over ``2 n nu``), the value within ``8 n eps (|v| + range)``; ``_kl_gathered`` the
     linear KL PAV's weights within ``4 n eps max q`` (relative rounding of ``S_b / A_b``)
-    and its value (from the blocks) to rounding. Both with the scratch ``iwork`` of ``2 n``
-    (the mark array) and of ``n`` (allocated)."""
+    and its value (from the blocks) to rounding. All with the scratch ``iwork`` of
+    ``2 n`` (the mark array)."""
     rng = np.random.default_rng(3)
     n = 5000
     for l in (rng.standard_normal(n) ** 2, 1e4 + rng.standard_normal(n),
@@ -155,15 +155,17 @@ def test_the_fused_paths_equal_the_unfused_oracle_to_rounding():
         order, ls = ko.sorted_order(l)
         for risk in (ro.ESRM(1.0), ro.Extremile(2.0), ro.CVaR(0.2)):
             sigma = np.ascontiguousarray(risk.spectrum(n))
-            for nu, ni in ((1e-3, 2), (0.5, 1), (30.0, 2)):
+            for nu, ni in ((1e-3, 2), (0.5, 2), (30.0, 2)):
                 qs, q, q_ref = np.empty(n), np.empty(n), np.empty(n)
                 work, st_ = np.empty(3 * n), np.empty(ni * n, dtype=np.int64)
-                v = ko._chi2_gathered(order, ls, sigma, nu, q, work, st_)
                 ko._weights_sorted(ls, sigma, nu, 0, qs)
                 q_ref[order] = qs
+                v_ref = ko._risk_sorted(ls, qs, nu, 0)
+                v = ko._chi2_gathered(order, ls, sigma, nu, q, work, st_)
+                assert v == v_ref and np.array_equal(q, q_ref)     # the compact PAV
+                v = ko._chi2_runs_gathered(order, ls, sigma, nu, q, work, st_)
                 tol = 4 * n * EPS * (np.ptp(l) / (2 * n * nu) + sigma.max())
                 np.testing.assert_allclose(q, q_ref, rtol=0, atol=tol)
-                v_ref = ko._risk_sorted(ls, qs, nu, 0)
                 assert abs(v - v_ref) <= 8 * n * EPS * (abs(v_ref) + np.ptp(l))
                 v = ko._kl_gathered(order, ls, sigma, nu, q, work, st_)
                 if not ko._kl_weights_linear(ls, sigma, nu, qs, np.empty(2 * n), st_):
@@ -223,7 +225,7 @@ def test_equal_losses_in_numpy_equal_the_tied_kernel(top):
 
 @pytest.mark.parametrize("div", [0, 1])
 def test_the_pav_from_runs_on_ties_zero_mass_and_extreme_nu(div):
-    """The branch-free runs of ``_chi2_gathered`` / ``_kl_gathered`` on what bends them: ties
+    """The branch-free runs of ``_chi2_runs_gathered`` / ``_kl_gathered`` on what bends them: ties
     (a run of equal losses), spectra with zero mass (CVaR: ``sigma = 0`` below the tail),
     a tiny ``nu`` (chi2: ``2 n nu`` far below the losses' spacing, subnormal ``nu`` where
     ``1 / (2 n nu)`` overflows) and a large one, against the merge-sort oracle (log-form PAV;
@@ -240,11 +242,11 @@ def test_the_pav_from_runs_on_ties_zero_mass_and_extreme_nu(div):
             for nu in nus:
                 q_ms = np.empty(n)
                 v_ms = ko._risk_weights(l, sigma, nu, div, q_ms)
-                for ni in (1, 2):
+                for ni in ((2,) if div == 0 else (1, 2)):   # (chi2: 2 n or ValueError)
                     q = np.empty(n)
                     work, iwork = np.empty(3 * n), np.empty(ni * n, dtype=np.int64)
                     if div == 0:
-                        v = ko._chi2_gathered(order, ls, sigma, nu, q, work, iwork)
+                        v = ko._chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork)
                     else:
                         v = ko._kl_gathered(order, ls, sigma, nu, q, work, iwork)
                         if np.isnan(v):       # declined: a table too wide for the linear PAV

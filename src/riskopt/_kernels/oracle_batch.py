@@ -3,7 +3,7 @@
 ``oracles.risk_weights(..., radix=True)`` on at most ``sort_keys.RADIX_MAX`` float64 losses
 runs, one kernel call after another from Python: the tie pre-check
 (``oracle_ties.few_values``), the radix argsort (``sort_keys._radix_order``), and the fused
-PAV / scatter / value (``oracle_fused._chi2_gathered`` / ``_kl_gathered``, or
+PAV / scatter / value (``oracle_fused._chi2_runs_gathered`` / ``_kl_gathered``, or
 ``oracle_select._risk_weights_nu0`` for ``nu = 0``), each with its own scratch lookup.
 :func:`batch_risk_weights` makes the same calls inside one ``njit`` function, on one tuple
 of scratch arrays kept per thread and size: the same decisions and the same arithmetic, so
@@ -20,7 +20,7 @@ import threading
 import numpy as np
 from numba import njit
 
-from .oracle_fused import _chi2_gathered, _kl_gathered
+from .oracle_fused import _chi2_runs_gathered, _kl_gathered
 from .oracle_select import _risk_weights_nu0
 from .oracle_ties import TIES_MAX_GROUPS, _TABLE_MAX, _few_values
 from . import sort_keys
@@ -47,7 +47,7 @@ def _batch_weights(x, sigma, nu, div, q, f32, pk, cnt, tmp, order, ls, work, iwo
     if nu == 0.0:
         return _risk_weights_nu0(order, ls, sigma, q), True
     if div == 0:
-        return _chi2_gathered(order, ls, sigma, nu, q, work, iwork), True
+        return _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork), True
     v = _kl_gathered(order, ls, sigma, nu, q, work, iwork)
     return v, not math.isnan(v)
 

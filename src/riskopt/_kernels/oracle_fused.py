@@ -1,19 +1,21 @@
 """The sorting oracle's PAV fused with its scatter and its value (chi-square and KL in the
 linear domain), split from :mod:`riskopt._kernels.oracles`, which re-exports these kernels.
 
-Given the stable sort (``order``, ``ls = losses[order]``), :func:`_chi2_gathered` and
-:func:`_kl_gathered` run the pool-adjacent-violators pass over the sorted losses and write
-the weights straight to ``q[order]``, with the risk value. On a batch of uniform losses
-the chi-square PAV pools on most pushes (5.4k pools for 8.2k pushes at n = 8192), on a
-branch that mispredicts about half the time, so the ranks
-are first grouped into the maximal runs that the PAV pools in any case (a value that does
-not rise: :func:`_chi2_runs`, :func:`_kl_runs`) by a branch-free pass, and the stack PAV
-runs on the runs (:func:`_chi2_pav_runs`, :func:`_kl_pav_runs`): the same blocks in exact
-arithmetic, weights equal to rounding. The passes after the PAV: each rank's block by a
-prefix sum of block-start marks (:func:`_block_marks`; no loop per block, whose exit
-mispredicts on blocks of one or two ranks), the weights by rank with the scatter to
-``q[order]``, and the value's sums reassociated (vectorised; :func:`_chi2_sums`,
-:func:`_offset_sum`); KL takes its exponentials and its logarithms from ``oracle_vmath``.
+Given the stable sort (``order``, ``ls = losses[order]``), :func:`_chi2_gathered` (or
+:func:`_chi2_runs_gathered`) and :func:`_kl_gathered` run the pool-adjacent-violators pass
+over the sorted losses and write the weights straight to ``q[order]``, with the risk value.
+On a batch of uniform losses the chi-square PAV pools on most pushes (5.4k pools for 8.2k
+pushes at n = 8192), on a branch that mispredicts about half the time, so
+:func:`_chi2_runs_gathered` and :func:`_kl_gathered` first group the ranks into the maximal
+runs that the PAV pools in any case (a value that does not rise: :func:`_chi2_runs`,
+:func:`_kl_runs`) by a branch-free pass, and run the stack PAV on the runs
+(:func:`_chi2_pav_runs`, :func:`_kl_pav_runs`): the same blocks in exact arithmetic, weights
+equal to rounding. The passes after the PAV: each rank's block by a prefix sum of
+block-start marks (:func:`_block_marks`; no loop per block, whose exit mispredicts on
+blocks of one or two ranks), the weights by rank with the scatter to ``q[order]``, and the
+value's sums reassociated (vectorised; :func:`_chi2_sums`, :func:`_offset_sum`); KL takes
+its exponentials and its logarithms from ``oracle_vmath``. :func:`_chi2_gathered` (the
+compact PAV of the default estimator's first fit) is kept below ``RUNS_MIN_N`` losses.
 """
 import math
 
@@ -26,6 +28,9 @@ from .oracle_vmath import exp_terms, log_all
 #: ``_kl_weights_linear`` declines when ``(max l - min l) / nu`` exceeds this.
 KL_LINEAR_RANGE = 600.0
 _TINY = 2.2250738585072014e-308
+#: ``oracles`` runs :func:`_chi2_runs_gathered` instead of :func:`_chi2_gathered` from this
+#: many losses on (and for the torch batches): below it the first fit's compile time counts.
+RUNS_MIN_N = 1 << 15
 
 
 @njit(cache=True)
@@ -165,6 +170,69 @@ def _block_marks(E, nb, n, mark):
 
 @njit(cache=True)
 def _chi2_gathered(order, ls, sigma, nu, q, work, iwork):
+    """The chi-square branch of ``oracles._weights_sorted_ws`` (the same blocks and weights,
+    bit for bit, with each block's reference loss kept in ``ref`` instead of re-read
+    through ``start``), its weights scattered to ``q[order]``, and the value of
+    ``oracles._risk_sorted`` (the same sums in the same order) in the fill pass. ``work`` (float)
+    holds at least ``3 n``, ``iwork`` (int64) ``n``. (The pooling step is written out
+    here, in ``_weights_sorted_ws`` and in ``oracle_ties._chi2_groups``: a shared ``njit``
+    helper, even ``inline="always"``, made this loop 1.5x slower at n = 1e6. The stack's
+    top block kept in registers and the blocks' means in a loop of their own were 4-8 %
+    slower at n = 8192, same process; in the KL PAV the former made no difference.)
+
+    The default estimator's first fit compiles this compact kernel (0.7-0.8 s cold, one
+    function); :func:`_chi2_runs_gathered` (the same weights to rounding, 0.4-0.5x the time
+    on a batch of 8192 uniform losses) costs 1-1.5 s more to compile (load ~10), so
+    ``oracles`` calls it for the torch batches (``radix``) and from ``RUNS_MIN_N`` losses
+    on."""
+    n = ls.shape[0]
+    start = iwork
+    a = work[:n]
+    t = work[n:2 * n]
+    ref = work[2 * n:3 * n]
+    tnn = 2.0 * n * nu
+    k = -1
+    for i in range(n):
+        k += 1
+        start[k] = i
+        ref[k] = ls[i]
+        a[k] = 0.0
+        t[k] = sigma[i]
+        while k >= 1:
+            c1 = start[k] - start[k - 1]
+            c2 = i + 1 - start[k]
+            # pool iff mean(l - tnn sigma) of block k-1 >= that of block k (times c1 c2)
+            lhs = (ref[k - 1] - ref[k]) * (c1 * c2) + (a[k - 1] * c2 - a[k] * c1)
+            if lhs < tnn * (t[k - 1] * c2 - t[k] * c1):
+                break
+            a[k - 1] += a[k] + c2 * (ref[k] - ref[k - 1])
+            t[k - 1] += t[k]
+            k -= 1
+    top = ls[n - 1]
+    s = 0.0
+    m = 0.0
+    pen = 0.0
+    for b in range(k + 1):
+        end = start[b + 1] if b < k else n
+        cnt = end - start[b]
+        mean_a = a[b] / cnt
+        mean_s = t[b] / cnt
+        rf = ref[b]
+        for r in range(start[b], end):
+            x = ls[r]
+            v = mean_s + ((x - rf) - mean_a) / tnn
+            v = v if v > 0.0 else 0.0
+            q[order[r]] = v
+            d = x - top
+            s += v * d
+            m += d
+            e = v - 1.0 / n
+            pen += e * e
+    return _clamp_value(top + s - nu * n * pen, top, m, top - ls[0], n, nu)
+
+
+@njit(cache=True)
+def _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork):
     """The chi-square weights of ``oracles._weights_sorted_ws`` (the same blocks in exact
     arithmetic), scattered to ``q[order]``, and the value of ``oracles._risk_sorted``.
     ``work`` (float) holds at least ``3 n``, ``iwork`` (int64) ``2 n`` (``n``: two arrays

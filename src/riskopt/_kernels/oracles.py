@@ -25,8 +25,9 @@ from .oracle_select import (SELECT_MAX_MIDDLE, SelectionPlan,  # noqa: F401 (re-
                             _clamp_value, _risk_weights_nu0, _tie_mean, box_select_weights,
                             select_risk_weights, selection_plan)
 from .oracle_ties import TIES_MAX_GROUPS, equal_risk_weights, few_values, tied_risk_weights
-from .oracle_fused import (KL_LINEAR_RANGE, _chi2_gathered,  # noqa: F401 (re-exported)
-                           _kl_blocks, _kl_gathered, _kl_weights_linear)
+from .oracle_fused import (KL_LINEAR_RANGE, RUNS_MIN_N,  # noqa: F401 (re-exported)
+                           _chi2_gathered, _chi2_runs_gathered, _kl_blocks, _kl_gathered,
+                           _kl_weights_linear)
 from .sort_keys import sorted_order  # noqa: F401 (re-exported: the oracles' sort)
 from .oracle_batch import TIES_MIN_N, batch_risk_weights  # noqa: F401 (re-exported)
 
@@ -281,9 +282,9 @@ def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
     the fused paths of ``oracle_fused`` need ``3 n`` floats and ``2 n`` int64)."""
     n = ls.shape[0]
     if nu != 0.0:
-        if work.shape[0] >= 3 * n and iwork.shape[0] >= n:
+        if work.shape[0] >= 3 * n and iwork.shape[0] >= 2 * n:
             if div == CHI2:
-                return _chi2_gathered(order, ls, sigma, nu, q, work, iwork)
+                return _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork)
             v = _kl_gathered(order, ls, sigma, nu, q, work, iwork)
             if not math.isnan(v):
                 return v
@@ -294,16 +295,20 @@ def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
     return _risk_weights_nu0(order, ls, sigma, q)
 
 
-def _gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
+def _gathered(order, ls, sigma, nu, div, q, qs, work, iwork, radix=False):
     """:func:`_risk_weights_gathered` from Python (scratch of :func:`_scratch`): the kernel
     of the case called directly, so that a first fit compiles only the cases its oracle calls
     use (``nu = 0`` and chi-square: not the KL PAV and the general path, seconds of
-    compilation)."""
+    compilation). Chi-square: the compact ``_chi2_gathered`` below ``RUNS_MIN_N`` losses,
+    else and for the torch batches (``radix``) the faster ``_chi2_runs_gathered``, whose
+    compilation a first fit would pay."""
     if nu == 0.0:
         if ls.shape[0] and n_ties(ls) == 0:
             return _distinct_nu0(order, ls, sigma, q)
         return _risk_weights_nu0(order, ls, sigma, q)
     if div == CHI2:
+        if radix or ls.shape[0] >= RUNS_MIN_N:
+            return _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork)
         return _chi2_gathered(order, ls, sigma, nu, q, work, iwork)
     return _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
 
@@ -402,7 +407,7 @@ def risk_weights(losses, sigma, nu, div, q, radix=False):
         return v
     keys, ls, qs, work, iwork = _scratch(losses.shape[0])
     order, ls = sorted_order(losses, keys, ls, radix)
-    return _gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
+    return _gathered(order, ls, sigma, nu, div, q, qs, work, iwork, radix)
 
 
 def spectral_risk_weights(losses, sigma, nu, div, q, plan=None, radix=False):
