@@ -378,6 +378,8 @@ def main():
                     help="part 3: a pass predicted longer (s) is estimated (marked *)")
     ap.add_argument("--base-src", default=None,
                     help="part 3: the src folder of the base checkout (the 'before' column)")
+    ap.add_argument("--tag", default="",
+                    help="--spectra-only: appended to the output names (spectra_<sizes><tag>)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--table-from", default=None, help="print part 3's table from its JSON")
     args = ap.parse_args()
@@ -416,7 +418,7 @@ def main():
         wall = time.perf_counter() - t0
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        tag = "_".join(str(n) for n in args.sizes)
+        tag = "_".join(str(n) for n in args.sizes) + args.tag
         meta = dict(script="benchmarks/prospect_incremental.py --spectra-only", started=started,
                     finished=now(), wall_seconds=round(wall, 1), git_commit=_git_commit(),
                     cpu=_cpu_info(), versions=_versions(), args=vars(args),

@@ -412,6 +412,7 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
         for j in range(p):
             w1[j] = W[j, 0]
     T = indices.shape[0]
+    hpar = R[14]  # the hull's parameters (wide: hpar[4]), fetched once (a reference count)
     k0 = 0  # rank_oracle: where losses[i] is (found by the query, used by the update)
     j0 = 0
     for t in range(T):
@@ -426,7 +427,7 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
         if nu0:
             qi, k0, j0 = _rank_weight_at(R, sigma, losses[i])
         elif hull:
-            qi = np.nan if R[14][4] != 0.0 else _hull_weight(R, losses[i], work, hst)
+            qi = np.nan if hpar[4] != 0.0 else _hull_weight(R, losses[i], work, hst)
             if qi != qi:  # a wide KL table, or an unsettled query: the O(n) PAV
                 qi = _hull_weight_full(R, sigma, losses[i])
         else:
