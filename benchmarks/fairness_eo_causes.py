@@ -8,10 +8,12 @@ resolvable on some cases), and how many splits resolving the goal would take.
 
 Per case, split and model (fairlearn's reduction and riskopt's variants, from the cached test
 predictions; the groups of :func:`fairness_vs_fairlearn._data` / ``_merge_small``): the test
-difference, the two cells (group, label) whose rates set it and their test sizes. Per case and
+difference, the two cells (group, label) whose rates set it and their test sizes (a cell with no
+test row is left out; fairlearn's metric differs there: compas raw, whose smallest groups have
+3 test rows). Per case and
 riskopt variant: the mean and standard deviation over the splits of the paired difference of
 the violation (riskopt's minus fairlearn's), the share of splits where a cell of fewer than
-``--small`` test rows sets either model's difference, the binomial standard deviation
+``--small`` test rows sets the difference of either model (or both), the binomial standard deviation
 ``sqrt(p (1 - p) / n)`` of the smallest test cell's rate (the test-sampling noise alone), and
 ``K_needed = (1.96 sd / 0.005)^2``: the splits at which the 95 % interval of the mean paired
 difference is +-0.005 wide, the goal's margin (a mean within it of the goal is not resolvable

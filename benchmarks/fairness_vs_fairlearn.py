@@ -352,16 +352,16 @@ def _split(name, attr, k, min_rows, tol, repeats, n_boot, log, variants=None, ca
                     fl_row = next(r for r in rows if r["model"] == FAIRLEARN
                                   and r["constraint"] == c)
                     ctol = max(tol, float(fl_row["train"][1]))
-                keep = {k: getattr(ro.fairness, k) for k in settings}
-                for k, v in settings.items():
-                    setattr(ro.fairness, k, v)
+                keep = {name_: getattr(ro.fairness, name_) for name_ in settings}
+                for name_, value in settings.items():  # (not k: the split's index)
+                    setattr(ro.fairness, name_, value)
                 try:
                     t, est, w = _fit(lambda: ro.RiskClassifier(
                         risk="mean", l2_reg=1.0 / n, constraint=spec, constraint_tol=ctol,
                         **extra), X, y, s, repeats)
                 finally:
-                    for k, v in keep.items():
-                        setattr(ro.fairness, k, v)
+                    for name_, value in keep.items():
+                        setattr(ro.fairness, name_, value)
                 add(RISKOPT, label, t, est.predict(Xt), est, w, train_pred=est.predict(X))
             noise[label] = _boot_diff(yt, st, preds[(RISKOPT, label)], preds[(FAIRLEARN, c)],
                                       key, n_boot)
