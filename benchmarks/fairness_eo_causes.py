@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fairness_vs_fairlearn as fvf  # noqa: E402
-from riskopt.bench._io import atomic_write_json  # noqa: E402
+from riskopt.bench._io import atomic_write_text  # noqa: E402
 
 
 def driving_cells(y, pred, s, constraint):
@@ -70,12 +70,13 @@ def analyse(case, cache, variants, small):
             dr = driving_cells(yt, ro_[1].astype(int), st, c)
             nmin = min(dl[1][2], dl[2][2], dr[1][2], dr[2][2])
             p = min(max(0.5 * (dl[1][3] + dr[1][3]), 0.05), 0.95)
-            out.setdefault(spec, []).append({
-                "split": k, "diff": dr[0] - dl[0], "acc_diff": float(
-                    np.mean(ro_[1] == yt) - np.mean(fl[1] == yt)),
-                "fairlearn": [dl[0], dl[1][:3], dl[2][:3]],
-                "riskopt": [dr[0], dr[1][:3], dr[2][:3]],
-                "small": bool(nmin < small), "cell_sd": float(np.sqrt(p * (1 - p) / nmin))})
+            out.setdefault(spec, []).append({  # (rounded: the file stays small)
+                "split": k, "diff": round(dr[0] - dl[0], 5), "acc_diff": round(float(
+                    np.mean(ro_[1] == yt) - np.mean(fl[1] == yt)), 5),
+                "fairlearn": [round(dl[0], 5), list(dl[1][:3]), list(dl[2][:3])],
+                "riskopt": [round(dr[0], 5), list(dr[1][:3]), list(dr[2][:3])],
+                "small": bool(nmin < small),
+                "cell_sd": round(float(np.sqrt(p * (1 - p) / nmin)), 4)})
     summary = {}
     for spec, rows in out.items():
         d = np.array([r["diff"] for r in rows])
@@ -107,9 +108,16 @@ def main(argv=None):
             print(f"| {r['case']} | {spec} | {g['splits']} | {g['mean']:+.4f} | {g['sd']:.4f} | "
                   f"{g['small_share']:.0%} | {g['cell_sd']:.3f} | {g['k_needed']} |")
     if args.out:
-        atomic_write_json(args.out, {"command": "python benchmarks/fairness_eo_causes.py "
-                                     + " ".join(argv if argv is not None else sys.argv[1:]),
-                                     "results": res})
+        cmd = "python benchmarks/fairness_eo_causes.py " + " ".join(
+            argv if argv is not None else sys.argv[1:])
+        cases = []
+        for r in res:  # one line per split record: the file stays small and diffable
+            rows = ",\n".join(f"    [{json.dumps(spec)}, {json.dumps(row)}]"
+                               for spec, lst in r["splits"].items() for row in lst)
+            cases.append(f'{{"case": {json.dumps(r["case"])}, "summary": '
+                         f'{json.dumps(r["summary"])},\n  "splits": [\n{rows}]}}')
+        atomic_write_text(args.out, f'{{"command": {json.dumps(cmd)},\n"results": [\n'
+                          + ",\n".join(cases) + "]}\n")
 
 
 if __name__ == "__main__":
