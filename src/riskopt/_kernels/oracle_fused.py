@@ -254,6 +254,8 @@ def _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork):
     big = iwork.shape[0] >= 2 * n
     mark = iwork[n:2 * n] if big else np.empty(n, dtype=np.int64)
     tnn = 2.0 * n * nu
+    if not tnn < np.inf:  # 2 n nu overflows (NaN weights here): the compact PAV handles it
+        return _chi2_gathered(order, ls, sigma, nu, q, work, iwork)
     nb = _chi2_pav_runs(R, Y, C, E, _chi2_runs(ls, sigma, tnn, R, Y, C, E))
     _block_marks(E, nb, n, mark)
     for b in range(nb):
