@@ -274,7 +274,9 @@ def test_host_path_value_gradient_and_kept_buffers(dtype):
             b = crit.risk
             v = ko.spectral_risk_weights(l64, np.ascontiguousarray(b.spectrum(500)),
                                          float(b.shift_cost), b.div_code, q)
-            assert rs[0].item() == v
+            # the torch batches take the runs PAV (oracle_fused._chi2_runs_gathered), the
+            # objective path the compact one below 2^15 losses: equal to rounding
+            assert rs[0].item() == pytest.approx(v, rel=1e-14, abs=0.0)
 
 
 
