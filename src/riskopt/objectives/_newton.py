@@ -314,6 +314,10 @@ XO_FIRST_MAX_COLUMNS = 51
 #: ridge start: relative gaps 7.9e-3 to 4.7e2; a first point within the goal costs one more
 #: model solve, from its own weights)
 XO_FIRST_CERTIFY_FROM = 2
+#: ... and only on tall designs (rows >= 4 x columns): on a 27 x 30 design (sklearn's
+#: sample-weight equivalence check) the crossover-first start left Newton stalled at a
+#: relative gap 3.5e-7 (L-BFGS finished), with OpenBLAS's Prescott kernels
+XO_FIRST_MIN_ROWS_PER_COLUMN = 4
 
 
 def _backtrack(t, slope, rise):
@@ -505,6 +509,7 @@ def newton(objective, W0, rtol=1e-8, max_iter=200, nu0=None, nu_min=1e-14, accep
 
     xo_hit, tried_early, loose, xo_fails = None, False, 2, 0
     if (box and started and it < max_iter and objective.p <= XO_FIRST_MAX_COLUMNS
+            and XO_FIRST_MIN_ROWS_PER_COLUMN * objective.p <= objective.n
             and _xo.window_share(objective) >= XO_FIRST_WINDOW_SHARE):
         # a small design: the crossover from the ridge start, before any stage
         xo_hit, k, stuck, xo = _crossover(objective, W, z, bound, max(rtol, accept or rtol),
