@@ -80,7 +80,7 @@ def _wrap(clock, fn, phase):
 def _patch(clock):
     """Wrap the phase functions where they are looked up; returns the undo list."""
     from riskopt import _scaling, estimators
-    from riskopt.objectives import _crossover, _dual, _newton
+    from riskopt.objectives import _crossover, _dual, _newton, _newton_cert
 
     targets = [
         (estimators._RiskEstimatorBase, "_validate_params", "validate"),
@@ -90,6 +90,7 @@ def _patch(clock):
         (_newton, "newton", "newton"), (_newton, "_crossover", "crossover"),
         (_dual, "dual_bound", "certify"), (_newton, "dual_bound", "certify"),
         (_newton, "newton_bound", "certify"), (_newton, "certify", "certify"),
+        (_newton_cert, "dual_bound", "certify"),
         (estimators, "warn_if_degenerate", "end"), (estimators, "_from_scaled", "end"),
     ]
     # the Newton solver imports ``newton`` at call time from the module: patched there
