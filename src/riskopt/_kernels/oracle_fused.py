@@ -15,8 +15,8 @@ no test in its loop but the pool's where the spectrum is positive. The passes af
 PAV: each rank's block by a prefix sum of block-start marks (:func:`_block_marks`; no
 loop per block, whose exit mispredicts on blocks of one or two ranks), the weights by
 rank with the scatter to ``q[order]``, and the value's sums reassociated (vectorised;
-:func:`_chi2_sums`, :func:`_offset_sum`); KL takes its exponentials and its logarithms from ``oracle_vmath``. :func:`_chi2_gathered` (the
-compact PAV of the default estimator's first fit) is kept below ``RUNS_MIN_N`` losses.
+:func:`_chi2_sums`, :func:`_offset_sum`); KL takes its exponentials and its logarithms
+from ``oracle_vmath``. :func:`_chi2_gathered` (the compact PAV of the default estimator's first fit) is kept below ``RUNS_MIN_N`` losses.
 """
 import math
 
