@@ -10,13 +10,14 @@ pushes at n = 8192), on a branch that mispredicts about half the time, so
 in any case (a value that does not rise: :func:`_chi2_runs`) by a branch-free pass, and runs
 the stack PAV on the runs (:func:`_chi2_pav_runs`): the same blocks in exact arithmetic,
 weights equal to rounding. The KL PAV pools rarely at the torch losses' shift costs (1.2k
-pools for 8.2k pushes at ``nu = 0.1``), so :func:`_kl_pav` runs it over the ranks, with
-no test in its loop but the pool's where the spectrum is positive. The passes after the
-PAV: each rank's block by a prefix sum of block-start marks (:func:`_block_marks`; no
-loop per block, whose exit mispredicts on blocks of one or two ranks), the weights by
-rank with the scatter to ``q[order]``, and the value's sums reassociated (vectorised;
-:func:`_chi2_sums`, :func:`_offset_sum`); KL takes its exponentials and its logarithms
-from ``oracle_vmath``. :func:`_chi2_gathered` (the compact PAV of the default estimator's first fit) is kept below ``RUNS_MIN_N`` losses.
+pools for 8.2k pushes at ``nu = 0.1``), so :func:`_kl_pav` runs it over the ranks, with no
+test in its loop but the pool's where the spectrum is positive. The passes after the PAV:
+each rank's block by a prefix sum of block-start marks (:func:`_block_marks`; no loop per
+block, whose exit mispredicts on blocks of one or two ranks), the weights by rank with the
+scatter to ``q[order]``, and the value's sums reassociated (vectorised; :func:`_chi2_sums`,
+:func:`_offset_sum`); KL takes its exponentials and its logarithms from ``oracle_vmath``.
+:func:`_chi2_gathered` (the compact PAV of the default estimator's first fit) is kept below
+``RUNS_MIN_N`` losses.
 """
 import math
 
