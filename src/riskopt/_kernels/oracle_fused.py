@@ -29,7 +29,9 @@ from .oracle_vmath import exp_terms, log_all
 
 #: ``_kl_weights_linear`` declines when ``(max l - min l) / nu`` exceeds this.
 KL_LINEAR_RANGE = 600.0
-_TINY = 2.2250738585072014e-308
+# the positive normal float64 numbers: bits in [_NORMAL_BITS, _NORMAL_BITS + _NORMAL_SPAN)
+_NORMAL_BITS = np.uint64(0x0010000000000000)
+_NORMAL_SPAN = np.uint64(0x7FE0000000000000)
 #: ``oracles`` runs :func:`_chi2_runs_gathered` instead of :func:`_chi2_gathered` from this
 #: many losses on (and for the torch batches): below it the first fit's compile time counts.
 RUNS_MIN_N = 1 << 15
@@ -401,6 +403,32 @@ def _kl_pav_checked(e, sigma, A, S, E):
 
 
 @njit(cache=True, error_model="numpy")
+def _kl_factors(A, S, y, nb, n):
+    """The blocks' factors ``A[b] = S_b / A_b`` (``q_r = A[b] e_r``) and the arguments of
+    their logarithms ``y[b] = n S_b / A_b`` (1 for a block without spectrum mass) in one
+    vectorised loop; returns how many ``y`` are not positive normal numbers (counted on
+    their bits: vectorised, NaN counted), for which :func:`log_all` does not hold."""
+    for b in range(nb):
+        f = S[b] / A[b]
+        A[b] = f
+        y[b] = n * f if S[b] > 0.0 else 1.0
+    yb = y.view(np.uint64)
+    bad = 0
+    for b in range(nb):
+        bad += np.int64(yb[b] - _NORMAL_BITS >= _NORMAL_SPAN)
+    return bad
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _dot(x, y):
+    """``sum x y`` (reassociated: vectorised)."""
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * y[i]
+    return s
+
+
+@njit(cache=True, error_model="numpy")
 def _kl_gathered(order, ls, sigma, nu, q, work, iwork):
     """The KL weights of :func:`_kl_weights_linear` (the same blocks in exact arithmetic:
     :func:`_kl_pav`), scattered to ``q[order]``, and the value from the blocks:
@@ -423,22 +451,17 @@ def _kl_gathered(order, ls, sigma, nu, q, work, iwork):
         return np.nan
     mark = iwork[n:2 * n] if iwork.shape[0] >= 2 * n else np.empty(n, dtype=np.int64)
     _block_marks(E, nb, n, mark)
-    for b in range(nb):            # the blocks' factors, in one vectorised loop
-        A[b] = S[b] / A[b]
+    y = iwork[:nb].view(np.float64)  # (E is dead once the marks are out)
+    bad = _kl_factors(A, S, y, nb, n)
     bi = 0
     for r in range(n):
         bi += mark[r]
         q[order[r]] = A[bi] * e[r]
     mm = _offset_sum(ls, top)
-    y = A[:nb]
-    for b in range(nb):
-        y[b] = n * y[b] if S[b] > 0.0 else 1.0
-    if y.min() >= _TINY and y.max() < np.inf:
+    if bad == 0:
         log_all(y, y)              # vectorised (oracle_vmath)
     else:
         for b in range(nb):
             y[b] = math.log(y[b])
-    pen = 0.0
-    for b in range(nb):
-        pen += S[b] * y[b]
+    pen = _dot(S[:nb], y)
     return _clamp_value(top - nu * pen, top, mm, top - ls[0], n, nu)
