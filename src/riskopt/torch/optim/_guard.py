@@ -79,6 +79,7 @@ _G_FRESH = {"bad": False, "first": -1, "ref": math.nan, "start": math.nan,
             "scale": math.nan, "last": math.nan}
 _G_TYPES = {"bad": (bool, torch.bool), "first": (int, torch.int64),
             **{k: (float, torch.float64) for k in ("ref", "start", "scale", "last")}}
+_CPU = torch.device("cpu")
 _SKIP = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
          os.path.dirname(os.path.abspath(torch.__file__)))
 
@@ -317,7 +318,7 @@ class GuardMixin:
 
     @torch.no_grad()
     def _track(self, objective, window=None, scale=None):
-        """Fold the step's tracked objective (0-d tensor, cheap) into the non-finite and
+        """Fold the step's tracked objective (0-d tensor, cheap, or a float) into the non-finite and
         blow-up flags: Python numbers for a CPU objective (no sync to avoid, fewer small
         ops), tensors on its device otherwise (no host sync).
 
@@ -326,14 +327,16 @@ class GuardMixin:
         next check; the first step's is the start. ``scale`` (a callable returning a 0-d
         tensor, e.g. the batch's mean absolute loss) is called at the first step only: the
         start's scale is ``max(|start|, scale())``."""
-        obj = objective.detach()
-        g = self._g_on(obj.device)
+        host = isinstance(objective, float)     # (a host path's Python number)
+        obj = objective if host else objective.detach()
+        g = self._g_on(_CPU if host else obj.device)
         if window is not None:
-            window = window.detach()
+            if window.requires_grad:
+                window = window.detach()
             if self._g_steps == 0:
                 self._set_start(g, window, scale)
             self._g_window.append(window)
-        if obj.device.type == "cpu":
+        if host or obj.device.type == "cpu":
             v = float(obj)
             fin = math.isfinite(v)
             if math.isnan(g["ref"]):
@@ -428,7 +431,9 @@ class GuardMixin:
         previous check above ``start + rise * scale`` counts when the previous check's was
         above too."""
         g = self._g
-        flags = [torch.isfinite(t).all() for t in self._state_tensors() if t.numel()]
+        tensors = [t for t in self._state_tensors() if t.numel()]
+        flags = ([torch.isfinite(t).all() for t in tensors]
+                 if isinstance(g["ref"], torch.Tensor) else None)
         above = None
         if self._g_window:          # the window since the previous check
             est = self._window_value(list(self._g_window)).to(torch.float64)
@@ -442,9 +447,8 @@ class GuardMixin:
                    else torch.ones((), dtype=torch.bool, device=dev))
             up = torch.zeros((), dtype=torch.bool, device=dev) if above is None else above
             finite, blew, up = torch.stack([fin, g["bad"], up]).tolist()
-        else:
-            finite = True if not flags else bool(   # one host sync
-                torch.stack([f.to(flags[0].device) for f in flags]).all())
+        else:       # (NumPy on CPU tensors: fewer small tensor ops)
+            finite = all(_all_finite(t) for t in tensors)
             blew, up = bool(g["bad"]), bool(above)
         if above is not None:
             self._g_rose = self._g_rose + 1 if up else 0

@@ -48,14 +48,52 @@ def scdro_batch(l64, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
     return lo, top, loss_max, log_s, w, g_lam, tracked
 
 
-def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, lr, beta, mu,
-                 max_norm, started, lam_lo, lam_hi, radius):
-    """SCDRO's step: the moving averages ``v`` (of ``moving_*``) and ``u``, the projected step
-    of the parameters (``max_norm``: onto the ball) and of ``lambda`` (``lam_hi=None``: the
-    bound of Lemma 1 from the largest loss met). Returns ``(u, lambda)``."""
+def scdro_batch_host(l, lam, log_s, loss_max, log_b, c_old, c_new, started, radius,
+                     shift_cost):
+    """:func:`scdro_batch` eager on the CPU: NumPy on the losses ``l`` (a float64 array),
+    Python floats for the scalars (``lam``, ``log_s``, ``loss_max``; a 0-d tensor op costs
+    more in dispatch than its arithmetic). The same operations (the scalars' bit for bit;
+    ``exp`` / ``log`` / the sums of NumPy, not ATen: the last bits may differ). Returns
+    the same tuple, of Python floats and the NumPy weights."""
+    with numpy.errstate(all="ignore"):
+        lo, top = float(l.min()), float(l.max())
+        loss_max = _fmax(loss_max, top)
+        a = l / lam
+        m = float(a.max())
+        m0 = m if math.isfinite(m) else 0.0        # (torch.logsumexp's shift)
+        log_g = float(numpy.log(numpy.exp(a - m0).sum())) + m0 - log_b
+        log_s = float(numpy.logaddexp(log_s + c_old, log_g + c_new)) if started else log_g
+        w = numpy.exp(a - log_s) / a.shape[0]
+        g_lam = -float((w * l).sum()) / lam + log_s + radius
+    tracked = lam * log_g + (lam - shift_cost) * radius
+    return lo, top, loss_max, log_s, w, g_lam, tracked
+
+
+def _fmax(a, b):
+    """``torch.maximum`` of two floats (a NaN wins)."""
+    return a if a != a or a >= b else b
+
+
+def _fmin(a, b):
+    """``torch.minimum`` of two floats (a NaN wins)."""
+    return a if a != a or a <= b else b
+
+
+def scdro_lambda_host(u, g_lam, lam, loss_max, lr, beta, mu, started, lam_lo, lam_hi, radius):
+    """The scalar half of :func:`scdro_update` in Python floats (the same IEEE operations in
+    the same order: bit for bit): ``(u, lambda)``."""
+    u = (1.0 - beta) * u + beta * g_lam if started else g_lam
+    lam = _fmax(lam - lr * (u + mu * lam if mu else u), lam_lo)
+    if lam_hi is None:      # Lemma 1 with C = the largest loss met so far
+        return u, _fmin(lam, _fmax(lam_lo + _fmax(loss_max, 0.0) / radius, lam_lo))
+    return u, _fmin(lam, lam_hi)
+
+
+def scdro_params(params, vs, moving_vs, moving_grads, lr, beta, mu, max_norm):
+    """The parameters' half of :func:`scdro_update`: the moving averages ``v`` (of
+    ``moving_*``) and the projected step (``max_norm``: onto the ball)."""
     if moving_vs:
         _foreach_momentum(moving_vs, moving_grads, beta)
-    u = (1.0 - beta) * u + beta * g_lam if started else g_lam.clone()
     steps = [v + mu * p for v, p in zip(vs, params)] if mu else vs
     if params:
         torch._foreach_add_(params, steps, alpha=-lr)
@@ -64,6 +102,15 @@ def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, l
         factor = torch.where(norm > max_norm, max_norm / norm, torch.ones_like(norm))
         for p in params:
             p.mul_(factor)
+
+
+def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, lr, beta, mu,
+                 max_norm, started, lam_lo, lam_hi, radius):
+    """SCDRO's step: the moving averages ``v`` (of ``moving_*``) and ``u``, the projected step
+    of the parameters (``max_norm``: onto the ball) and of ``lambda`` (``lam_hi=None``: the
+    bound of Lemma 1 from the largest loss met). Returns ``(u, lambda)``."""
+    scdro_params(params, vs, moving_vs, moving_grads, lr, beta, mu, max_norm)
+    u = (1.0 - beta) * u + beta * g_lam if started else g_lam.clone()
     lam = (lam - lr * (u + mu * lam if mu else u)).clamp(min=lam_lo)
     if lam_hi is None:      # Lemma 1 with C = the largest loss met so far
         lam_hi = (lam_lo + loss_max.clamp(min=0.0) / radius).clamp(min=lam_lo)

@@ -70,6 +70,11 @@ __all__ = ["SCDRO", "ASCDRO"]
 _F32_EXACT = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def _f64(v):
+    """A CPU 0-d float64 tensor holding the float ``v`` (no dispatch)."""
+    return torch.from_numpy(numpy.array(v, dtype=numpy.float64))
+
+
 class _KLWindow:
     """The start rule's estimate for the KL-DRO optimizers: the window keeps the batches'
     losses, valued at the check (:func:`_kl_dro_value`)."""
@@ -186,6 +191,11 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         """The current multiplier (a float)."""
         return float(self._scalars["lam"])
 
+    def _host(self):
+        """Whether this step's batch statistics and scalars run in NumPy / Python floats:
+        eager (not :meth:`compile`) on the CPU (chosen by device, not by data)."""
+        return self._compile_kwargs is None and _updates._host(self._scalars["lam"])
+
     # ------------------------------------------------------------------ the estimator
     def surrogate(self, losses):
         r"""Update ``log s`` with the batch and return the surrogate ``sum_i w_i l_i``
@@ -216,10 +226,17 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         _, beta = self._schedule()
         if "loss_max" not in sc:
             sc["loss_max"] = torch.tensor(-math.inf, dtype=torch.float64, device=lam.device)
-        lo, top, loss_max, log_s, w, g_lam, tracked = self._kernel(_updates.scdro_batch)(
-            l64, lam, sc["log_s"], sc["loss_max"], math.log(l64.numel()),
-            math.log1p(-beta) if beta < 1 else -math.inf, math.log(beta), self._started,
-            self.radius, self.shift_cost)
+        args = (math.log(l64.numel()), math.log1p(-beta) if beta < 1 else -math.inf,
+                math.log(beta), self._started, self.radius, self.shift_cost)
+        host = self._host()
+        if host:       # NumPy and Python floats (see _updates.scdro_batch_host)
+            lo, top, loss_max, log_s, w, g_lam, tracked = _updates.scdro_batch_host(
+                l64.numpy(), float(lam), float(sc["log_s"]), float(sc["loss_max"]), *args)
+            loss_max, log_s, g_lam, w = _f64(loss_max), _f64(log_s), _f64(g_lam), \
+                torch.from_numpy(w)
+        else:
+            lo, top, loss_max, log_s, w, g_lam, tracked = self._kernel(_updates.scdro_batch)(
+                l64, lam, sc["log_s"], sc["loss_max"], *args)
         if not (math.isfinite(float(lo)) and math.isfinite(float(top))):
             self._check_input_finite(l64, "losses")
         sc["loss_max"], sc["log_s"], sc["g_lam"] = loss_max, log_s, g_lam
@@ -291,11 +308,20 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
                 self.state[p]["v"] = p.grad.detach().clone()
             else:
                 moving.append(p)
-        sc["u"], sc["lam"] = self._kernel(_updates.scdro_update)(
-            params, [self.state[p]["v"] for p in params], [self.state[p]["v"] for p in moving],
-            [p.grad for p in moving], sc["u"], sc["g_lam"], sc["lam"], sc["loss_max"], lr,
-            beta, self.mu, self.max_norm, self._started, self.shift_cost,
-            None if self._auto_bound else self.lam_max, self.radius)
+        vs, moving_vs = [self.state[p]["v"] for p in params], [self.state[p]["v"] for p in moving]
+        hi = None if self._auto_bound else self.lam_max
+        if self._host():     # the scalars in Python floats, bit for bit the tensor code's
+            _updates.scdro_params(params, vs, moving_vs, [p.grad for p in moving], lr, beta,
+                                  self.mu, self.max_norm)
+            u, lam = _updates.scdro_lambda_host(
+                float(sc["u"]), float(sc["g_lam"]), float(sc["lam"]), float(sc["loss_max"]),
+                lr, beta, self.mu, self._started, self.shift_cost, hi, self.radius)
+            sc["u"], sc["lam"] = _f64(u), _f64(lam)
+        else:
+            sc["u"], sc["lam"] = self._kernel(_updates.scdro_update)(
+                params, vs, moving_vs, [p.grad for p in moving], sc["u"], sc["g_lam"],
+                sc["lam"], sc["loss_max"], lr, beta, self.mu, self.max_norm, self._started,
+                self.shift_cost, hi, self.radius)
         self._started, self._pending = True, False
         self._t += 1
         self._end_step()
