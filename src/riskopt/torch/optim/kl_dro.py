@@ -587,6 +587,8 @@ def _work_dtype(p):
 
 #: the grid of lambda / spread of :func:`_kl_dro_value`: 4^-10 ... 4^6
 _GRID_EXP = tuple(range(-20, 13, 2))
+#: the grid ``2 ** _GRID_EXP`` by device
+_GRID = {}
 
 
 def _kl_dro_value(batches, radius, shift_cost=0.0):
@@ -608,19 +610,28 @@ def _kl_dro_value(batches, radius, shift_cost=0.0):
     """
     rows = [t.reshape(-1).to(torch.float64) for t in batches]
     dev = rows[0].device
-    L = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=-math.inf)
-    b = torch.tensor([t.numel() for t in rows], dtype=torch.float64, device=dev)
+    sizes = [t.numel() for t in rows]
+    padded = len(set(sizes)) > 1        # (equal batches: one stack, no padding to mask)
+    L = (torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=-math.inf)
+         if padded else torch.stack(rows))
     lam0 = max(float(shift_cost), 1e-300)
+    hi = L.amax(1)
     if radius is None:
         lam = torch.full((len(rows), 1), lam0, dtype=torch.float64, device=dev)
         radius = 0.0
     else:
-        hi = L.amax(1)
-        lo = torch.where(torch.isinf(L), math.inf, L).amin(1)
+        lo = (torch.where(torch.isinf(L), math.inf, L) if padded else L).amin(1)
         spread = torch.maximum(hi - lo, 1e-12 * torch.maximum(hi.abs(), lo.abs()))
-        grid = torch.exp2(torch.tensor(_GRID_EXP, dtype=torch.float64, device=dev))
+        grid = _GRID.get(dev)
+        if grid is None:
+            grid = _GRID[dev] = torch.exp2(torch.tensor(_GRID_EXP, dtype=torch.float64,
+                                                        device=dev))
         lam = torch.cat([spread.clamp(min=1e-300)[:, None] * grid,
                          torch.full((len(rows), 1), lam0, dtype=torch.float64, device=dev)],
                         1).clamp(min=lam0)
-    lse = torch.logsumexp(L[:, None, :] / lam[:, :, None], 2) - torch.log(b)[:, None]
+    # the log-sum-exp with its shift known (the batch's largest loss over lambda > 0): two
+    # passes fewer over the (batches, grid, rows) array than torch.logsumexp
+    e = ((L - hi[:, None])[:, None, :] / lam[:, :, None]).exp_().sum(2)
+    lse = e.log_() + hi[:, None] / lam - torch.log(
+        torch.tensor(sizes, dtype=torch.float64, device=dev))[:, None]
     return (lam * (lse + radius) - float(shift_cost) * radius).amin(1)
