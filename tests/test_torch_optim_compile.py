@@ -166,3 +166,60 @@ def test_ascdro_restart_on_the_host_is_the_tensor_code(name, monkeypatch):
     monkeypatch.setattr(_updates, "HOST", False)
     p1, s1, _ = D.run(name, 30)
     assert torch.equal(p0, p1) and torch.equal(s0, s1)
+
+
+@pytest.mark.parametrize("name", ["scdro", "rscdro"])
+def test_scdro_host_code_is_the_tensor_code_to_rounding(name, monkeypatch):
+    """Eager on the CPU, SCDRO's batch statistics run in NumPy and its lambda step in Python
+    floats; the tensor code (compile, GPUs) forced instead gives the same iterates and state
+    to rounding (NumPy's exp / log / sums are not ATen's: their last bits may differ), over
+    20 steps with restarts of the moving average's stages (RSCDRO)."""
+    p0, s0, _ = D.run(name, 20)
+    monkeypatch.setattr(_updates, "HOST", False)
+    p1, s1, _ = D.run(name, 20)
+    assert not torch.equal(p1, D.run(name, 19)[0])     # (the steps moved)
+    assert _rel(p0, p1) <= 1e-12 and _rel(s0, s1) <= 1e-12
+
+
+def test_scdro_lambda_step_on_the_host_is_the_tensor_code_bit_for_bit():
+    """The scalar half of SCDRO's step in Python floats: the tensor code's numbers bit for
+    bit, at and beyond the box's bounds, with ``mu``, and NaN propagated as torch does."""
+    f64 = lambda v: torch.tensor(v, dtype=torch.float64)     # noqa: E731
+    cases = 0
+    for u, g_lam, lam, loss_max in [(0.3, -0.7, 1.0, 2.5), (0.3, 40.0, 0.01, 2.5),
+                                    (-2.0, -9.0, 3.0, 0.5), (0.1, 0.2, 1.0, -1.0),
+                                    (0.1, math.nan, 1.0, 2.0), (0.1, 0.2, math.nan, 2.0),
+                                    (0.1, 0.2, 1.0, math.nan)]:
+        for mu in (0.0, 1e-3):
+            for started in (False, True):
+                for hi in (None, 1.5):
+                    args = (0.1, 0.5, mu, None, started, 1e-3, hi, 0.5)
+                    tu, tl = _updates.scdro_update([], [], [], [], f64(u), f64(g_lam),
+                                                   f64(lam), f64(loss_max), *args)
+                    hu, hl = _updates.scdro_lambda_host(u, g_lam, lam, loss_max, 0.1, 0.5, mu,
+                                                        started, 1e-3, hi, 0.5)
+                    for t, h in ((tu, hu), (tl, hl)):
+                        assert torch.equal(t, f64(h)) or (math.isnan(h) and torch.isnan(t))
+                    cases += 1
+    assert cases == 56
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_scdro_batch_statistics_on_the_host_match_the_tensor_code(scale):
+    """SCDRO's batch statistics in NumPy against the tensor code, losses of 1e-3 to 1e3 with
+    lambda down to its floor 1e-3 (exponents up to 1e6: the log domain), before and after the
+    start: equal to rounding (relative 1e-13); the range and the running largest loss bit for
+    bit."""
+    g = torch.Generator().manual_seed(1)
+    l = scale * torch.rand(37, dtype=torch.float64, generator=g) ** 3
+    for lam in (1e-3, 0.7, 50.0):
+        for started in (False, True):
+            args = (math.log(37), math.log1p(-0.3), math.log(0.3), started, 0.5, 1e-3)
+            t = _updates.scdro_batch(l, torch.tensor(lam, dtype=torch.float64),
+                                     torch.tensor(0.2, dtype=torch.float64),
+                                     torch.tensor(0.1, dtype=torch.float64), *args)
+            h = _updates.scdro_batch_host(l.numpy(), lam, 0.2, 0.1, *args)
+            assert [float(t[k]) for k in (0, 1, 2)] == list(h[:3])
+            for k in (3, 5, 6):
+                assert abs(float(t[k]) - h[k]) <= 1e-13 * max(1.0, abs(h[k]))
+            assert _rel(torch.from_numpy(h[4]), t[4]) <= 1e-13
