@@ -223,3 +223,16 @@ def test_scdro_batch_statistics_on_the_host_match_the_tensor_code(scale):
             for k in (3, 5, 6):
                 assert abs(float(t[k]) - h[k]) <= 1e-13 * max(1.0, abs(h[k]))
             assert _rel(torch.from_numpy(h[4]), t[4]) <= 1e-13
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", ["sonx", "sox", "sonex", "alexr2"])
+def test_fcco_tracking_on_the_host_is_the_tensor_code(name, dtype, monkeypatch):
+    """Eager on the CPU, the compositional methods' tracked inner values are updated in
+    NumPy on the table's memory; the tensor code (compile, GPUs) forced instead gives the
+    same iterates and state, bit for bit."""
+    p0, s0, _ = D.run(name, 12, dtype=dtype)
+    monkeypatch.setattr(_updates, "HOST", False)
+    p1, s1, _ = D.run(name, 12, dtype=dtype)
+    assert not torch.equal(p1, D.run(name, 11, dtype=dtype)[0])     # (the steps moved)
+    assert torch.equal(p0, p1) and torch.equal(s0, s1)

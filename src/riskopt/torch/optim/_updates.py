@@ -371,18 +371,34 @@ def pgsmd2_update(params, grads, centers, lrs, gamma, logp, indices, losses, n, 
 
 
 # ---------------------------------------------------------------------------- FCCO
+#: the table dtypes of the NumPy paths
+_NP_FLOATS = (torch.float32, torch.float64)
+
+
 def fcco_track(u_tab, seen_tab, I, now, prev, gamma, gamma_prime, outer, lam, s):
     """The MSVR update of the tracked inner values ``u_i`` of the distinct indices ``I``
     (``u_i`` set to the estimate at its first visit), written into the tables; returns
     ``(u_I, y = outer gradient, mean outer value)`` (with the threshold ``s`` of
     GroupCVaR when given)."""
-    u, seen = u_tab.index_select(0, I), seen_tab.index_select(0, I)
-    new = (1.0 - gamma) * u + gamma * now
-    if prev is not None:
-        new = new + gamma_prime * (now - prev)
-    new = torch.where(seen, new, now)
-    u_tab.index_copy_(0, I, new)
-    seen_tab.index_copy_(0, I, torch.ones_like(seen))
+    if _host(u_tab, I, now) and u_tab.dtype == now.dtype and u_tab.dtype in _NP_FLOATS and (
+            prev is None or prev.dtype == now.dtype):
+        # eager on the CPU: the table's rows in NumPy on its memory (the same IEEE
+        # operations on a few groups: bit for bit; fewer small tensor ops)
+        ut, st, i, n = u_tab.numpy(), seen_tab.numpy(), I.numpy(), now.numpy()
+        new = (1.0 - gamma) * ut[i] + gamma * n
+        if prev is not None:
+            new = new + gamma_prime * (n - prev.numpy())
+        new = numpy.where(st[i], new, n)
+        ut[i], st[i] = new, True
+        new = torch.from_numpy(new)
+    else:
+        u, seen = u_tab.index_select(0, I), seen_tab.index_select(0, I)
+        new = (1.0 - gamma) * u + gamma * now
+        if prev is not None:
+            new = new + gamma_prime * (now - prev)
+        new = torch.where(seen, new, now)
+        u_tab.index_copy_(0, I, new)
+        seen_tab.index_copy_(0, I, torch.ones_like(seen))
     if s is not None:
         return new, outer.grad(new, lam, s), outer.value(new, s).mean()
     return new, outer.grad(new, lam), outer.value(new).mean()
