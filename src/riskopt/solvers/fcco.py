@@ -41,6 +41,13 @@ inner values over about ten visits; the paper's experiments use ``gamma = 0.8, g
 in ``tests/test_fcco.py``'s problem). ``smoothing`` is the Moreau parameter ``lambda`` itself
 (the paper's grids: 2e-2 ... 2e-4).
 
+Step decay (the paper's group-DRO protocol, App. F.1: "step decay (decay by 0.3x for every 3
+epochs)"): ``lr_decay`` (in (0, 1], default 1: constant steps) multiplies ``lr`` after every
+``decay_every`` updates (one update is one pass), so update ``e`` (0-based) uses ``lr *
+lr_decay ** (e // decay_every)``; the schedule follows ``state.epoch``, so a resumed run goes on
+with the same steps. It scales ``lr`` only (ALEXR2's outer step; OOA's primal step, not
+``dual_lr``).
+
 None of them converges to the exact minimiser with constant steps (SONEX and ALEXR2 minimise
 the smoothed problem, SONX uses subgradients, OOA is a constant-step primal-dual method):
 ``convergent = False``; the tests check they reach the exact optimum to 1e-2 relative on small
@@ -130,12 +137,23 @@ class _FCCOSolver(Solver):
 
     def __init__(self, lr=0.05, beta=0.1, gamma=0.1, gamma_prime=0.02, smoothing=0.001,
                  step_rule="momentum", groups_per_batch=None, per_group=16, objective_batch=32,
-                 s0=0.0, random_state=None):
+                 s0=0.0, lr_decay=1.0, decay_every=1, random_state=None):
         self._store(locals())
 
     # -- parameters -------------------------------------------------------------------
+    def _check_decay(self):
+        v = check_positive("lr_decay", self.lr_decay)
+        if v > 1:
+            raise ValueError(f"lr_decay must be in (0, 1], got {v}")
+        check_int("decay_every", self.decay_every, minimum=1)
+
+    def _lr(self, epoch):
+        """The step of update ``epoch`` (0-based) under the step decay (module docstring)."""
+        return float(self.lr) * float(self.lr_decay) ** (int(epoch) // int(self.decay_every))
+
     def _check_params(self, objective):
         check_positive("lr", self.lr)
+        self._check_decay()
         for name in ("beta", "gamma"):
             v = check_positive(name, getattr(self, name))
             if v > 1:
@@ -208,14 +226,14 @@ class _FCCOSolver(Solver):
                 np.ascontiguousarray(idx[:, b1:b1 + b1 * b2]),
                 np.ascontiguousarray(idx[:, b1 + b1 * b2:]))
 
-    def _common(self, objective):
+    def _common(self, objective, epoch=0):
         if objective.family == "group_risk":
             kind, par = 0, 1.0 / objective.tail_fraction
         else:
             kind, par = objective.kind, float(objective.rho)
         return (objective.loss.code, objective.X, objective.y, objective.reg,
                 objective.outer_offsets, kind, par, self._lam(), float(self.gamma), self._gp(),
-                bool(objective.has_s), float(self.lr), float(self.beta),
+                bool(objective.has_s), self._lr(epoch), float(self.beta),
                 self.step_rule == "adam", 0.999, 1e-8)
 
     # -- state ----------------------------------------------------------------------------
@@ -232,7 +250,7 @@ class _FCCOSolver(Solver):
         a = copy_arrays(state, "coef", "coef_prev", "u", "seen", "v", "m2", "counters")
         s, sp = np.array([state.s]), np.array([state.s_prev])
         vs, m2s = np.array([state.vs]), np.array([state.m2s])
-        _k._pass_single(*self._common(objective), gids, rows, drows, a["coef"],
+        _k._pass_single(*self._common(objective, state.epoch), gids, rows, drows, a["coef"],
                         a["coef_prev"], s, sp, a["u"], a["seen"], a["v"], a["m2"], vs, m2s,
                         a["counters"])
         return state._replace(epoch=state.epoch + 1, s=float(s[0]), s_prev=float(sp[0]),
@@ -257,14 +275,15 @@ class _FCCOSolver(Solver):
 class SONX(_FCCOSolver):
     """SONX: moving-average tracking and a subgradient of the outer hinge (module docstring).
     Parameters: ``lr``, ``beta`` (momentum rate), ``gamma``, ``step_rule``, batch sizes, ``s0``,
-    ``random_state``."""
+    ``lr_decay`` / ``decay_every``, ``random_state``."""
 
     name = "sonx"
     _gamma_prime = False
     _smooth = False
 
     def __init__(self, lr=0.05, beta=0.1, gamma=0.1, step_rule="momentum", groups_per_batch=None,
-                 per_group=16, objective_batch=32, s0=0.0, random_state=None):
+                 per_group=16, objective_batch=32, s0=0.0, lr_decay=1.0, decay_every=1,
+                 random_state=None):
         self._store(locals())
 
 
@@ -294,7 +313,8 @@ class ALEXR2(_FCCOSolver):
 
     def __init__(self, lr=0.5, inner_lr=0.05, nu=0.1, inner_steps=5, beta=0.1, gamma=0.1,
                  theta=0.2, smoothing=0.001, step_rule="momentum", groups_per_batch=None,
-                 per_group=16, objective_batch=32, s0=0.0, random_state=None):
+                 per_group=16, objective_batch=32, s0=0.0, lr_decay=1.0, decay_every=1,
+                 random_state=None):
         self._store(locals())
 
     def _gp(self):
@@ -320,7 +340,7 @@ class ALEXR2(_FCCOSolver):
         a = copy_arrays(state, "coef", "z", "z_prev", "u", "seen", "v", "m2", "counters")
         s, zs, zsp = np.array([state.s]), np.array([state.zs]), np.array([state.zs_prev])
         vs, m2s = np.array([state.vs]), np.array([state.m2s])
-        _k._pass_alexr2(*self._common(objective), float(self.inner_lr), float(self.nu),
+        _k._pass_alexr2(*self._common(objective, state.epoch), float(self.inner_lr), float(self.nu),
                         int(self.inner_steps), gids, rows, drows, a["coef"], s, a["z"],
                         a["z_prev"], zs, zsp, a["u"], a["seen"], a["v"], a["m2"], vs, m2s,
                         a["counters"])
@@ -331,18 +351,20 @@ class ALEXR2(_FCCOSolver):
 @register
 class OOA(_FCCOSolver):
     """OOA: stochastic primal-dual baseline for group DRO with the CVaR over groups (module
-    docstring). Parameters: ``lr`` (primal), ``dual_lr``, batch sizes, ``random_state``."""
+    docstring). Parameters: ``lr`` (primal), ``dual_lr``, batch sizes, ``lr_decay`` /
+    ``decay_every`` (of ``lr`` only), ``random_state``."""
 
     name = "ooa"
     families = ("group_risk",)
 
     def __init__(self, lr=0.05, dual_lr=0.05, groups_per_batch=None, per_group=16,
-                 random_state=None):
+                 lr_decay=1.0, decay_every=1, random_state=None):
         self._store(locals())
 
     def _check_params(self, objective):
         check_positive("lr", self.lr)
         check_positive("dual_lr", self.dual_lr)
+        self._check_decay()
         if self.groups_per_batch is not None:
             check_int("groups_per_batch", self.groups_per_batch, minimum=1)
         check_int("per_group", self.per_group, minimum=1)
@@ -362,7 +384,7 @@ class OOA(_FCCOSolver):
         a = copy_arrays(state, "coef", "q")
         cap = 1.0 / (objective.tail_fraction * objective.m)
         _k._pass_ooa(objective.loss.code, objective.X, objective.y, objective.reg, cap,
-                     float(self.lr), float(self.dual_lr), gids, rows, a["coef"], a["q"])
+                     self._lr(state.epoch), float(self.dual_lr), gids, rows, a["coef"], a["q"])
         return state._replace(epoch=state.epoch + 1, **a)
 
     def _finite(self, state):
