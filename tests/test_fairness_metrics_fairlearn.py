@@ -116,3 +116,41 @@ def test_benchmark_verdict_rule():
     one = verdict(np.array([0.0]), np.array([0.0]), 0.01, 0.001, **n)
     assert one["violation_interval"] == pytest.approx([-0.0196, 0.0196])
     assert one["verdict"] == "within noise" and one["mean_meets"]
+
+
+def test_benchmark_aa_violations_match_fairlearn_and_goal_rows_first():
+    """fairness_aa.violations equals fairlearn.metrics' DP / EO differences, between groups
+    and to the overall rate, on random predictions (three groups), and on expected
+    predictions (probabilities) the same max - min / distance to overall of the group means;
+    fairness_vs_fairlearn's summary puts per constraint the like-for-like row (``:to_overall``,
+    fairlearn's constraint form) first as the goal row, then the default, then variants."""
+    metrics = pytest.importorskip("fairlearn.metrics")
+    aa = load_benchmark("fairness_aa")
+    rng = np.random.default_rng(5)
+    y, pred, p = rng.integers(0, 2, 400), rng.integers(0, 2, 400), rng.random(400)
+    s = rng.choice(np.array(["a", "b", "c"], dtype=object), 400)
+    for c, fn in (("demographic_parity", metrics.demographic_parity_difference),
+                  ("equalized_odds", metrics.equalized_odds_difference)):
+        got = aa.violations(y, pred, s, c)
+        for value, method in zip(got, ("between_groups", "to_overall")):
+            assert value == pytest.approx(fn(y, pred, sensitive_features=s, method=method),
+                                          abs=1e-12)
+        blocks = [np.ones(400, bool)] if c == "demographic_parity" else [y == 0, y == 1]
+        r = [np.array([p[b & (s == g)].mean() for g in "abc"]) for b in blocks]
+        over = [p[b].mean() for b in blocks]
+        want = (max(x.max() - x.min() for x in r),
+                max(np.abs(x - o).max() for x, o in zip(r, over)))
+        assert aa.violations(y, p, s, c) == pytest.approx(want, abs=1e-12)
+    assert aa.smallest_cell(y, s, "equalized_odds") == min(
+        np.sum((s == g) & (y == v)) for g in "abc" for v in (0, 1))
+    fvf = load_benchmark("fairness_vs_fairlearn")
+    labels = ["equalized_odds uncapped", "equalized_odds", "equalized_odds:to_overall",
+              "demographic_parity", "demographic_parity:to_overall matched",
+              "demographic_parity:to_overall"]
+    assert sorted(labels, key=fvf._summary_order) == [
+        "demographic_parity:to_overall", "demographic_parity",
+        "demographic_parity:to_overall matched", "equalized_odds:to_overall",
+        "equalized_odds", "equalized_odds uncapped"]
+    assert [fvf._role(x) for x in ("equalized_odds:to_overall", "equalized_odds",
+                                   "equalized_odds smoothed")] == [
+        "**goal**", "*default*", "variant"]
