@@ -19,7 +19,7 @@ import riskopt as ro
 from riskopt._kernels import hull_oracle as ho
 from riskopt._kernels import oracles as ko
 from riskopt._kernels import prospect as kp
-from _prospect_steps import compare_step_by_step, prospect_solvers, run_passes
+from _prospect_steps import certify_step, compare_step_by_step, prospect_solvers, run_passes
 from test_incremental_pav import DISTS, MOVES, SPECTRA, _case
 
 TOL = 1e-12
@@ -245,6 +245,33 @@ def test_default_switches_to_the_hull_far_from_the_optimum(div):
     assert inc._stats[8] > 0 and inc._stats[0] < tree._stats[0] / 10
 
 
+def test_hand_over_threshold_is_size_aware():
+    # benchmarks/prospect_switch.py: the tree's fixed cost per step reaches the hull's step
+    # from ~1e5 losses on, so the threshold falls to 0 there and never rises with n
+    sizes = [1, 3000, 2e4, kp.HULL_SWAPS_N - 1, kp.HULL_SWAPS_N, 2e5, 1e6, 1e8]
+    t = [kp.hull_swaps(int(n)) for n in sizes]
+    assert all(a >= b for a, b in zip(t, t[1:])) and t[0] == kp.HULL_SWAPS > 0
+    assert kp.hull_swaps(kp.HULL_SWAPS_N) == 0 and kp.hull_swaps(kp.HULL_SWAPS_N - 1) > 0
+
+
+@pytest.mark.parametrize("div", ["chi2", "kl"])
+def test_default_runs_a_large_table_on_the_hull_from_the_first_step(div):
+    # n >= HULL_SWAPS_N: the default oracle is ORACLE_HULL itself (no bubbling, the same
+    # iterates bit for bit on the same indices), and its weights are exact (certify_step)
+    n = kp.HULL_SWAPS_N
+    obj = _objective(n, "esrm", div, seed=5)
+    inc, hull = _solvers(0.01, kp.ORACLE_INCREMENTAL, kp.ORACLE_HULL)
+    idx = np.random.default_rng(5).integers(0, n, size=300)
+    ends = []
+    for s in (inc, hull):
+        before = s.update(obj, s.init_state(obj), indices=idx[:-1])
+        after = s.update(obj, before, indices=idx[-1:])
+        certify_step(obj, before, after, int(idx[-1]), f"{div}, oracle {s._oracle}")
+        ends.append(after.coef)
+    assert inc._stats[0] == 0 and inc._stats[8] > 0  # no bubbling; Newton iterations
+    assert np.array_equal(ends[0], ends[1])
+
+
 def test_hull_chunk_caps_the_rank_chunk():
     from riskopt._kernels.rank_oracle import chunk_size
     for n in (1, 3000, 2e4, 2e5, 1e6):
@@ -279,3 +306,28 @@ def test_oracle_steps_benchmark_replays_a_pass(tmp_path, monkeypatch):
         assert 0 < r["update_ns"] and r["ratio"] > 0 and r["base_step_ns"] > 0
         if r["cost"] == "chi2":
             assert r["newton"] >= 1.0 and r["chunks"] >= 1.0
+
+
+@pytest.mark.slow
+def test_switch_benchmark_fits_the_tree_against_the_hull(tmp_path, monkeypatch):
+    # benchmarks/prospect_switch.py on a tiny table: one row per perturbation, more swaps a
+    # step from the larger one, and a fitted line per size (no timing is compared: the
+    # machine is shared)
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("switch", bench / "prospect_switch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(sys, "argv", ["x", "--sizes", "2000", "--cases", "esrm:chi2",
+                                      "--warms", "1e-3", "1e-1", "--steps", "500",
+                                      "--repeats", "1", "--out", str(tmp_path)])
+    mod.main()
+    res = json.loads((tmp_path / "switch_2000.json").read_text())
+    rows = res["rows"]
+    assert len(rows) == 2 and rows[0]["swaps"] < rows[1]["swaps"]
+    assert all(r["threshold"] == kp.hull_swaps(2000) for r in rows)
+    assert len(res["fits"]) == 1 and res["fits"][0]["n"] == 2000

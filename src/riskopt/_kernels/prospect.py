@@ -22,7 +22,8 @@ updated in place; randomness enters only through the index arrays drawn in Pytho
        oracle is ``box_oracle`` instead (``_epoch_prospect_box``): ``q = clip((l - tau) /
        (2 n nu), 0, c)`` (chi-square) or ``min(c, exp((l - m) / nu))`` (KL) with one scalar
        kept in O(log n) per step by heaps, and no sorted table during the pass. Far from
-       the optimum (the bubbling's swaps past ``HULL_SWAPS`` / ``RANK_SWAPS`` per step) the
+       the optimum (the bubbling's swaps past ``hull_swaps(n)`` / ``RANK_SWAPS`` per step;
+       with a shift cost from ``HULL_SWAPS_N`` losses on, from the first step) the
        default hands the rest of a pass to ``_epoch_prospect_box`` on ``rank_oracle``
        (``nu = 0``: ``q_i = mean(sigma[a:a + m])`` with ``a`` / ``m`` the numbers of losses
        below / equal to ``l_i``, counted in a blocked sorted list of the loss multiset,
@@ -66,10 +67,16 @@ ORACLE_HULL = 3         #: ``hull_oracle`` for every spectrum with a shift cost 
 #: ``ORACLE_INCREMENTAL`` on a non-box spectrum with a shift cost starts a pass on the hull
 #: tree (O(s + log^2 n) per step, s the swaps of the bubbling) and hands the rest of the pass
 #: to ``hull_oracle`` (cost per step independent of s) once the swaps so far exceed
-#: ``HULL_SWAPS`` per step plus ``HULL_SLACK``: the tree's cost per swap is ~1/600 of a
-#: hull query (benchmarks/prospect_incremental.py), so a pass far from the optimum (s ~ n/3)
-#: switches within a few steps and one near it (s of a few hundred) stays on the tree.
-HULL_SWAPS = 600
+#: ``hull_swaps(n)`` per step plus ``HULL_SLACK``; from ``HULL_SWAPS_N`` losses on the pass
+#: runs on ``hull_oracle`` from its first step. Measured side by side
+#: (``benchmarks/prospect_switch.py``, results in
+#: ``benchmarks/results/prospect_incremental/stop41/switch_*``, stop 41): the tree costs
+#: ``a(n) + b s`` per step with ``b`` about 15-17 ns a swap at every size and ``a(n)`` about
+#: 1.7, 4.4 and 8.6 us at n = 2e4, 2e5, 1e6, a hull step 1.9, 4.0 and 5.6 us: the break-even
+#: is about 14 swaps a step at 2e4, 0 or below from 2e5 (stop 40's constant 600 kept 1e6
+#: passes on the tree at 2.7-8x the hull's cost).
+HULL_SWAPS = 16
+HULL_SWAPS_N = 100000
 HULL_SLACK = 20000
 #: the same hand-over for ``nu = 0`` (the bubbling's sorted table -> ``rank_oracle``, whose
 #: step costs about as much as ~100 swaps)
@@ -79,6 +86,13 @@ RANK_SWAPS = 128
 #: (an infinite loss corrupted memory)
 LOSS_LIMIT = 1e150
 
+
+@njit(cache=True)
+def hull_swaps(n):
+    """The swaps per step past which a pass of ``n`` losses leaves the hull tree for
+    ``hull_oracle`` (see ``HULL_SWAPS``); 0 from ``HULL_SWAPS_N`` losses on (the pass starts
+    on ``hull_oracle``)."""
+    return HULL_SWAPS if n < HULL_SWAPS_N else 0
 
 
 @njit(cache=True, _nrt=False)
@@ -200,7 +214,8 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
 
     * ``ORACLE_INCREMENTAL`` (the solver's default): for a box spectrum (CVaR, detected by
       ``box_oracle._box_spectrum``) with ``nu > 0``, ``_epoch_prospect_box`` (no bubbling);
-      otherwise as ``ORACLE_TREE`` until the swaps pass ``HULL_SWAPS`` per step
+      otherwise (a shift cost, ``n < HULL_SWAPS_N``; else ``hull_oracle`` from the first
+      step) as ``ORACLE_TREE`` until the swaps pass ``hull_swaps(n)`` per step
       (``RANK_SWAPS`` for ``nu = 0``) plus ``HULL_SLACK``, then ``_epoch_prospect_box`` on
       ``hull_oracle`` (``rank_oracle`` for ``nu = 0``) for the rest of the pass;
     * ``ORACLE_HULL``: ``_epoch_prospect_box`` on ``hull_oracle`` for every spectrum with a
@@ -223,9 +238,11 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     """
     if oracle == ORACLE_INCREMENTAL or oracle == ORACLE_HULL:
         bc, bk, br = _box_spectrum(sigma) if nu > 0.0 else (0.0, 0, 0.0)
-        if oracle == ORACLE_HULL and nu > 0.0:
-            bk = -1  # hull_oracle, whatever the spectrum
-        if bk > 0 or oracle == ORACLE_HULL:  # a box: box_oracle; ORACLE_HULL, nu = 0: rank
+        # hull_oracle: ORACLE_HULL whatever the spectrum; a large table (HULL_SWAPS_N)
+        hull = nu > 0.0 and (oracle == ORACLE_HULL or (bk <= 0 and hull_swaps(X.shape[0]) == 0))
+        if hull:
+            bk = -1
+        if bk > 0 or hull or oracle == ORACLE_HULL:  # a box: box_oracle; ORACLE_HULL, nu = 0: rank
             _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, q,
                                 rho, gbar, order, rank, bc, bk, br, stats)
             return
@@ -267,7 +284,7 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
             _add_outer(X, m, rho[m], D[m], gbar)
     inc = oracle != ORACLE_FULL
     switch = oracle == ORACLE_INCREMENTAL and (mode == 3 or mode == 0)
-    per_step = HULL_SWAPS if mode == 3 else RANK_SWAPS
+    per_step = hull_swaps(n) if mode == 3 else RANK_SWAPS
     swaps = 0
     T = indices.shape[0]
     rnext = -1
