@@ -236,3 +236,26 @@ def test_fcco_tracking_on_the_host_is_the_tensor_code(name, dtype, monkeypatch):
     p1, s1, _ = D.run(name, 12, dtype=dtype)
     assert not torch.equal(p1, D.run(name, 11, dtype=dtype)[0])     # (the steps moved)
     assert torch.equal(p0, p1) and torch.equal(s0, s1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_outer_functions_on_the_host_are_the_torch_code(dtype):
+    """The outer functions' gradient and value in NumPy (the compositional methods' host
+    path): the torch code's numbers bit for bit, for every outer function, smoothing zero or
+    not, a threshold ``s`` or none, at the kinks and at NaN."""
+    from riskopt.torch.optim import outer as O
+    u = torch.tensor([-2.0, -0.3, -0.1, 0.0, 0.1, 0.3, 0.35, 2.0, math.nan], dtype=dtype)
+    s = torch.tensor(0.3, dtype=dtype)
+    checked = 0
+    for f in (O.Hinge(2.0, 0.3), O.AbsHinge(4.0, 0.1), O.SquaredHinge(10.0, 0.3),
+              O.SquaredHinge(10.0, 0.1, absolute=True), O.GroupCVaR(0.25)):
+        for lam in (0.0, 0.01):
+            extra = (s,) if f.has_threshold else ()
+            y, v = _updates._outer_host(f, u.numpy(), lam, s.numpy() if extra else None)
+            for got, want in ((y, f.grad(u, lam, *extra)), (v, f.value(u, *extra))):
+                got = torch.from_numpy(got)
+                assert got.dtype == dtype
+                assert torch.equal(got.isnan(), want.isnan())
+                assert torch.equal(got.nan_to_num(), want.nan_to_num())
+                checked += 1
+    assert checked == 20
