@@ -312,3 +312,38 @@ def test_distinct_losses_at_nu0_in_numpy_equal_the_kernel_bit_for_bit(n):
             v_k = ko._risk_weights_nu0(order, ls, sigma, q_k)
             assert np.array_equal(q, q_k), kind
             assert v == v_k or (np.isnan(v) and np.isnan(v_k)), kind
+
+
+def test_the_kl_pav_fast_loop_equals_the_checked_one_and_declines_near_underflow():
+    """``oracle_fused._kl_pav`` (no test in its loop but the pool's) makes the blocks of
+    ``_kl_pav_checked`` bit for bit on positive spectra (the same sums in the same order),
+    hands spectra with zeros (CVaR) to it, and declines (-1: the log form decides) where a
+    product the PAV compares comes near underflow: a spectrum whose first entries are 1e-250
+    against terms down to ``exp(-500)``. ``risk_weights`` then still agrees with the
+    merge-sort oracle (log-form PAV) to 1e-12."""
+    from riskopt._kernels import oracle_fused as kf
+    rng = np.random.default_rng(5)
+    n = 400
+    for l in (3.0 * rng.random(n), 1e4 + rng.random(n), np.round(rng.random(n), 1)):
+        ls = np.sort(l)
+        for risk in (ro.ESRM(1.0), ro.Extremile(2.0), ro.CVaR(0.2)):
+            sigma = np.ascontiguousarray(risk.spectrum(n))
+            for nu in (1e-2, 0.1, 1.0):
+                e = np.exp((ls - ls[-1]) / nu)
+                out = [(np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)) for _ in "ab"]
+                nb = kf._kl_pav(e, sigma, *out[0])
+                assert nb == kf._kl_pav_checked(e, sigma, *out[1]) and nb > 0
+                for x, y in zip(*out):
+                    assert np.array_equal(x[:nb], y[:nb]), (risk, nu)
+    sigma = np.full(n, 1e-250)
+    sigma[n // 2:] = 2.0 / n
+    sigma /= sigma.sum()
+    l = np.linspace(0.0, 5.0, n)[rng.permutation(n)]
+    ls = np.sort(l)
+    e = np.exp((ls - ls[-1]) / 0.01)            # down to exp(-500)
+    assert kf._kl_pav(e, sigma, np.empty(n), np.empty(n), np.empty(n, dtype=np.int64)) == -1
+    q, q_ms = np.empty(n), np.empty(n)
+    v = ko.risk_weights(l, sigma, 0.01, 1, q)
+    v_ms = ko._risk_weights(l, sigma, 0.01, 1, q_ms)
+    np.testing.assert_allclose(q, q_ms, rtol=0, atol=1e-12)
+    assert abs(v - v_ms) <= 8 * n * EPS * (abs(v_ms) + np.ptp(l))

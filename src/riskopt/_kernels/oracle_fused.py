@@ -306,6 +306,17 @@ def _offset_sum(ls, top):
     return m
 
 
+@njit(cache=True, inline="always")
+def _push(A, S, E, k, a, s, end):
+    """Push the block ``(a, s)`` ending before rank ``end`` above block ``k`` of the KL PAV's
+    stack; returns its index ``k + 1``."""
+    k += 1
+    A[k] = a
+    S[k] = s
+    E[k] = end
+    return k
+
+
 @njit(cache=True)
 def _kl_pav(e, sigma, A, S, E):
     """The KL PAV of :func:`_kl_blocks` over the ranks (terms ``e``, ascending losses,
@@ -331,10 +342,7 @@ def _kl_pav(e, sigma, A, S, E):
         si = sigma[i]
         mn = min(mn, si)
         if a * si < ei * s:            # no pool: push the top, the new rank is the top
-            k += 1
-            A[k] = a
-            S[k] = s
-            E[k] = i
+            k = _push(A, S, E, k, a, s, i)
             a = ei
             s = si
         else:
@@ -346,11 +354,7 @@ def _kl_pav(e, sigma, A, S, E):
                 k -= 1
     if not (mn > 0.0 and e[0] * mn > 1e-280):
         return _kl_pav_checked(e, sigma, A, S, E)
-    k += 1
-    A[k] = a
-    S[k] = s
-    E[k] = n
-    return k + 1
+    return _push(A, S, E, k, a, s, n) + 1
 
 
 @njit(cache=True)
@@ -371,10 +375,7 @@ def _kl_pav_checked(e, sigma, A, S, E):
         # pool iff the top has no spectrum mass, or the new rank has and lhs >= rhs
         if s != 0.0 and (si == 0.0 or lhs < rhs):
             bad |= min(lhs, rhs) <= 1e-290 and si != 0.0
-            k += 1
-            A[k] = a
-            S[k] = s
-            E[k] = i
+            k = _push(A, S, E, k, a, s, i)
             a = ei
             s = si
             continue
@@ -395,11 +396,8 @@ def _kl_pav_checked(e, sigma, A, S, E):
             a += A[k]
             s += sk
             k -= 1
-    k += 1
-    A[k] = a
-    S[k] = s
-    E[k] = n
-    return -1 if bad else k + 1
+    nb = _push(A, S, E, k, a, s, n) + 1
+    return -1 if bad else nb
 
 
 @njit(cache=True, error_model="numpy")

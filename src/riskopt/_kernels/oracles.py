@@ -285,7 +285,7 @@ def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
         if work.shape[0] >= 3 * n and iwork.shape[0] >= 2 * n:
             if div == CHI2:
                 return _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork)
-            v = _kl_gathered(order, ls, sigma, nu, q, work, iwork)  # (NaN: it declined)
+            v = _kl_gathered(order, ls, sigma, nu, q, work, iwork)  # (NaN: declined)
             if not math.isnan(v):
                 return v
         _weights_sorted_ws(ls, sigma, nu, div, qs, work, iwork)
