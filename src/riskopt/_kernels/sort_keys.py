@@ -142,29 +142,33 @@ def _radix_order(x, f32, pk, cnt, tmp, order, ls):
     index order, and :func:`_fix_runs` puts the runs of equal keys in order by value (exact
     losses; float32 keeps 24 bits, so such runs are rare but for a span over ``2^22``
     float32 steps). Returns False (the caller sorts otherwise) for a NaN / inf loss, one
-    beyond float32's range, or too many moves in :func:`_fix_runs`. ``f32`` (float32),
-    ``pk``, ``tmp`` (uint64), ``order`` (int64) and ``ls`` have length n, ``cnt`` (int64)
-    ``2^(RADIX_BITS + 1)``."""
+    beyond float32's range, or too many moves in :func:`_fix_runs`. ``f32`` (float32: the
+    roundings, then their keys in place, so that the histogram pass reads them), ``pk``,
+    ``tmp`` (uint64), ``order`` (int64) and ``ls`` have length n, ``cnt`` (int64)
+    ``2^(RADIX_BITS + 1)``. The least and largest key come from integer reductions over the
+    keys (vectorised), which with the keys kept took the sort from 52 to 44 us at n = 8192
+    (probe, min of 41 blocks, one process; the same order bit for bit)."""
     n = x.shape[0]
-    lo = np.inf
-    hi = -np.inf
     ok = True
     for i in range(n):
         xi = x[i]
         f32[i] = xi + 0.0            # (-0.0 + 0.0 = +0.0)
         ok &= abs(xi) <= 3.4e38      # (False for NaN, inf and beyond float32)
-        lo = min(lo, xi)
-        hi = max(hi, xi)
     if not ok:
         return False
     u = f32.view(np.uint32)
     sgn = np.uint32(0x80000000)
-    ends = np.empty(2, dtype=np.float32)   # the keys of the least and the largest loss
-    ends[0] = lo + 0.0
-    ends[1] = hi + 0.0
-    ue = ends.view(np.uint32)
-    kmin = ue[0] ^ (np.uint32(np.int32(ue[0]) >> np.int32(31)) | sgn)
-    kmax = ue[1] ^ (np.uint32(np.int32(ue[1]) >> np.int32(31)) | sgn)
+    # the keys of the least and the largest loss: the float32 rounding and the key are
+    # monotone, so these are the least and the largest key (integer reductions: vectorised,
+    # where a float min / max chain is not)
+    kmin = np.uint32(0xFFFFFFFF)
+    kmax = np.uint32(0)
+    for i in range(n):
+        b = u[i]
+        k = b ^ (np.uint32(np.int32(b) >> np.int32(31)) | sgn)
+        u[i] = k                     # (the key in place of the float32)
+        kmin = min(kmin, k)
+        kmax = max(kmax, k)
     nb = 1 << RADIX_BITS
     mask = np.uint64(nb - 1)
     span = np.uint32(kmax - kmin)
@@ -174,8 +178,7 @@ def _radix_order(x, f32, pk, cnt, tmp, order, ls):
     for d in range(2 * nb):
         cnt[d] = 0
     for i in range(n):
-        b = u[i]
-        k = np.uint64(((b ^ (np.uint32(np.int32(b) >> np.int32(31)) | sgn)) - kmin) >> s)
+        k = np.uint64((u[i] - kmin) >> s)
         pk[i] = (k << np.uint64(32)) | np.uint64(i)
         cnt[k & mask] += 1
         cnt[nb + (k >> np.uint64(RADIX_BITS))] += 1
