@@ -89,12 +89,6 @@ def break_even(rows):
     return a, b, h, (h - a) / b if b > 0 else np.inf
 
 
-def _write_atomic(path, text):
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", type=int, default=[20000, 200000, 1000000])
@@ -135,8 +129,9 @@ def main():
                 wall_seconds=round(wall, 1), git_commit=_git_commit(), cpu=_cpu_info(),
                 versions=_versions(), args=vars(args), load=os.getloadavg(), rows=rows,
                 fits=fits)
-    _write_atomic(out / f"switch_{tag}.md", "\n".join(lines) + "\n")
-    _write_atomic(out / f"switch_{tag}.json", json.dumps(meta, indent=2, default=float) + "\n")
+    pi._write_atomic(out / f"switch_{tag}.md", "\n".join(lines) + "\n")
+    pi._write_atomic(out / f"switch_{tag}.json",
+                     json.dumps(meta, indent=2, default=float) + "\n")
     print("\n".join(lines))
     print(f"\nwrote {out}/switch_{tag}.md and .json ({wall:.0f} s)")
 
