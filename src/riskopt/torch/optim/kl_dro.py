@@ -66,6 +66,8 @@ from ._guard import GuardMixin
 __all__ = ["SCDRO", "ASCDRO"]
 
 
+#: the loss dtypes NumPy reads (a CPU tensor's ``numpy()``)
+_NP_LOSSES = (torch.float64, torch.float32, torch.float16)
 #: the loss dtypes whose values are float32 numbers
 _F32_EXACT = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -208,6 +210,12 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         with torch.no_grad():
             if self._can_post():
                 w_local = self._surrogate_posted(losses)
+            elif (losses.dtype in _NP_LOSSES and losses.device.type == "cpu"
+                  and self._group() is None and self._host()):
+                # one process, eager on the CPU: the losses as a float64 copy in NumPy (the
+                # same numbers as the gather's ``to``: exact)
+                w_local = self._update(torch.from_numpy(
+                    losses.detach().numpy().astype(numpy.float64)))
             else:
                 table, sizes, off = self._gather([losses], self._scalars["lam"].device)
                 w = self._update(table[:, 0])
