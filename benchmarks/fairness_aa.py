@@ -6,6 +6,7 @@ both models' training violations, for the fits cached by ``benchmarks/fairness_v
         [--cases adult:race:splits=16,compas:race:splits=30] [--constraints demographic_parity,
         equalized_odds] [--variants default,to_overall] [--draws 20]
         [--out benchmarks/results/fairness_vs_fairlearn/stop41/aa.json]
+    python benchmarks/fairness_aa.py --show FILE.json [FILE.json ...]  # the tables
 
 Per case, split and constraint: fairlearn's ``ExponentiatedGradient`` is refitted (its fit is
 deterministic; its *prediction* is a draw: ``predict(X, random_state=k)``, checked to
@@ -145,30 +146,47 @@ def summarise(rows):
     return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cache", required=True)
-    ap.add_argument("--cases", default="adult:race:splits=16,compas:race:splits=30")
-    ap.add_argument("--constraints", default="demographic_parity,equalized_odds")
-    ap.add_argument("--variants", default="default,to_overall")
-    ap.add_argument("--draws", type=int, default=20)
-    ap.add_argument("--out", default="")
-    args = ap.parse_args(argv)
-    with threadpool_limits(limits=1):
-        res = [analyse(c, args.cache, args.constraints.split(","), args.variants.split(","),
-                       args.draws, log=lambda m: print(m, flush=True))
-               for c in args.cases.split(",")]
-    print("| case | constraint, riskopt variant | splits | violation diff, benchmark's draw "
-          "[95 %] | vs fairlearn's mean over draws [95 %] | A/A sd | accuracy diff vs mean "
-          "[95 %] | train between ; to overall: riskopt / fairlearn expected / fl draw | "
-          "splits for +-0.005 |\n|---|---|---:|---|---|---:|---|---|---:|")
+def table(res):
+    """The Markdown table of :func:`analyse`'s results (one row per case, constraint and
+    riskopt variant)."""
+    lines = ["| case | constraint, riskopt variant | splits | violation diff, benchmark's draw "
+             "[95 %] | vs fairlearn's mean over draws [95 %] | A/A sd | accuracy diff vs mean "
+             "[95 %] | train between ; to overall: riskopt / fairlearn expected / fl draw | "
+             "splits for +-0.005 |", "|---|---|---:|---|---|---:|---|---|---:|"]
     for r in res:
         for spec, g in r["summary"].items():
             iv = lambda v: f"{v[0]:+.4f} [{v[2]:+.4f}, {v[3]:+.4f}]"  # noqa: E731
             tr = " / ".join(" ; ".join(f"{x:.3f}" for x in g[k]) for k in
                             ("train_riskopt", "train_fairlearn_expected", "train_fairlearn_draw"))
-            print(f"| {r['case']} | {spec} | {g['splits']} | {iv(g['single'])} | {iv(g['avg'])} "
-                  f"| {g['aa_sd']:.4f} | {iv(g['acc_avg'])} | {tr} | {g['k_needed_avg']} |")
+            lines.append(f"| {r['case']} | {spec} | {g['splits']} | {iv(g['single'])} | "
+                         f"{iv(g['avg'])} | {g['aa_sd']:.4f} | {iv(g['acc_avg'])} | {tr} | "
+                         f"{g['k_needed_avg']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cache", default="", help="fairness_vs_fairlearn's --cache folder")
+    ap.add_argument("--cases", default="adult:race:splits=16,compas:race:splits=30")
+    ap.add_argument("--constraints", default="demographic_parity,equalized_odds")
+    ap.add_argument("--variants", default="default,to_overall")
+    ap.add_argument("--draws", type=int, default=20)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--show", nargs="*", default=None,
+                    help="only print the tables of these earlier --out files")
+    args = ap.parse_args(argv)
+    if args.show is not None:
+        for path in args.show:
+            with open(path) as fh:
+                print(table(json.load(fh)["results"]) + "\n")
+        return
+    if not args.cache:
+        ap.error("--cache is required (but with --show)")
+    with threadpool_limits(limits=1):
+        res = [analyse(c, args.cache, args.constraints.split(","), args.variants.split(","),
+                       args.draws, log=lambda m: print(m, flush=True))
+               for c in args.cases.split(",")]
+    print(table(res))
     if args.out:
         cmd = "python benchmarks/fairness_aa.py " + " ".join(
             argv if argv is not None else sys.argv[1:])
