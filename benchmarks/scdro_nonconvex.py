@@ -20,6 +20,15 @@ its 10x step decay at three quarters of the epochs (``--decay-epoch``; the paper
 120) and its step grid without 1 ({0.01, 0.05, 0.1, 0.5}; SCDRO's beta in {0.1, 0.5, 0.9}); the grid is
 run on the first ``--tune-seeds`` seeds only and the other seeds at the chosen setting.
 
+``--paper-grid`` (stop 41): the paper's protocol on any model: its grids (SCDRO's 5 x 9 (lr,
+beta), PG-SMD2's 5 lr x 4 dual steps, 5 lr for FastDRO and ERM; ``PAPER_GRID``) with divergence
+detection (a diverged run ends with a ``{"diverged": true}`` record and its setting is not
+selected), and a compact results.json (finished curves as one list per field). The MLP row:
+
+    python benchmarks/scdro_nonconvex.py --paper-grid --epochs 120 --decay-epoch 90 \
+        --tune-seeds 1 --seeds 0 1 2 3 4   # resumable; two processes: --methods scdro, then
+        # --methods fastdro erm pgsmd2, then once without --methods (writes results.json)
+
 Usage::
 
     python benchmarks/scdro_nonconvex.py [--epochs 60] [--seeds 0 1 2] [--out DIR]
@@ -40,6 +49,7 @@ from torch import nn
 import riskopt as ro
 from riskopt.torch import KLDROLoss
 from riskopt.torch.optim import PGSMD2, SCDRO
+from riskopt.torch.optim._guard import DivergenceError
 
 OUT = Path(__file__).resolve().parent / "results" / "scdro_nonconvex"
 RHO, LAM0, BATCH = 0.5, 1e-3, 128
@@ -57,6 +67,13 @@ GRIDS = {
             # (the ends of the paper's dual range; primal lr 0.1 and 0.5: no momentum here)
             "pgsmd2": [(lr, d) for lr in (0.1, 0.5) for d in (1e-5, 5e-4)]},
 }
+#: ``--paper-grid``: the paper's grids for every model (Sec. 5): primal steps {0.01, 0.05, 0.1,
+#: 0.5, 1}, SCDRO's beta {0.1 : 0.1 : 0.9} (5 x 9), PG-SMD2's dual step over the paper's range
+#: {1e-5, 5e-5, 1e-4, 5e-4} (5 x 4); the steps that diverge are recorded as diverged
+_PAPER_LR = (0.01, 0.05, 0.1, 0.5, 1.0)
+PAPER_GRID = {"scdro": [(lr, b / 10) for lr in _PAPER_LR for b in range(1, 10)],
+              "fastdro": list(_PAPER_LR), "erm": list(_PAPER_LR),
+              "pgsmd2": [(lr, d) for lr in _PAPER_LR for d in (1e-5, 5e-5, 1e-4, 5e-4)]}
 #: the methods whose setting is a pair (their grids list tuples)
 PAIRS = ("scdro", "pgsmd2")
 
@@ -96,57 +113,114 @@ def evaluate(net, X, y, with_kl=False, rho=RHO):
     return acc, min(per), float(ro.KLDRO(radius=rho, shift_cost=LAM0).value(losses))
 
 
-def train(method, lr, seed, data, epochs, model="mlp", decay_epoch=None, rho=RHO):
+def _diverged(epoch, why):
+    """The record that closes a diverged run: no accuracy, the epoch and the reason."""
+    return {"epoch": epoch, "diverged": True, "why": why}
+
+
+def train(method, lr, seed, data, epochs, model="mlp", decay_epoch=None, rho=RHO,
+          stop_diverged=False):
+    """Train one run; its curve of per-epoch records. ``stop_diverged``: SCDRO / PG-SMD2 raise
+    on divergence (their guard, ``on_divergence="raise"``) and every method is held to the
+    guard's start rule at each epoch's end (the training KL objective above twice its start
+    value, at two consecutive epochs) or stops at a non-finite loss; the run then ends with a
+    ``{"diverged": True}`` record instead of a number."""
     Xtr, ytr, Xte, yte = data
     net = make_net(seed, model, Xtr.shape[1]).to(Xtr.device)
     net(Xtr[:2])  # materialise the lazy layer before the optimiser sees the parameters
     n = Xtr.shape[0]
     steps_per_epoch = max(1, n // BATCH)
+    guard = {"on_divergence": "raise"} if stop_diverged else {}
+    start, above = (evaluate(net, Xtr, ytr, with_kl=True, rho=rho)[2] if stop_diverged
+                    else None), 0
     if method == "scdro":
         lr, beta = lr
-        opt = SCDRO(net.parameters(), radius=rho, shift_cost=LAM0, lr=lr, beta=beta)
+        opt = SCDRO(net.parameters(), radius=rho, shift_cost=LAM0, lr=lr, beta=beta, **guard)
     elif method == "pgsmd2":
         lr, dual_lr = lr
-        opt = PGSMD2(net.parameters(), n=n, radius=rho, shift_cost=LAM0, lr=lr, dual_lr=dual_lr)
+        opt = PGSMD2(net.parameters(), n=n, radius=rho, shift_cost=LAM0, lr=lr, dual_lr=dual_lr,
+                     **guard)
     else:
         opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
-        dro = KLDROLoss(radius=rho, shift_cost=LAM0) if method == "fastdro" else None
+    dro = KLDROLoss(radius=rho, shift_cost=LAM0) if method == "fastdro" else None
     gen = torch.Generator().manual_seed(seed)
     curve = []
     for epoch in range(epochs):
         if decay_epoch is not None and epoch == decay_epoch:
             _decay(opt)
         perm = torch.randperm(n, generator=gen)
-        for k in range(steps_per_epoch):
-            idx = perm[k * BATCH:(k + 1) * BATCH].to(Xtr.device)
-            losses = nn.functional.cross_entropy(net(Xtr[idx]), ytr[idx], reduction="none")
-            opt.zero_grad()
-            if method == "scdro":
-                opt.surrogate(losses).backward()
-            elif method == "pgsmd2":
-                (opt.weights(idx) * losses).sum().backward()
-            elif method == "fastdro":
-                dro(losses).backward()
-            else:
-                losses.mean().backward()
-            if method == "pgsmd2":
-                opt.step(indices=idx, losses=losses.detach())
-            else:
-                opt.step()
+        try:
+            _epoch(method, opt, net, Xtr, ytr, perm, steps_per_epoch, dro, stop_diverged)
+        except DivergenceError as e:
+            if not stop_diverged:
+                raise
+            curve.append(_diverged(epoch + 1, str(e).splitlines()[0][:200]))
+            return curve
         tr, _, kl = evaluate(net, Xtr, ytr, with_kl=True, rho=rho)
+        if stop_diverged:
+            above = above + 1 if kl > 2 * start else 0
+            if above >= 2:
+                curve.append(_diverged(epoch + 1, f"training KL objective {kl:.4g} above twice "
+                                                  f"its start {start:.4g} at two epochs"))
+                return curve
         te, worst = evaluate(net, Xte, yte)
         curve.append({"epoch": epoch + 1, "train_accuracy": tr, "test_accuracy": te,
                       "test_worst_class_accuracy": worst, "kl_objective": kl})
     return curve
 
 
+def _epoch(method, opt, net, Xtr, ytr, perm, steps_per_epoch, dro, stop_diverged):
+    """One pass of mini-batches (the last partial batch dropped)."""
+    for k in range(steps_per_epoch):
+        idx = perm[k * BATCH:(k + 1) * BATCH].to(Xtr.device)
+        losses = nn.functional.cross_entropy(net(Xtr[idx]), ytr[idx], reduction="none")
+        if stop_diverged and not bool(torch.isfinite(losses).all()):
+            raise DivergenceError(f"{method}: non-finite training loss")
+        opt.zero_grad()
+        if method == "scdro":
+            opt.surrogate(losses).backward()
+        elif method == "pgsmd2":
+            (opt.weights(idx) * losses).sum().backward()
+        elif method == "fastdro":
+            dro(losses).backward()
+        else:
+            losses.mean().backward()
+        if method == "pgsmd2":
+            opt.step(indices=idx, losses=losses.detach())
+        else:
+            opt.step()
+    if stop_diverged and not all(bool(torch.isfinite(q).all()) for q in net.parameters()):
+        raise DivergenceError(f"{method}: non-finite parameters")
+
+
 def _key(method, setting, seed):
     return json.dumps([method, setting, seed])
 
 
-def _write_json(path, obj):
+def _rounded(obj, digits=6):
+    """``obj`` with every float rounded to ``digits`` significant digits (a smaller file)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: _rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_rounded(v, digits) for v in obj]
+    return obj
+
+
+def _columns(curve):
+    """A finished curve as one list per field (``--paper-grid``'s results.json: a smaller file;
+    :func:`riskopt.bench._script_checks.check_scdro_nonconvex` reads both forms); a diverged
+    curve stays a list of records."""
+    if curve[-1].get("diverged"):
+        return curve
+    return {k: [row[k] for row in curve] for k in curve[0]}
+
+
+def _write_json(path, obj, compact=False):
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.write_text(json.dumps(_rounded(obj), separators=(",", ":")) if compact
+                   else json.dumps(obj, indent=1))
     os.replace(tmp, path)
 
 
@@ -177,6 +251,10 @@ def main(argv=None):
     p.add_argument("--retune", nargs="+", default=[],
                    help="methods tuned over their grid even when --settings-from has a "
                         "setting for them (e.g. a longer budget than the source's)")
+    p.add_argument("--paper-grid", action="store_true",
+                   help="the paper's grids for every method (SCDRO 5 x 9, FastDRO / ERM 5, "
+                        "PG-SMD2 5 x 4) with divergence detection: a diverged run is recorded "
+                        "as diverged and its setting is not selected")
     p.add_argument("--setting-index", type=int, default=None,
                    help="worker mode for a parallel grid: only the K-th setting of each method "
                         "that is tuned (one --out folder per worker; merge their "
@@ -198,7 +276,7 @@ def main(argv=None):
         torch.from_numpy(d.X_test).to(dt), torch.from_numpy(d.y_test).long()))
     # SCDRO: (lr, beta); constant steps unless --decay-epoch (the stage schedule of RSCDRO
     # decays too fast here; on the MLP lr >= 0.3 drives lambda to its lower bound and diverges)
-    grids = dict(GRIDS[args.model])
+    grids = dict(PAPER_GRID if args.paper_grid else GRIDS[args.model])
     unknown = sorted((set(args.methods or ()) | set(args.retune)) - set(grids))
     if unknown:
         p.error(f"--methods: {unknown} not among {sorted(grids)} for --model {args.model}")
@@ -233,6 +311,8 @@ def main(argv=None):
             for m, r in src["results"].items():
                 if m in parts and m in wanted:
                     for seed, curve in zip(src["seeds"], r["curves"]):
+                        if isinstance(curve, dict):  # --paper-grid's columns
+                            curve = [dict(zip(curve, row)) for row in zip(*curve.values())]
                         parts[m].setdefault(_key(m, r["lr"], seed), curve)
                         reused.append([m, r["lr"], seed])
 
@@ -241,10 +321,14 @@ def main(argv=None):
         if key not in part:
             t1 = time.time()
             part[key] = train(method, tuple(setting) if method in PAIRS else setting, seed,
-                              data, args.epochs, args.model, args.decay_epoch, args.rho)
+                              data, args.epochs, args.model, args.decay_epoch, args.rho,
+                              stop_diverged=args.paper_grid)
             _write_json(out / f"partial_{method}.json", part)
-            print(f"  {method} {setting} seed {seed}: test acc "
-                  f"{part[key][-1]['test_accuracy']:.4f} ({time.time() - t1:.0f} s)", flush=True)
+            last = part[key][-1]
+            print(f"  {method} {setting} seed {seed}: " + (
+                f"diverged at epoch {last['epoch']}" if last.get("diverged") else
+                f"test acc {last['test_accuracy']:.4f}") + f" ({time.time() - t1:.0f} s)",
+                flush=True)
         return part[key]
 
     t0 = time.time()
@@ -256,13 +340,19 @@ def main(argv=None):
         for setting in settings:
             setting = list(setting) if method in PAIRS else setting
             curves = [run(method, setting, s) for s in tune]
-            score = float(np.mean([c[-1]["kl_objective"] for c in curves]))
-            tuning[method].append({"setting": setting, "kl_objective": score})
-            if np.isfinite(score) and (best is None or score < best[0]):
+            n_div = sum(bool(c[-1].get("diverged")) for c in curves)
+            score = (None if n_div else float(np.mean([c[-1]["kl_objective"] for c in curves])))
+            tuning[method].append({"setting": setting, "kl_objective": score,
+                                   **({"diverged_seeds": n_div} if n_div else {})})
+            if score is not None and np.isfinite(score) and (best is None or score < best[0]):
                 best = (score, setting, curves)
+        if best is None:
+            raise SystemExit(f"{method}: every setting of its grid diverged")
         curves = best[2] + [run(method, best[1], s) for s in rest]
         results[method] = {"lr": best[1], "curves": curves}
-        last = [c[-1] for c in curves]
+        last = [c[-1] for c in curves if not c[-1].get("diverged")]
+        if len(last) < len(curves):
+            results[method]["diverged_seeds"] = len(curves) - len(last)
         print(f"{method:<8} lr={best[1]} train acc {np.mean([r['train_accuracy'] for r in last]):.4f}"
               f"  test acc {np.mean([r['test_accuracy'] for r in last]):.4f} +- "
               f"{np.std([r['test_accuracy'] for r in last]):.4f}"
@@ -278,6 +368,7 @@ def main(argv=None):
             "selection": "the setting with the lowest final KL objective (training set), mean "
                          "over the tuning seeds",
             "rho": args.rho, "lambda_0": LAM0, "batch": BATCH, "methods": wanted,
+            "paper_grid": args.paper_grid,
             "device": str(device), "device_name": (torch.cuda.get_device_name(device)
                                                    if device.type == "cuda" else "cpu"),
             "torch": torch.__version__,
@@ -287,7 +378,10 @@ def main(argv=None):
             "wall_seconds_this_invocation": time.time() - t0, "grids": grids,
             "tuning": tuning, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "results": results}
-    _write_json(out / "results.json", meta)
+    if args.paper_grid:
+        meta["results"] = {m: {**r, "curves": [_columns(c) for c in r["curves"]]}
+                           for m, r in results.items()}
+    _write_json(out / "results.json", meta, compact=args.paper_grid)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -296,9 +390,10 @@ def main(argv=None):
     keys = ["train_accuracy", "test_accuracy", "test_worst_class_accuracy"]
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.4), layout="constrained")
     for method, r in results.items():
-        ep = [row["epoch"] for row in r["curves"][0]]
+        finished = [c for c in r["curves"] if not c[-1].get("diverged")]
+        ep = [row["epoch"] for row in finished[0]]
         for ax, key in zip(axes, keys):
-            M = np.array([[row[key] for row in c] for c in r["curves"]]) * 100
+            M = np.array([[row[key] for row in c] for c in finished]) * 100
             pair = {"scdro": "lr, beta", "pgsmd2": "lr, dual lr"}.get(method)
             ax.plot(ep, M.mean(0), label=f"{method} ({pair} = {r['lr']})" if pair
                     else f"{method} (lr={r['lr']:g})")
@@ -312,7 +407,7 @@ def main(argv=None):
     fig.suptitle(f"Non-convex KL-DRO (rho={args.rho:g}) on {args.dataset}, {model}{decay}: "
                  f"{' vs '.join(m.upper() if m != 'fastdro' else 'FastDRO' for m in results)}, "
                  f"mean and min-max over {len(args.seeds)} seeds", fontsize=9)
-    fig.savefig(out / "curves.png", dpi=100 if args.model == "cnn" else 150)
+    fig.savefig(out / "curves.png", dpi=100 if args.model == "cnn" or args.paper_grid else 150)
     print(f"written: {out}/results.json, curves.png ({time.time() - t0:.0f} s)")
     return 0
 

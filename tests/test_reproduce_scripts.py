@@ -392,3 +392,31 @@ def test_mnist_groups_are_digit_by_stroke_from_the_training_medians():
         assert abs(thick.mean() - 0.5) <= 0.01
         te_ink = Xte[yte == c].sum(1)
         np.testing.assert_array_equal(gte[yte == c] % 2 == 1, te_ink > np.median(ink))
+
+
+@pytest.mark.slow  # short trainings, but torch's and the KL loss's first calls are slow under load
+def test_scdro_paper_grid_records_a_divergence_as_such_and_never_selects_it(tmp_path):
+    """--paper-grid (stop_diverged): a run at an absurd step ends with a {"diverged": true}
+    record and no accuracy, for an SGD method (the start rule / non-finite loss) and for
+    SCDRO (its guard raises); a sane step trains to the end. The check leaves a diverged seed
+    out and says so."""
+    torch = pytest.importorskip("torch")
+    nc = _script("scdro_nonconvex")
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(256, 64, generator=g, dtype=torch.float64)
+    y = (X[:, :32].sum(1) > X[:, 32:].sum(1)).long() * 3
+    data = (X, y, X, y)
+    for method, lr in (("erm", 1e6), ("scdro", (1e6, 0.5))):
+        curve = nc.train(method, lr, 0, data, 6, stop_diverged=True)
+        assert curve[-1]["diverged"] and "test_accuracy" not in curve[-1] and len(curve) < 6
+    ok = nc.train("erm", 0.01, 0, data, 3, stop_diverged=True)
+    assert len(ok) == 3 and not any(r.get("diverged") for r in ok)
+    assert {len(v) for v in (nc.PAPER_GRID["scdro"], nc.PAPER_GRID["pgsmd2"])} == {45, 20}
+    tmp = tmp_path / "r"
+    write_scdro(tmp, {"scdro": (0.99, 0.9), "fastdro": (0.9, 0.8)})
+    res = json.loads((tmp / "results.json").read_text())
+    res["results"]["fastdro"]["curves"][0].append({"epoch": 4, "diverged": True})
+    (tmp / "results.json").write_text(json.dumps(res))
+    text, verdict = sc.check_scdro_nonconvex(tmp)
+    assert "fastdro: 1 of 3 seeds diverged (left out)" in text
+    assert verdict == "too few seeds"  # 2 finished seeds are below the verdict rule's minimum

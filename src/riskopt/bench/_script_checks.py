@@ -57,15 +57,24 @@ def check_scdro_nonconvex(folder, ours="scdro"):
     if not path.exists():
         return None
     res = json.loads(path.read_text())["results"]
+    # a run that diverged (``--paper-grid``) ends with a {"diverged": true} record: no number
+    # (``--paper-grid`` writes a finished curve as one list per field: its last entries)
+    last = [[c if isinstance(c, list) else [{k: v[-1] for k, v in c.items()}]
+             for c in r["curves"]] for r in res.values()]
+    done = {m: [c for c in cs if not c[-1].get("diverged")] for m, cs in zip(res, last)}
     outs, parts = [], []
     for k in ("train_accuracy", "test_accuracy"):
-        st = {m: Stat.of([c[-1][k] for c in r["curves"]]) for m, r in res.items()}
+        st = {m: Stat.of([c[-1][k] for c in cs]) for m, cs in done.items()}
         o = outcome(st, ours, higher_better=True, floor=1e-3)
         outs.append(o)
         parts.append(f"{k}: {_fmt(st, 100)} % ({o})")
     n = len(next(iter(res.values()))["curves"])
+    div = {m: len(r["curves"]) - len(done[m]) for m, r in res.items()
+           if len(r["curves"]) > len(done[m])}
     ours_text = (f"final accuracy (mean+-std over {n} seeds; noise: 2 Welch standard errors, "
-                 f"floor 0.1 pp): " + "; ".join(parts) + f"; {tally(outs)}")
+                 f"floor 0.1 pp): " + "; ".join(parts) + f"; {tally(outs)}"
+                 + "".join(f"; {m}: {d} of {n} seeds diverged (left out)"
+                           for m, d in div.items()))
     return ours_text, aggregate(outs, 1.0)
 
 
