@@ -242,7 +242,7 @@ def test_a_row_that_does_not_agree_says_why(tmp_path):
     write_scdro(tmp_path / "scdro_nonconvex", {"scdro": (0.9, 0.8), "fastdro": (0.99, 0.9)})
     text = rep.build(["scdro"], results_root=tmp_path)
     part = text.split("### Fig. 2 / 4 (non-convex)")[1].split("###")[0]
-    assert "verdict: **differs**" in part and "- why: protocol and model" in part
+    assert "verdict: **differs**" in part and "- why: model: " in part
     write_scdro(tmp_path / "ok" / "scdro_nonconvex", {"scdro": (0.99, 0.9),
                                                       "fastdro": (0.9, 0.8)})
     part = rep.build(["scdro"], results_root=tmp_path / "ok").split(
