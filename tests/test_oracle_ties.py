@@ -295,10 +295,12 @@ def test_the_sorted_tie_check_makes_the_choice_of_the_sampled_one(n):
 
 
 @pytest.mark.parametrize("n", [1, 2, 300, 5000])
-def test_distinct_losses_at_nu0_in_numpy_equal_the_kernel_bit_for_bit(n):
+def test_distinct_losses_at_nu0_in_numpy_equal_the_kernel(n):
     """``oracles._distinct_nu0`` (no kernel: a fit's ``nu = 0`` evaluations on distinct
-    losses) gives ``_risk_weights_nu0``'s weights and value bit for bit, infinite and NaN
-    losses included."""
+    losses) gives ``_risk_weights_nu0``'s weights bit for bit, infinite and NaN losses
+    included, and its value to the rounding of the two summation orders (pairwise against
+    rank order: ``2 n eps`` times the sum of the terms' magnitudes), equal where it is not
+    finite."""
     rng = np.random.default_rng(n)
     for kind, l in _loss_vectors(rng, max(n, 8)).items():
         l = l[:n]
@@ -311,7 +313,11 @@ def test_distinct_losses_at_nu0_in_numpy_equal_the_kernel_bit_for_bit(n):
             v = ko._distinct_nu0(order, ls, sigma, q)
             v_k = ko._risk_weights_nu0(order, ls, sigma, q_k)
             assert np.array_equal(q, q_k), kind
-            assert v == v_k or (np.isnan(v) and np.isnan(v_k)), kind
+            if not np.isfinite(v_k):
+                assert v == v_k or (np.isnan(v) and np.isnan(v_k)), kind
+                continue
+            terms = np.abs(sigma * (ls - ls[-1]))
+            assert abs(v - v_k) <= 2 * n * np.finfo(float).eps * terms.sum(), kind
 
 
 def test_the_kl_pav_fast_loop_equals_the_checked_one_and_declines_near_underflow():
