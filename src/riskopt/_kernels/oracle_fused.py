@@ -182,7 +182,11 @@ def _chi2_gathered(order, ls, sigma, nu, q, work, iwork):
     here, in ``_weights_sorted_ws`` and in ``oracle_ties._chi2_groups``: a shared ``njit``
     helper, even ``inline="always"``, made this loop 1.5x slower at n = 1e6. The stack's
     top block kept in registers and the blocks' means in a loop of their own were 4-8 %
-    slower at n = 8192, same process; in the KL PAV the former made no difference.)
+    slower at n = 8192, same process; in the KL PAV the former made no difference.) The
+    new loss is first compared as a singleton held in registers (``c2 = 1``, ``a = 0``:
+    the same products and sums as the general test, so the same bits), and stored only
+    when it stays a block of its own: 0.75-0.8x the time of the general test on every push
+    at n = 8192 (median, same process, both column orders; stop 41).
 
     The default estimator's first fit compiles this compact kernel (0.7-0.8 s cold, one
     function); :func:`_chi2_runs_gathered` (the same weights to rounding, 0.4-0.5x the time
@@ -197,11 +201,26 @@ def _chi2_gathered(order, ls, sigma, nu, q, work, iwork):
     tnn = 2.0 * n * nu
     k = -1
     for i in range(n):
-        k += 1
-        start[k] = i
-        ref[k] = ls[i]
-        a[k] = 0.0
-        t[k] = sigma[i]
+        x = ls[i]
+        sg = sigma[i]
+        if k < 0:
+            k = 0
+            start[0] = i
+            ref[0] = x
+            a[0] = 0.0
+            t[0] = sg
+            continue
+        # the test below with block k + 1 = the singleton {i} (c2 = 1, a = 0, ref = x)
+        c1 = i - start[k]
+        if (ref[k] - x) * c1 + a[k] < tnn * (t[k] - sg * c1):
+            k += 1
+            start[k] = i
+            ref[k] = x
+            a[k] = 0.0
+            t[k] = sg
+            continue
+        a[k] += 0.0 + (x - ref[k])
+        t[k] += sg
         while k >= 1:
             c1 = start[k] - start[k - 1]
             c2 = i + 1 - start[k]

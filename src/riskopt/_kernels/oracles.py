@@ -284,7 +284,7 @@ def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
     if nu != 0.0:
         if work.shape[0] >= 3 * n and iwork.shape[0] >= 2 * n:
             if div == CHI2:
-                return _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork)
+                return _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork)  # (stop 41)
             v = _kl_gathered(order, ls, sigma, nu, q, work, iwork)  # (NaN: declined)
             if not math.isnan(v):
                 return v
@@ -303,7 +303,8 @@ def _gathered(order, ls, sigma, nu, div, q, qs, work, iwork, radix=False):
     else and for the torch batches (``radix``) the faster ``_chi2_runs_gathered``, whose
     compilation a first fit would pay."""
     if nu == 0.0:
-        if ls.shape[0] and n_ties(ls) == 0:
+        # (radix: the torch batches, whose kernel call ``oracle_batch`` sums as the kernel)
+        if not radix and ls.shape[0] and n_ties(ls) == 0:
             return _distinct_nu0(order, ls, sigma, q)
         return _risk_weights_nu0(order, ls, sigma, q)
     if div == CHI2:
