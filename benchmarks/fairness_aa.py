@@ -44,7 +44,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fairness_vs_fairlearn as fvf  # noqa: E402
-from riskopt.bench._io import atomic_write_text  # noqa: E402
+from fairness_eo_causes import case_splits, write_split_records  # noqa: E402
 
 
 def violations(y, rates, s, constraint):
@@ -75,14 +75,8 @@ def smallest_cell(y, s, constraint):
 def analyse(case, cache, constraints, variants, draws, tol=0.02, log=print):
     from fairlearn import reductions
 
-    name, attr, *opts = case.split(":")
-    opt = dict(o.split("=") for o in opts)
-    min_rows, K = int(opt.get("min", 0)), int(opt.get("splits", 1))
     per = {}
-    for k in range(K):
-        X, y, Xt, yt, s0, st0 = fvf._data(name, attr, k)
-        s, st, _ = fvf._merge_small(s0, st0, y, min_rows)
-        store = fvf._Cache(cache, case, tol, k)
+    for k, (X, y, Xt, yt, s, st), store in case_splits(case, cache, tol):
         for c in constraints:
             fl = store.get(fvf.FAIRLEARN, c)
             labels = [lab for lab, _, _ in fvf._variants(c) if fvf._variant_tag(lab) in variants]
@@ -127,6 +121,8 @@ def _t(d):
     from scipy.stats import t as student
 
     d = np.asarray(d, dtype=float)
+    if d.size < 2:
+        return [float(d.mean()), float("nan"), float("nan"), float("nan")]
     sd = float(np.std(d, ddof=1))
     h = float(student.ppf(0.975, d.size - 1)) * sd / np.sqrt(d.size)
     return [float(d.mean()), sd, float(d.mean()) - h, float(d.mean()) + h]
@@ -137,12 +133,13 @@ def summarise(rows):
     for key in ("single", "avg", "acc_single", "acc_avg"):
         out[key] = _t([r[key] for r in rows])
     aa = np.array([r["aa"] for r in rows])
-    out["aa_sd"] = float(np.std(aa, ddof=1))
+    out["aa_sd"] = float(np.std(aa, ddof=1)) if aa.size > 1 else float("nan")
     out["aa_mean"] = float(aa.mean())
     for key in ("train_riskopt", "train_fairlearn_expected", "train_fairlearn_draw"):
         out[key] = np.mean([r[key] for r in rows], axis=0).tolist()
     out["smallest_train_cell"] = int(np.median([r["smallest_train_cell"] for r in rows]))
-    out["k_needed_avg"] = int(np.ceil((1.96 * out["avg"][1] / 0.005) ** 2))
+    k = (1.96 * out["avg"][1] / 0.005) ** 2  # (one split: no sd, None)
+    out["k_needed_avg"] = int(np.ceil(k)) if np.isfinite(k) else None
     return out
 
 
@@ -188,21 +185,12 @@ def main(argv=None):
                for c in args.cases.split(",")]
     print(table(res))
     if args.out:
-        cmd = "python benchmarks/fairness_aa.py " + " ".join(
-            argv if argv is not None else sys.argv[1:])
-
         def num(v):
             return [num(x) for x in v] if isinstance(v, (list, tuple)) else (
                 float(f"{v:.5g}") if isinstance(v, float) else v)
-        cases = []
-        for r in res:  # one line per split record: small and diffable
-            rows = ",\n".join(f"    [{json.dumps(spec)}, {json.dumps({k: num(v) for k, v in row.items()})}]"
-                              for spec, lst in r["splits"].items() for row in lst)
-            cases.append(f'{{"case": {json.dumps(r["case"])}, "summary": '
-                         f'{json.dumps(r["summary"])},\n  "splits": [\n{rows}]}}')
-        atomic_write_text(args.out, f'{{"command": {json.dumps(cmd)},\n"results": [\n'
-                          + ",\n".join(cases) + "]}\n")
-
+        write_split_records(args.out, "python benchmarks/fairness_aa.py " + " ".join(
+            argv if argv is not None else sys.argv[1:]), res,
+            row=lambda rec: {k: num(v) for k, v in rec.items()})
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,8 @@
 ``benchmarks/fairness_vs_fairlearn.py --cache`` (issue 33: why the goal's violation is not
 resolvable on some cases), and how many splits resolving the goal would take.
 
-    python benchmarks/fairness_eo_causes.py --cache benchmarks/results/fairness_vs_fairlearn/cells/stop40
+    python benchmarks/fairness_eo_causes.py
+        --cache benchmarks/results/fairness_vs_fairlearn/cells/stop40
         [--cases adult:race:splits=16,...] [--variants "equalized_odds,equalized_odds:to_overall"]
         [--out benchmarks/results/fairness_vs_fairlearn/stop40/causes.json]
 
@@ -52,15 +53,22 @@ def driving_cells(y, pred, s, constraint):
     return best
 
 
-def analyse(case, cache, variants, small):
+def case_splits(case, cache, tol=0.02):
+    """Per split ``k`` of ``case`` (``name:attr[:min=N][:splits=K]``, fairness_vs_fairlearn's):
+    ``(k, (X, y, X_test, y_test, s, s_test), cache)`` with the groups merged as the case says
+    and the split's ``--cache`` entry."""
     name, attr, *opts = case.split(":")
     opt = dict(o.split("=") for o in opts)
     min_rows, K = int(opt.get("min", 0)), int(opt.get("splits", 1))
-    out = {}
     for k in range(K):
         X, y, Xt, yt, s0, st0 = fvf._data(name, attr, k)
-        _, st, _ = fvf._merge_small(s0, st0, y, min_rows)
-        store = fvf._Cache(cache, case, 0.02, k)
+        s, st, _ = fvf._merge_small(s0, st0, y, min_rows)
+        yield k, (X, y, Xt, yt, s, st), fvf._Cache(cache, case, tol, k)
+
+
+def analyse(case, cache, variants, small):
+    out = {}
+    for k, (X, y, Xt, yt, s, st), store in case_splits(case, cache):
         for spec in variants:
             c = spec.partition(":")[0].partition(" ")[0]
             fl, ro_ = store.get(fvf.FAIRLEARN, c), store.get(fvf.RISKOPT, spec)
@@ -88,6 +96,20 @@ def analyse(case, cache, variants, small):
     return {"case": case, "summary": summary, "splits": out}
 
 
+def write_split_records(path, cmd, res, row=lambda r: r):
+    """Write ``{"command": cmd, "results": [...]}`` (atomically) with one line per split
+    record (``row`` maps a record before it is written): the file stays small and diffable.
+    ``res``: one ``{"case", "summary", "splits": {spec: [record, ...]}}`` per case."""
+    cases = []
+    for r in res:
+        rows = ",\n".join(f"    [{json.dumps(spec)}, {json.dumps(row(rec))}]"
+                           for spec, lst in r["splits"].items() for rec in lst)
+        cases.append(f'{{"case": {json.dumps(r["case"])}, "summary": '
+                     f'{json.dumps(r["summary"])},\n  "splits": [\n{rows}]}}')
+    atomic_write_text(path, f'{{"command": {json.dumps(cmd)},\n"results": [\n'
+                      + ",\n".join(cases) + "]}\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache", required=True)
@@ -108,17 +130,8 @@ def main(argv=None):
             print(f"| {r['case']} | {spec} | {g['splits']} | {g['mean']:+.4f} | {g['sd']:.4f} | "
                   f"{g['small_share']:.0%} | {g['cell_sd']:.3f} | {g['k_needed']} |")
     if args.out:
-        cmd = "python benchmarks/fairness_eo_causes.py " + " ".join(
-            argv if argv is not None else sys.argv[1:])
-        cases = []
-        for r in res:  # one line per split record: the file stays small and diffable
-            rows = ",\n".join(f"    [{json.dumps(spec)}, {json.dumps(row)}]"
-                               for spec, lst in r["splits"].items() for row in lst)
-            cases.append(f'{{"case": {json.dumps(r["case"])}, "summary": '
-                         f'{json.dumps(r["summary"])},\n  "splits": [\n{rows}]}}')
-        atomic_write_text(args.out, f'{{"command": {json.dumps(cmd)},\n"results": [\n'
-                          + ",\n".join(cases) + "]}\n")
-
+        write_split_records(args.out, "python benchmarks/fairness_eo_causes.py " + " ".join(
+            argv if argv is not None else sys.argv[1:]), res)
 
 if __name__ == "__main__":
     main()
