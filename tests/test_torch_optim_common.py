@@ -535,3 +535,76 @@ def test_the_issues_rising_runs_are_flagged(name, lr, problem, steps, c):
 def test_the_same_problems_at_a_sane_step_are_quiet(name, lr, problem, steps, c):
     ratio, caught = _fcco_run(name, lr, problem, steps, c)
     assert ratio < 1.0 and not caught
+
+
+# ------------------------------------- the KL windows' check: a two-column bound first
+def _kl_checks(name, lr, monkeypatch, bound):
+    """A 40-step run checked every 5 steps; each check's (returned value, full grid's
+    estimate, limit, start, whether the grid was skipped). ``bound=False``: the guard's
+    plain estimate (the whole grid)."""
+    from riskopt.torch.optim import kl_dro
+    from riskopt.torch.optim._guard import GuardMixin
+
+    inner = kl_dro._KLWindow._window_estimate if bound else GuardMixin._window_estimate
+    calls, dual, columns = [], kl_dro._kl_dro_dual, []
+
+    def counted(*args):
+        columns.append(dual(*args).shape[1])
+        return dual(*args)
+
+    def spy(self, items, limit):
+        full = float(kl_dro._kl_dro_value(items, self.radius, self.shift_cost).mean())
+        start = self._g["start"]
+        columns.clear()
+        kept = inner(self, items, limit)
+        calls.append((kept, full, limit, start, max(columns, default=0) < 3))
+        return kept
+
+    monkeypatch.setattr(kl_dro, "_kl_dro_dual", counted)
+    monkeypatch.setattr(kl_dro._KLWindow, "_window_estimate", spy)
+    info, extra = {}, ({} if lr is None else dict(lr=lr))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        D.run(name, 40, info=info, check_every=5, **extra)
+    return calls, info["guard"], [str(w.message) for w in caught
+                                  if issubclass(w.category, riskopt.DivergenceWarning)]
+
+
+@pytest.mark.parametrize("name,lr", [("scdro", 0.2), ("scdro", None), ("rscdro", None),
+                                     ("ascdro", 0.05), ("pgsmd2", None), ("spd", None)])
+def test_the_kl_windows_bound_takes_the_full_grids_decisions(name, lr, monkeypatch):
+    """The start rule's check of the KL-DRO optimizers tries an upper bound (two of the
+    grid's columns) before the grid: at every check the value it keeps is above the grid's
+    estimate and on the same side of the limit and of the start; the warnings, the steps
+    and the rise counter are those of the grid-only rule; and the bound is used (quiet
+    rows) and gives way to the grid on the rising row."""
+    calls, guard, warned = _kl_checks(name, lr, monkeypatch, True)
+    full_calls, full_guard, full_warned = _kl_checks(name, lr, monkeypatch, False)
+    assert len(calls) == len(full_calls) >= 7 and warned == full_warned
+    assert {k: guard[k] for k in ("reported", "rose", "steps", "start", "scale")} == {
+        k: full_guard[k] for k in ("reported", "rose", "steps", "start", "scale")}
+    for kept, full, limit, start, _ in calls:
+        assert kept >= full - 1e-12 * max(1.0, abs(full))
+        assert (kept > limit) == (full > limit) and (kept < start) == (full < start)
+    bounded = sum(b for *_, b in calls)
+    assert not any(b for *_, b in full_calls)
+    if (name, lr) == ("scdro", 0.2):
+        assert guard["reported"] and warned       # the rising row: still reported
+    else:
+        assert not guard["reported"] and bounded >= 1
+
+
+def test_the_kl_windows_bound_is_above_the_grids_value():
+    from riskopt.torch.optim.kl_dro import _GRID_EXP, _kl_dro_dual, _kl_dro_value
+
+    g = torch.Generator().manual_seed(5)
+    batches = [torch.randn(64, generator=g, dtype=torch.float64).exp() * s
+               for s in (1e-3, 1.0, 1e3)]
+    for radius, lam0 in ((0.5, 0.0), (0.1, 1e-3), (2.0, 0.1)):
+        value = _kl_dro_value(batches, radius, lam0)
+        dual = _kl_dro_dual(batches, radius, lam0)
+        assert torch.equal(dual.amin(1), value)
+        for k, e in enumerate(_GRID_EXP):
+            two = _kl_dro_dual(batches, radius, lam0, (e,))
+            assert torch.allclose(two, dual[:, [k, -1]], rtol=1e-13, atol=0)
+            assert (two.amin(1) >= value * (1 - 1e-13)).all()

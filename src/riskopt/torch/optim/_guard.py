@@ -74,11 +74,12 @@ __all__ = ["DivergenceError", "GuardMixin"]
 _ON_DIVERGENCE = ("warn", "raise", "ignore")
 #: the divergence flags of a fresh run (``first``: the step of the first flag; ``ref``: the
 #: blow-up reference; ``start`` / ``scale``: the start rule's start and its scale, ``last``:
-#: the last window's estimate), and their types
+#: the last window's estimate; ``lam``: the KL windows' grid exponent for the next check's
+#: bound, see ``_KLWindow._window_estimate``), and their types
 _G_FRESH = {"bad": False, "first": -1, "ref": math.nan, "start": math.nan,
-            "scale": math.nan, "last": math.nan}
+            "scale": math.nan, "last": math.nan, "lam": math.nan}
 _G_TYPES = {"bad": (bool, torch.bool), "first": (int, torch.int64),
-            **{k: (float, torch.float64) for k in ("ref", "start", "scale", "last")}}
+            **{k: (float, torch.float64) for k in ("ref", "start", "scale", "last", "lam")}}
 _CPU = torch.device("cpu")
 _SKIP = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
          os.path.dirname(os.path.abspath(torch.__file__)))
@@ -368,6 +369,11 @@ class GuardMixin:
         losses) override it."""
         return torch.stack([t.reshape(()).to(torch.float64) for t in items]).mean()
 
+    def _window_estimate(self, items, limit):
+        """The check's estimate as a Python float (flags on the host); ``limit``: the start
+        rule's limit (an optimizer may return a bound that takes the same decision)."""
+        return float(self._window_value(items).to(torch.float64))
+
     def _track_tensor(self, obj, g):
         """The device path of :meth:`_track`: ``g`` holds 0-d tensors on ``obj``'s device,
         updated without a host sync."""
@@ -436,11 +442,15 @@ class GuardMixin:
                  if isinstance(g["ref"], torch.Tensor) else None)
         above = None
         if self._g_window:          # the window since the previous check
-            est = self._window_value(list(self._g_window)).to(torch.float64)
+            items = list(self._g_window)
             self._g_window.clear()
-            device_flags = isinstance(g["ref"], torch.Tensor)
-            g["last"] = est.to(g["ref"].device) if device_flags else float(est)
-            above = g["last"] > g["start"] + self.rise * g["scale"]     # NaN start: False
+            limit = g["start"] + self.rise * g["scale"]
+            if isinstance(g["ref"], torch.Tensor):
+                est = self._window_value(items).to(torch.float64)
+                g["last"] = est.to(g["ref"].device)
+            else:
+                g["last"] = self._window_estimate(items, limit)
+            above = g["last"] > limit     # NaN start: False
         if isinstance(g["ref"], torch.Tensor):    # device flags: read with the scan
             dev = g["bad"].device
             fin = (torch.stack([f.to(dev) for f in flags]).all() if flags

@@ -84,6 +84,28 @@ class _KLWindow:
     def _window_value(self, items):
         return _kl_dro_value(items, self.radius, self.shift_cost).mean()
 
+    def _window_estimate(self, items, limit):
+        """The check's estimate (flags on the host): first an upper bound from two of the
+        grid's 18 columns (the exponent where the last full evaluation had most of its
+        minima, and ``lambda_0``); when that bound is below both the start and the limit
+        (with a margin far above rounding), so is the estimate, and the bound is returned:
+        the same decision (and ``last < start`` exactly when the estimate is), at 1/9 of
+        the exponentials. Otherwise the whole grid, whose minimisers choose the next
+        exponent (kept in the checkpoint with the flags)."""
+        g = self._g
+        cut = min(limit, g["start"])
+        if self.radius is not None and math.isfinite(cut) and math.isfinite(g["lam"]):
+            bound = float(_kl_dro_dual(items, self.radius, self.shift_cost,
+                                       (int(g["lam"]),)).amin(1).mean())
+            if bound < cut - 1e-9 * (abs(cut) + abs(bound) + g["scale"]):
+                return bound
+        dual = _kl_dro_dual(items, self.radius, self.shift_cost)
+        if self.radius is not None:
+            cols = dual.argmin(1).tolist()
+            c = max(sorted(set(cols)), key=cols.count)     # (lambda_0's column: any)
+            g["lam"] = float(_GRID_EXP[min(c, len(_GRID_EXP) - 1)])
+        return float(dual.amin(1).mean())
+
     def _group_lr(self):
         """The learning rate of the parameter groups, read at every step (so that a
         ``torch.optim.lr_scheduler`` scheduler acts; the RSCDRO / ASCDRO schedules multiply
@@ -595,7 +617,7 @@ def _work_dtype(p):
 
 #: the grid of lambda / spread of :func:`_kl_dro_value`: 4^-10 ... 4^6
 _GRID_EXP = tuple(range(-20, 13, 2))
-#: the grid ``2 ** _GRID_EXP`` by device
+#: the grids ``2 ** exps`` by (device, exps)
 _GRID = {}
 
 
@@ -616,6 +638,14 @@ def _kl_dro_value(batches, radius, shift_cost=0.0):
     >>> bool(1.5 < v[0] < 3.0 and 0.5 < v[1] < 1.0)
     True
     """
+    return _kl_dro_dual(batches, radius, shift_cost).amin(1)
+
+
+def _kl_dro_dual(batches, radius, shift_cost=0.0, exps=_GRID_EXP):
+    """:func:`_kl_dro_value`'s dual objective at each ``lambda`` of its grid: a (batches,
+    ``len(exps) + 1``) array, the columns ``lambda = 2^e`` times the spread (``e`` in
+    ``exps``) and ``lambda_0`` (each at least ``lambda_0``). Any subset of the grid's
+    exponents gives some of the grid's columns: their minimum bounds the value from above."""
     rows = [t.reshape(-1).to(torch.float64) for t in batches]
     dev = rows[0].device
     sizes = [t.numel() for t in rows]
@@ -630,10 +660,10 @@ def _kl_dro_value(batches, radius, shift_cost=0.0):
     else:
         lo = (torch.where(torch.isinf(L), math.inf, L) if padded else L).amin(1)
         spread = torch.maximum(hi - lo, 1e-12 * torch.maximum(hi.abs(), lo.abs()))
-        grid = _GRID.get(dev)
+        grid = _GRID.get((dev, exps))
         if grid is None:
-            grid = _GRID[dev] = torch.exp2(torch.tensor(_GRID_EXP, dtype=torch.float64,
-                                                        device=dev))
+            grid = _GRID[dev, exps] = torch.exp2(torch.tensor(exps, dtype=torch.float64,
+                                                              device=dev))
         lam = torch.cat([spread.clamp(min=1e-300)[:, None] * grid,
                          torch.full((len(rows), 1), lam0, dtype=torch.float64, device=dev)],
                         1).clamp(min=lam0)
@@ -642,4 +672,4 @@ def _kl_dro_value(batches, radius, shift_cost=0.0):
     e = ((L - hi[:, None])[:, None, :] / lam[:, :, None]).exp_().sum(2)
     lse = e.log_() + hi[:, None] / lam - torch.log(
         torch.tensor(sizes, dtype=torch.float64, device=dev))[:, None]
-    return (lam * (lse + radius) - float(shift_cost) * radius).amin(1)
+    return lam * (lse + radius) - float(shift_cost) * radius
