@@ -86,3 +86,18 @@ def test_compact_pngs_script_shrinks_a_committed_figure_in_place(tmp_path):
         assert im.mode == "P" and im.size[0] <= round(fig.get_figwidth() * 150)
     assert mod.main([str(old), "--limit", str(limit)]) == 0
     assert old.read_bytes() == new  # already small: untouched
+
+
+def test_legend_names_each_solvers_own_settings_and_the_shared_ones_once():
+    """The convergence figure's legend: hyper-parameters equal for every solver of a panel
+    (fixed in the spec) are split off and named once; the differing ones stay per solver; a
+    label that is not a k=v list, or a single solver, is kept whole."""
+    from riskopt.bench.figures import _shared_config
+
+    own, shared = _shared_config({"sonex": "lr=0.1,per_group=16,smoothing=0.01",
+                                  "ooa": "lr=0.03,dual_lr=0.05,per_group=16"})
+    assert own == {"sonex": "lr=0.1,smoothing=0.01", "ooa": "lr=0.03,dual_lr=0.05"}
+    assert shared == "per_group=16"
+    assert _shared_config({"a": "lr=0.1", "b": "lr=0.1"}) == ({"a": "", "b": ""}, "lr=0.1")
+    for whole in ({"a": "lr=0.1,x", "b": "lr=0.1"}, {"a": "lr=0.1,k=1"}):
+        assert _shared_config(whole) == (whole, "")

@@ -116,10 +116,26 @@ def _figure(n_rows, n_cols):
     return fig, fig.subplots(n_rows, n_cols, squeeze=False, sharex=False)
 
 
-def _legend(fig, handles):
+def _shared_config(configs):
+    """``({solver: its own part of the config label}, the part every solver shares)``: the
+    hyper-parameters that are equal for every solver of a panel (fixed in the spec, e.g.
+    ``per_group=16``) are named once, not in every legend entry. A label that is not a plain
+    ``k=v,k=v`` list is kept whole."""
+    pairs = {s: c.split(",") if c else [] for s, c in configs.items()}
+    if len(pairs) < 2 or not all("=" in p for ps in pairs.values() for p in ps):
+        return dict(configs), ""
+    common = [p for p in next(iter(pairs.values())) if all(p in ps for ps in pairs.values())]
+    own = {s: ",".join(p for p in ps if p not in common) for s, ps in pairs.items()}
+    return own, ", ".join(common)
+
+
+def _legend(fig, handles, n_cols=None):
+    """The figure's legend below the panels: at most 6 entries a row (2 per panel column
+    when ``n_cols`` is given, so that a narrow figure does not cut its legend off)."""
     if handles:
+        cap = 6 if n_cols is None else min(6, 2 * n_cols)
         fig.legend(list(handles.values()), list(handles), loc="outside lower center",
-                   ncol=min(len(handles), 6), frameon=False)
+                   ncol=min(len(handles), cap), frameon=False)
 
 
 #: What a results folder gets by default: one small PNG per figure (:func:`_io.small_png`);
@@ -202,13 +218,21 @@ def draw_convergence(table, grid, n_cols, x, band, floor, xscale="linear", title
     ylabel = _ylabel(table)
     handles = {}
     for r, c, ax, obj, ds, panel in _cells(table, grid, n_cols, axes):
+        own, shared = _shared_config(
+            {s: str(panel.loc[panel["solver"] == s, "config"].iloc[0])
+             for s in solvers if "config" in panel.columns and (panel["solver"] == s).any()})
+        if shared:
+            import textwrap
+
+            ax.text(0.02, 0.02, textwrap.fill("all: " + shared, 60), ha="left", va="bottom",
+                    fontsize=5, transform=ax.transAxes, color="0.35")
         for s in solvers:
             g = panel[panel["solver"] == s]
             if g.empty:
                 continue
             xv, med, lo, hi = _curves(g, _XCOL[x], band)
             keep = xv > 0 if xscale == "log" else np.isfinite(xv)
-            config = str(g["config"].iloc[0]) if "config" in g.columns else ""
+            config = own.get(s, "")
             (line,) = ax.plot(xv[keep], np.maximum(med[keep], floor), color=colors[s],
                               lw=1.6, label=f"{s} ({config})" if config else s)
             handles[s] = line
@@ -240,7 +264,7 @@ def draw_convergence(table, grid, n_cols, x, band, floor, xscale="linear", title
         import textwrap
 
         fig.suptitle(textwrap.fill(title, max(40, 38 * n_cols)), fontsize=9)
-    _legend(fig, handles)
+    _legend(fig, handles, n_cols)
     return fig
 
 
