@@ -86,12 +86,38 @@ def _worker(rank, path, names):
                 info["comm_calls"])
     finally:
         ColumnGatherer.host = True
+    from riskopt.torch.optim.pgsmd2 import PGSMD2
+    weights = PGSMD2.weights       # PG-SMD2 as its docstring drives it: weights(idx) alone
+    PGSMD2.weights = lambda self, indices, losses=None: weights(self, indices)
+    try:
+        info = {}
+        out["pgsmd2/weights_idx"] = (*D.run(
+            "pgsmd2", STEPS, rank, 2, info=info,
+            wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)), info["comm_calls"])
+    finally:
+        PGSMD2.weights = weights
+    out["pgsmd2/mismatch"] = _pgsmd2_mismatch(rank)
     for name in ("scdro", "pgsmd2", "sonex"):      # the old behaviour: each rank its own state
         # (4 steps: the 5th global batch has one row, and a rank with none cannot step alone)
         out[f"{name}/local"] = D.run(name, 4, rank, 2, process_group=False,
                                      wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))
     torch.save(out, f"{path}/rank{rank}.pt")
     dist.destroy_process_group()
+
+
+def _pgsmd2_mismatch(rank):
+    """Under DDP, ``step`` refuses indices or losses other than those given to ``weights``
+    (whose gather it takes): the error text, or None."""
+    X, y, groups, module = D.make_problem()
+    opt = D.make_optimizer("pgsmd2", module.parameters(), X.shape[0], 4)
+    idx = D.split(torch.arange(8), rank, 2)
+    losses = D._losses(module(X[idx]), y[idx])
+    (opt.weights(idx, losses=losses.detach()) * losses).sum().backward()
+    try:
+        opt.step(indices=idx, losses=losses.detach() + 1.0)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -158,10 +184,10 @@ def test_ddp_matches_one_process_run(name, ddp):
     assert torch.equal(p0, p1) and torch.equal(s0, s1)       # identical on every rank
     assert _rel(p0, p) <= 1e-10 and _rel(s0, s) <= 1e-10     # = the one-process run
     assert not torch.equal(p, D.run(name, STEPS - 1)[0])     # (the steps did move)
-    # one gather per step (two for PG-SMD2: weights() needs the global batch size), plus
-    # one whenever a rank's batch outgrows every earlier one (at most 3 times here)
-    per_step = 2 if D.ROWS[name][2] == "pgsmd2" else 1
-    assert per_step * STEPS < calls <= per_step * STEPS + 3
+    # one gather per step (PG-SMD2's in weights(), which needs the global batch size and is
+    # given the losses: step() takes its table), plus one whenever a rank's batch outgrows
+    # every earlier one (at most 3 times here)
+    assert STEPS < calls <= STEPS + 3
     if D.ROWS[name][2] == "scdro":    # rank 0's batches 7, 7, 6, 9, 1, 7: grows at 1 and 4
         assert calls == STEPS + 2
     # ASCDRO: the gradient at the previous iterate rides on DDP's all-reduce (no all-reduce
@@ -181,6 +207,21 @@ def test_ddp_gathers_tensor_code_matches_the_host_code(name, ddp):
     assert calls == ddp[0][name][3]
 
 
+def test_ddp_pgsmd2_with_weights_of_the_indices_alone(ddp):
+    """PG-SMD2 driven as its docstring shows (``weights(idx)`` without the losses): the
+    one-process run as well, with a second gather per step (the losses, in ``step``); given
+    the losses, ``weights`` gathers them with the indices and ``step`` checks they are its
+    own."""
+    p, s, _ = D.run("pgsmd2", STEPS)
+    (p0, s0, _, calls), (p1, s1, _, _) = (ddp[0]["pgsmd2/weights_idx"],
+                                          ddp[1]["pgsmd2/weights_idx"])
+    assert torch.equal(p0, p1) and torch.equal(s0, s1)
+    assert _rel(p0, p) <= 1e-10 and _rel(s0, s) <= 1e-10
+    assert 2 * STEPS < calls <= 2 * STEPS + 3 and calls > ddp[0]["pgsmd2"][3]
+    for r in range(2):
+        assert "differ from weights()'s" in ddp[r]["pgsmd2/mismatch"]
+
+
 @pytest.mark.parametrize("k", range(len(ATTACH_CASES)))
 def test_ddp_with_the_statistics_on_the_all_reduce_matches_one_process_run(k, ddp):
     name, kw = ATTACH_CASES[k]
@@ -197,9 +238,9 @@ def test_ddp_with_the_statistics_on_the_all_reduce_matches_one_process_run(k, dd
         wide = ddp[0][f"attach{ATTACH_CASES.index((name, {}))}"][5]
         assert carried > 0 and 2 * carried == wide
     # no gather of its own but where a rank's batch outgrows every earlier one (header,
-    # then the rows): the first step and the growth of rank 0's batches (7, 7, 6, 9, 1, ...);
-    # PG-SMD2's first step also gathers in step() (weights() gathered the indices alone)
-    assert calls == 2 + 2 + (D.ROWS[name][2] == "pgsmd2")
+    # then the rows): the first step and the growth of rank 0's batches (7, 7, 6, 9, 1, ...)
+    # (PG-SMD2's first step: weights() gathers indices and losses, step() takes that table)
+    assert calls == 2 + 2
     if "lam_init" in kw:   # lambda at its floor: the correction ran (one all-reduce a step)
         assert fixes > 0
     else:

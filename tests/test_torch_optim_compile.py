@@ -11,6 +11,7 @@ backend (tracing alone, a few seconds) runs by default for one row per optimizer
 "aot_eager" (AOTAutograd + functionalization of the in-place table / parameter updates) for
 every row is slow.
 """
+import itertools
 import math
 
 import pytest
@@ -148,24 +149,88 @@ def test_host_code_equals_the_tensor_code(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["ascdro", "rascdro", "recover"])
-def test_ascdro_restart_on_the_host_is_the_tensor_code(name, monkeypatch):
-    """Eager on the CPU, ASCDRO's batch statistics compute the restart's estimators only
-    in a step that restarts (a host read of the flag); the branch-free tensor code (compile,
-    GPUs) forced instead gives the same iterates and state, bit for bit, over steps with
-    and without a restart."""
-    seen, batch = [], _updates.ascdro_batch
+def test_ascdro_host_code_is_the_tensor_code_to_rounding(name, monkeypatch):
+    """Eager on the CPU, ASCDRO's batch statistics run in NumPy (the restart's estimators
+    only in a step that restarts) and its step's scalars in Python floats; the branch-free
+    tensor code (compile, GPUs) forced instead gives the same iterates and state to rounding
+    (NumPy's exp / log / sums are not ATen's), over 30 steps with and without restarts."""
+    seen, batch = [], _updates.ascdro_batch_host
 
     def spy(*args):
         out = batch(*args)
-        seen.append(bool(out[6]))
+        seen.append(out[6])
         return out
 
-    monkeypatch.setattr(_updates, "ascdro_batch", spy)
+    monkeypatch.setattr(_updates, "ascdro_batch_host", spy)
     p0, s0, _ = D.run(name, 30)
-    assert any(seen) and not all(seen)          # both branches ran
+    assert len(seen) == 30 and any(seen) and not all(seen)      # both branches ran
     monkeypatch.setattr(_updates, "HOST", False)
     p1, s1, _ = D.run(name, 30)
-    assert torch.equal(p0, p1) and torch.equal(s0, s1)
+    assert len(seen) == 30                                      # (the tensor code ran)
+    assert not torch.equal(p1, D.run(name, 29)[0])     # (the steps moved)
+    assert _rel(p0, p1) <= 1e-12 and _rel(s0, s1) <= 1e-12
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_ascdro_batch_statistics_on_the_host_match_the_tensor_code(scale):
+    """ASCDRO's STORM statistics in NumPy against the tensor code: losses of 1e-3 to 1e3, lambda
+    down to 1e-3 (exponents up to 1e6), before the start, after it with and without a
+    restart, and a running maximum far above and below the batch's: the restart flag the
+    same, the rest equal to rounding (relative 1e-13; the coefficients elementwise)."""
+    g = torch.Generator().manual_seed(2)
+    l = scale * torch.rand(37, dtype=torch.float64, generator=g) ** 3
+    lps = (scale * torch.rand(37, dtype=torch.float64, generator=g) ** 3,
+           l + 0.5 * scale)           # (the previous iterate's losses higher: restarts)
+    f64 = lambda v: torch.tensor(v, dtype=torch.float64)     # noqa: E731
+    restarts, cases = 0, 0
+    for lam, lp in itertools.product((1e-3, 0.7, 50.0), lps):
+        for started, s, m in ((False, 0.0, -math.inf), (True, 0.8, 0.0), (True, 1e-9, 0.0),
+                              (True, 0.8, 30.0), (True, 2.0, -40.0)):
+            cases += 1
+            m = m * scale / lam if math.isfinite(m) else m
+            args = (37, math.log(37), 0.3, started, 0.5, 1e-3)
+            t = _updates.ascdro_batch(l, lp if started else None, f64(lam), f64(1.1 * lam),
+                                      f64(s), f64(-0.2), f64(m), *args)
+            h = _updates.ascdro_batch_host(l.numpy(), lp.numpy() if started else None, lam,
+                                           1.1 * lam, s, -0.2, m, *args)
+            assert bool(t[6]) == h[6]
+            restarts += h[6]
+            for k in (0, 1, 2, 3, 7):
+                assert abs(float(t[k]) - h[k]) <= 1e-13 * max(1.0, abs(h[k])), (k, t[k], h[k])
+            for k in (4, 5):
+                if started or k == 4:
+                    d = (torch.from_numpy(h[k]) - t[k]).abs()
+                    assert bool((d <= 1e-13 * t[k].abs().clamp(min=1e-300)).all())
+    assert 0 < restarts < cases
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_ascdro_step_on_the_host_is_the_tensor_code(dtype):
+    """ASCDRO's step with Python-float scalars: the tensor code's parameters, previous
+    iterate and estimators bit for bit (the same foreach arithmetic; the scalars rounded to
+    the parameters' dtype as ``.to`` rounds them), ``lambda`` to rounding (NumPy's log), at
+    the start, in a STORM step and at a restart, with ``mu``."""
+    g = torch.Generator().manual_seed(3)
+    shapes = [(5, 3), (5,), (1, 5)]
+    rnd = lambda: [torch.randn(sh, generator=g, dtype=dtype) for sh in shapes]  # noqa: E731
+    f64 = lambda v: torch.tensor(v, dtype=torch.float64)     # noqa: E731
+    for started, restart in ((False, False), (True, False), (True, True)):
+        for mu in (0.0, 1e-2):
+            P, prev, G, GP, V = rnd(), rnd(), rnd(), rnd(), rnd()
+            voss = [v if started else None for v in V]
+            sc = (0.9, 1.3, -0.4, 2.0, 0.7)       # s_old, s, u, m, lambda
+            args = (0.05, 0.4, mu)
+            tail = (0.5, 1e-3, 5.0)
+            Pt, prevt = [p.clone() for p in P], [q.clone() for q in prev]
+            vt, lt = _updates.ascdro_update(
+                Pt, prevt, G, GP, [None if v is None else v.clone() for v in voss],
+                *map(f64, sc), *args, torch.tensor(restart), started, *tail)
+            vh, lh = _updates.ascdro_update_host(
+                P, prev, G, GP, [None if v is None else v.clone() for v in voss], *sc,
+                *args, restart, started, *tail)
+            for a, b in zip(P + prev + vh, Pt + prevt + vt):
+                assert a.dtype == b.dtype and torch.equal(a, b)
+            assert abs(lh - float(lt)) <= 1e-15 * abs(lh) and lh != sc[4]
 
 
 @pytest.mark.parametrize("name", ["scdro", "rscdro"])

@@ -9,7 +9,9 @@ counters and schedules (Python numbers passed in), the finiteness check of the i
 data-parallel gathers and the divergence guard at its cadence
 (:mod:`riskopt.torch.optim._guard`). A branch that used to read a tensor on the host is a
 ``torch.where`` here (ASCDRO's restart) or a ``while_loop`` (the KL-ball projection of
-PG-SMD2, the same iterations as the former host loop). Two updates on tables of a few
+PG-SMD2, the same iterations as the former host loop). SCDRO's and ASCDRO's batch
+statistics and scalar steps have NumPy / Python-float twins (``*_host``) for the eager CPU
+path (the optimizers choose them by device). Two updates on tables of a few
 entries take a host path when eager on the CPU (where each small tensor op costs more in
 dispatch than in arithmetic): PG-SMD2's KL-ball Newton steps with Python scalars, and OOA's
 group step and capped-simplex projection in NumPy (the same operations: bit for bit the
@@ -161,6 +163,51 @@ def ascdro_batch(l64, lp64, lam, lamp, s, u, m, b, log_b, beta, started, rho, sh
     return s_old, s, u, m, coef, coef_p, restart, tracked
 
 
+def ascdro_batch_host(l, lp, lam, lamp, s, u, m, b, log_b, beta, started, rho, shift_cost):
+    """:func:`ascdro_batch` eager on the CPU: NumPy on the losses ``l`` / ``lp`` (float64
+    arrays; ``lp`` None before the start), Python floats for the scalars; the restart's
+    estimators only when it happens. The same operations (the scalars' bit for bit; NumPy's
+    ``exp`` / ``log`` / sums are not ATen's: the last bits may differ). Returns the same tuple,
+    of Python floats (``restart`` a bool) and the NumPy coefficients."""
+    lam, lamp = numpy.float64(lam), numpy.float64(lamp)     # (IEEE: x / 0 is inf, no raise)
+    with numpy.errstate(all="ignore"):
+        a = l / lam
+        amax = float(a.max())
+        M = amax
+        if started:
+            ap = lp / lamp
+            M = _fmax(M, float(ap.max()))
+            scale = math.exp(_fmin(m - M, 600.0))
+            s, u = s * scale, u * scale
+        s_old = s
+        e = numpy.exp(a - M) / b
+        sg, sl = float(e.sum()), -float((e * l).sum()) / lam ** 2
+        coef, coef_p = e / lam, None
+        if started:
+            ep = numpy.exp(ap - M) / b
+            sgp, slp = float(ep.sum()), -float((ep * lp).sum()) / lamp ** 2
+            s = sg + (1 - beta) * (s - sgp)
+            u = sl + (1 - beta) * (u - slp)
+            coef_p = ep / lamp
+        else:
+            s, u = sg, sl
+        restart = not (sg > 0 and s >= beta * sg)
+        e0 = e if M == amax else numpy.exp(a - amax) / b      # shifted by this batch's max
+        # this batch's log-mean-exp at lambda_t (torch.logsumexp's shift: the largest term)
+        m0 = amax if math.isfinite(amax) else 0.0
+        log_g = float(numpy.log((e0 if m0 == amax else numpy.exp(a) / b).sum())) + m0
+        if restart:          # the estimators on this batch alone
+            s, u = float(e0.sum()), -float((e0 * l).sum()) / lam ** 2
+            coef, m = e0 / lam, amax
+            if coef_p is not None:
+                coef_p = numpy.zeros_like(coef_p)
+        else:
+            m = M
+        tracked = lam * log_g + (lam - shift_cost) * rho
+    return (float(s_old), float(s), float(u), float(m), coef, coef_p, bool(restart),
+            float(tracked))
+
+
 def ascdro_update(params, prevs, grads, prev_grads, voss, s_old, s, u, m, lam, lr, beta, mu,
                   restart, started, rho, lam_lo, lam_hi):
     """ASCDRO's step: the estimator ``v / s`` of every parameter with a gradient (STORM, or
@@ -231,6 +278,63 @@ def _ascdro_update_foreach(params, prevs, grads, prev_grads, voss, s_old, s, u, 
         torch._foreach_add_(P, steps, alpha=-lr)
     if lam_hi > lam_lo:
         lam = (lam - lr * (zl + mu * lam)).clamp(lam_lo, lam_hi)
+    return new_voss, lam
+
+
+def ascdro_update_host(params, prevs, grads, prev_grads, voss, s_old, s, u, m, lam, lr, beta,
+                       mu, restart, started, rho, lam_lo, lam_hi):
+    """:func:`ascdro_update` eager on the CPU, the scalars as Python floats and ``restart`` a
+    bool, when every parameter with a gradient is float32 or float64 (the estimator's own
+    dtype; otherwise None: the tensor code): the same ``torch._foreach_*``
+    arithmetic on the parameters (a Python scalar is rounded to their dtype as the tensor
+    code's ``.to`` rounds it: bit for bit), the estimators ``v / s`` updated in place, no
+    ``torch.where``, and ``lambda``'s step in Python floats (``log`` is NumPy's, not ATen's:
+    its last bit may differ)."""
+    live = [i for i, g in enumerate(grads) if g is not None]
+    if len({params[i].dtype for i in live} | {torch.float32, torch.float64}) != 2:
+        return None
+    G = [grads[i] for i in live]
+    new_voss = [None] * len(params)
+    if not live:
+        V = []
+    elif started and not restart and all(voss[i] is not None for i in live):
+        V = [voss[i] for i in live]          # (the estimators of this optimizer's state)
+        torch._foreach_mul_(V, s_old)
+        gps = [prev_grads[i] for i in live]
+        if any(gp is not None for gp in gps):
+            torch._foreach_sub_(V, [torch.zeros_like(G[j]) if gp is None else gp
+                                    for j, gp in enumerate(gps)])
+        torch._foreach_mul_(V, 1 - beta)
+        torch._foreach_add_(V, G)
+        torch._foreach_div_(V, s)
+    else:                  # the start, a restart or a parameter without an estimator yet
+        V = list(G)
+        storm = [j for j, i in enumerate(live) if voss[i] is not None] if (
+            started and not restart) else []
+        if storm:
+            T = torch._foreach_mul([voss[live[j]] for j in storm], s_old)
+            gps = [prev_grads[live[j]] for j in storm]
+            if any(gp is not None for gp in gps):
+                torch._foreach_sub_(T, [torch.zeros_like(G[j]) if gp is None else gp
+                                        for j, gp in zip(storm, gps)])
+            torch._foreach_mul_(T, 1 - beta)
+            torch._foreach_add_(T, [G[j] for j in storm])
+            for j, t in zip(storm, T):
+                V[j] = t
+        V = torch._foreach_div(V, s)
+    for i, v in zip(live, V):
+        new_voss[i] = v
+    with numpy.errstate(all="ignore"):       # (IEEE: x / 0 is inf, no raise)
+        zl = float(numpy.float64(lam) * u / s + numpy.log(s) + m + rho)
+    torch._foreach_copy_(prevs, params)      # the previous iterate
+    if live:
+        P = [params[i] for i in live]
+        steps = torch._foreach_mul(V, lam)
+        if mu:
+            torch._foreach_add_(steps, torch._foreach_mul(P, mu))
+        torch._foreach_add_(P, steps, alpha=-lr)
+    if lam_hi > lam_lo:
+        lam = _fmin(_fmax(lam - lr * (zl + mu * lam), lam_lo), lam_hi)
     return new_voss, lam
 
 

@@ -449,6 +449,11 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
     def lam(self):
         return float(self._sc["lam"])
 
+    def _host(self):
+        """Whether this step's batch statistics and scalars run in NumPy / Python floats:
+        eager (not :meth:`compile`) on the CPU (chosen by device, not by data)."""
+        return self._compile_kwargs is None and _updates._host(self._sc["lam"])
+
     def previous_params(self, module):
         """``{name: tensor}`` of the previous iterate for ``torch.func.functional_call``
         (leaves whose gradients :meth:`step` reads).
@@ -497,26 +502,52 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
             _, beta = self._schedule()
             lam, lamp = sc["lam"], sc["lam_prev"]
             cols = [losses] if losses_prev is None else [losses, losses_prev]
-            table, sizes, off = self._gather(cols, lam.device)
+            host = self._host()
+            if host and self._group() is None and all(
+                    c.dtype in _NP_LOSSES and c.device.type == "cpu" for c in cols):
+                # one process, eager on the CPU: the losses as float64 copies in NumPy (the
+                # same numbers as the gather's ``to``: exact)
+                lnp = [c.detach().numpy().astype(numpy.float64) for c in cols]
+                table, sizes, off = None, [lnp[0].size], 0
+            else:
+                table, sizes, off = self._gather(cols, lam.device)
+                lnp = [table[:, k].numpy() for k in range(len(cols))] if host else None
             scale_w = float(len(sizes))
             loc = slice(off, off + losses.numel())
-            b = table.shape[0]
+            b = sum(sizes)
             if b == 0:
                 raise ValueError("surrogate needs a non-empty global batch")
-            l64 = table[:, 0]
-            self._check_input_finite(table, "losses")
             rho = 0.0 if self.radius is None else self.radius
-            s_old, sc["s"], sc["u"], sc["m"], coef, coef_p, restart, tracked = self._kernel(
-                _updates.ascdro_batch)(l64, table[:, 1] if self._started else None, lam, lamp,
-                                       sc["s"], sc["u"], sc["m"], b, math.log(b), beta,
-                                       self._started, rho, self.shift_cost)
+            args = (b, math.log(b), beta, self._started, rho, self.shift_cost)
+            if host:      # NumPy and Python floats (see _updates.ascdro_batch_host)
+                if not all(numpy.isfinite(c).all() for c in lnp):
+                    self._check_input_finite(torch.from_numpy(numpy.concatenate(lnp)),
+                                             "losses")
+                l64 = torch.from_numpy(lnp[0])
+                s_old, s, u, m, coef, coef_p, restart, tracked = _updates.ascdro_batch_host(
+                    lnp[0], lnp[1] if self._started else None, float(lam), float(lamp),
+                    float(sc["s"]), float(sc["u"]), float(sc["m"]), *args)
+                sc["s"], sc["u"], sc["m"] = _f64(s), _f64(u), _f64(m)
+                coef = torch.from_numpy(coef[loc] * scale_w if len(sizes) > 1 else coef)
+                coef_p = None if coef_p is None else torch.from_numpy(coef_p[loc])
+                self._pending = (beta, restart, s_old, (s, u, m))
+            else:
+                l64 = table[:, 0]
+                self._check_input_finite(table, "losses")
+                s_old, sc["s"], sc["u"], sc["m"], coef, coef_p, restart, tracked = \
+                    self._kernel(_updates.ascdro_batch)(
+                        l64, table[:, 1] if self._started else None, lam, lamp, sc["s"],
+                        sc["u"], sc["m"], *args)
+                coef = coef[loc] * scale_w
+                coef_p = None if coef_p is None else coef_p[loc]
+                self._pending = (beta, restart, s_old, None)
             self._track(tracked, window=l64, scale=lambda: l64.abs().mean())
-            self._pending = (beta, restart, s_old)
-        out = ((coef[loc] * scale_w).to(losses.dtype) * losses).sum()
+        out = (coef.to(losses.dtype) * losses).sum()
         if self._started:       # (coef_p is zero at a restart)
             if self._aliased:      # the gradient at x_{t-1} goes into .grad: -(1 - beta) g_p
                 scale_w = -(1.0 - beta) * scale_w
-            out = out + ((coef_p[loc] * scale_w).to(losses_prev.dtype) * losses_prev).sum()
+            cp = coef_p if scale_w == 1.0 else coef_p * scale_w
+            out = out + (cp.to(losses_prev.dtype) * losses_prev).sum()
         return out
 
     @torch.no_grad()
@@ -524,7 +555,7 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         loss = self._closure(closure)
         if self._pending is None:
             raise RuntimeError("call opt.surrogate(losses, losses_prev).backward() first")
-        beta, restart, s_old = self._pending
+        beta, restart, s_old, floats = self._pending
         lr, _ = self._schedule()
         sc = self._sc
         lam = sc["lam"]
@@ -539,14 +570,25 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
             all_reduce_mean_([q.grad for q in self._prev], group)
             self._grad_reduces = getattr(self, "_grad_reduces", 0) + 1
         rho = 0.0 if self.radius is None else self.radius
-        lam_prev = lam.clone()
-        voss, sc["lam"] = self._kernel(_updates.ascdro_update)(
-            self._params, self._prev, [p.grad for p in self._params],
-            # aliased: .grad holds g_t - (1 - beta) g_{t-1} already (no separate g_{t-1})
-            [None if aliased else q.grad for q in self._prev],
-            [self.state[p].get("v_over_s") for p in self._params],
-            s_old, sc["s"], sc["u"], sc["m"], lam, lr, beta, self.mu, restart, self._started,
-            rho, self.shift_cost, self.lam_max)
+        args = (self._params, self._prev, [p.grad for p in self._params],
+                # aliased: .grad holds g_t - (1 - beta) g_{t-1} already (no separate g_{t-1})
+                [None if aliased else q.grad for q in self._prev],
+                [self.state[p].get("v_over_s") for p in self._params])
+        got = None
+        if floats is not None:     # the host path's Python floats (ascdro_update_host)
+            got = _updates.ascdro_update_host(
+                *args, s_old, *floats, float(lam), lr, beta, self.mu, restart, self._started,
+                rho, self.shift_cost, self.lam_max)
+        if got is not None:
+            voss, lam_new = got
+            lam_prev, sc["lam"] = lam, _f64(lam_new)
+        else:
+            if floats is not None:       # (a float16 / bfloat16 or mixed model)
+                s_old, restart = _f64(s_old), torch.tensor(restart)
+            lam_prev = lam.clone()
+            voss, sc["lam"] = self._kernel(_updates.ascdro_update)(
+                *args, s_old, sc["s"], sc["u"], sc["m"], lam, lr, beta, self.mu, restart,
+                self._started, rho, self.shift_cost, self.lam_max)
         for p, q, vos in zip(self._params, self._prev, voss):
             q.grad = None
             if vos is not None:

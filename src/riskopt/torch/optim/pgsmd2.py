@@ -47,15 +47,18 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         self.add_indexed_state("log_p", fill=-math.log(self.n_indices),
                                dtype=torch.float64)
         self._steps = 0
-        self._posted = None
+        self._posted = self._gathered = None
 
     def weights(self, indices, losses=None):
         """``n p_i / b`` for the batch (constants for the primal surrogate; ``b`` the global
         batch size, times the world size under DDP, which averages the gradients).
 
-        After :meth:`attach` the indices (and ``losses``, the batch's detached losses, when
-        given here: the same as :meth:`step`'s) ride on DDP's all-reduce: the weights are
-        ``n p_i`` and the hook divides the summed gradient by the global ``b``."""
+        Under DDP, with ``losses`` (the batch's detached losses: the same as :meth:`step`'s,
+        which it checks) the one gather of the step happens here, indices and losses together,
+        and :meth:`step` takes its table; without, :meth:`step` gathers again. After
+        :meth:`attach` the indices (and ``losses`` when given here) ride on DDP's all-reduce:
+        the weights are ``n p_i`` and the hook divides the summed gradient by the global
+        ``b``."""
         idx = self.check_indices(indices)
         if self._can_post():
             cols = [idx]
@@ -69,8 +72,14 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
             return (self.n_indices * torch.exp(self.gather("log_p", idx))).to(
                 self._default_dtype())
         b, scale = idx.numel(), 1.0
+        self._gathered = None
         if self._group() is not None:     # the global batch size (one small collective)
-            table, sizes, _ = self._gather([idx], self.device)
+            if losses is None:
+                table, sizes, _ = self._gather([idx], self.device)
+            else:       # the batch's losses too: step() takes this table (no 2nd gather)
+                mine = self._losses64(losses, idx)
+                table, sizes, off = self._gather([idx, mine], self.device)
+                self._gathered = (table, off, idx, mine)
             b, scale = table.shape[0], float(len(sizes))
         return self._kernel(_updates.pgsmd2_weights)(
             self.indexed_state("log_p"), idx, self.n_indices * scale, max(b, 1),
@@ -96,10 +105,15 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         posted = self._piggy
         self._complete_post()
         table, self._posted = self._posted, None
+        gathered, self._gathered = self._gathered, None
         if table is not None:      # the batch rode on the all-reduce with weights()
             mine = posted.block
             if not (torch.equal(mine[:, 0].to(torch.int64), indices)
                     and torch.equal(mine[:, 1], losses)):
+                raise ValueError("PGSMD2.step: indices / losses differ from weights()'s")
+        elif gathered is not None and self._group() is not None:   # weights() gathered it
+            table, _, idx, mine = gathered
+            if not (torch.equal(idx, indices) and torch.equal(mine, losses)):
                 raise ValueError("PGSMD2.step: indices / losses differ from weights()'s")
         else:
             table, _, _ = self._gather([indices, losses], self.device)
