@@ -316,7 +316,7 @@ def test_outer_functions_on_the_host_are_the_torch_code(dtype):
               O.SquaredHinge(10.0, 0.1, absolute=True), O.GroupCVaR(0.25)):
         for lam in (0.0, 0.01):
             extra = (s,) if f.has_threshold else ()
-            y, v = _updates._outer_host(f, u.numpy(), lam, s.numpy() if extra else None)
+            y, v = f.grad_value_numpy(u.numpy(), lam, s.numpy() if extra else None)
             for got, want in ((y, f.grad(u, lam, *extra)), (v, f.value(u, *extra))):
                 got = torch.from_numpy(got)
                 assert got.dtype == dtype
@@ -324,3 +324,23 @@ def test_outer_functions_on_the_host_are_the_torch_code(dtype):
                 assert torch.equal(got.nan_to_num(), want.nan_to_num())
                 checked += 1
     assert checked == 20
+
+
+def test_an_outer_function_without_numpy_code_runs_its_torch_code():
+    """An outer function that declares no NumPy code (``grad_value_numpy = None``, as any
+    user-defined one with only ``grad`` / ``value``) takes its torch code on the host path,
+    and gives the numbers of the NumPy code (the same operations)."""
+    from riskopt.torch.optim import outer as O
+    calls = []
+
+    class TorchOnly(O.Hinge):
+        grad_value_numpy = None
+
+        def grad(self, u, lam):
+            calls.append(1)
+            return super().grad(u, lam)
+
+    p0, s0, _ = D.run("sonx", 12, outer=O.Hinge(2.0, 0.3))
+    p1, s1, _ = D.run("sonx", 12, outer=TorchOnly(2.0, 0.3))
+    assert len(calls) == 12
+    assert torch.equal(p0, p1) and torch.equal(s0, s1)

@@ -479,45 +479,6 @@ def pgsmd2_update(params, grads, centers, lrs, gamma, logp, indices, losses, n, 
 _NP_FLOATS = (torch.float32, torch.float64)
 
 
-def _outer_host(outer, u, lam, s):
-    """``(outer.grad(u, lam[, s]), outer.value(u[, s]))`` in NumPy for the outer functions
-    of :mod:`riskopt.torch.optim.outer` (``u`` a float array, ``s`` a 0-d array or None):
-    the same elementwise IEEE operations in the same order, in ``u``'s dtype (the same
-    numbers; torch.sign's 0 at NaN);
-    None for any other outer function (its torch code runs)."""
-    from . import outer as O
-    kind = type(outer)
-    if kind not in (O.Hinge, O.AbsHinge, O.SquaredHinge, O.GroupCVaR):
-        return None
-    if lam is not None:
-        O._lam(lam)                     # (the same check as the torch code)
-    dt = u.dtype.type
-
-    def sign(x):                        # torch.sign: 0 at NaN (numpy.sign: NaN)
-        return (x > 0).astype(u.dtype) - (x < 0).astype(u.dtype)
-
-    def clip_grad(t, rho):              # outer._clip_grad
-        if lam > 0:
-            return numpy.minimum(numpy.maximum(t / lam, dt(0.0)), dt(rho))
-        return numpy.where(t > 0, dt(rho), dt(0.0))
-
-    with numpy.errstate(all="ignore"):
-        if kind is O.Hinge:
-            t = u - outer.kappa
-            return clip_grad(t, outer.rho), outer.rho * numpy.maximum(t, dt(0.0))
-        if kind is O.AbsHinge:
-            t = numpy.abs(u) - outer.kappa
-            return (sign(u) * clip_grad(t, outer.rho),
-                    outer.rho * numpy.maximum(t, dt(0.0)))
-        if kind is O.SquaredHinge:
-            t = numpy.maximum((numpy.abs(u) if outer.absolute else u) - outer.kappa, dt(0.0))
-            g = outer.rho * sign(u) * t if outer.absolute else outer.rho * t
-            return g, 0.5 * outer.rho * t ** 2
-        s = dt(0.0) if s is None else s      # GroupCVaR
-        t = u - s
-        return clip_grad(t, 1.0 / outer.r), s + numpy.maximum(t, dt(0.0)) / outer.r
-
-
 def fcco_track(u_tab, seen_tab, I, now, prev, gamma, gamma_prime, outer, lam, s):
     """The MSVR update of the tracked inner values ``u_i`` of the distinct indices ``I``
     (``u_i`` set to the estimate at its first visit), written into the tables; returns
@@ -533,9 +494,9 @@ def fcco_track(u_tab, seen_tab, I, now, prev, gamma, gamma_prime, outer, lam, s)
             new = new + gamma_prime * (n - prev.numpy())
         new = numpy.where(st[i], new, n)
         ut[i], st[i] = new, True
-        host = _outer_host(outer, new, lam, None if s is None else s.numpy())
+        host = getattr(outer, "grad_value_numpy", None)   # (outer.py; None: torch code)
         if host is not None:
-            y, value = host
+            y, value = host(new, lam, None if s is None else s.numpy())
             return torch.from_numpy(new), torch.from_numpy(y), torch.from_numpy(value).mean()
         new = torch.from_numpy(new)
     else:

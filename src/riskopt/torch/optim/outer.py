@@ -8,12 +8,20 @@ subgradient): :class:`Hinge`, :class:`AbsHinge`, :class:`SquaredHinge` (smooth: 
 function of SOX) and :class:`GroupCVaR` (whose threshold ``s`` the optimizer keeps). The table
 of their formulas is in :mod:`riskopt.torch.optim.fcco`.
 
+Each also has ``grad_value_numpy(u, lam, s=None)``: the same gradient and value on a NumPy
+array, the same elementwise IEEE operations in the same order (the same numbers as the torch
+code, ``torch.sign``'s 0 at NaN included). The optimizers use it eagerly on the CPU, where a
+NumPy call on a few groups costs less than a tensor op's dispatch. An outer function without
+it (``grad_value_numpy = None``, the default of any object with ``grad`` / ``value``) runs its
+torch code there too.
+
 Paper: "Non-smooth finite-sum coupled compositional optimization"
 (``../shared/papers/sonex_alexr2_nonsmooth_fcco.txt``, Sections 4-6).
 """
 import math
 import numbers
 
+import numpy
 import torch
 
 from ..._validation import check_positive
@@ -41,9 +49,25 @@ def _clip_grad(t, lam, rho):
     return torch.where(t > 0, torch.full_like(t, rho), torch.zeros_like(t))
 
 
+def _np_sign(x):
+    """``torch.sign`` in NumPy: 0 at NaN (``numpy.sign`` gives NaN), in ``x``'s dtype."""
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+def _np_clip_grad(t, lam, rho):
+    """:func:`_clip_grad` in NumPy (in ``t``'s dtype)."""
+    dt = t.dtype.type
+    if lam > 0:
+        return numpy.minimum(numpy.maximum(t / lam, dt(0.0)), dt(rho))
+    return numpy.where(t > 0, dt(rho), dt(0.0))
+
+
 class _Outer:
     smooth = False
     has_threshold = False
+    #: ``grad_value_numpy(u, lam, s=None) -> (grad, value)`` on a float array ``u`` (``s``:
+    #: a 0-d array or None); None: the torch code runs (see the module docstring)
+    grad_value_numpy = None
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -72,6 +96,13 @@ class Hinge(_Outer):
     def grad(self, u, lam):
         return _clip_grad(torch.as_tensor(u) - self.kappa, _lam(lam), self.rho)
 
+    def grad_value_numpy(self, u, lam, s=None):
+        """``(grad(u, lam), value(u))`` in NumPy (module docstring)."""
+        lam = _lam(lam)
+        with numpy.errstate(all="ignore"):
+            t = u - self.kappa
+            return _np_clip_grad(t, lam, self.rho), self.rho * numpy.maximum(t, t.dtype.type(0))
+
 
 class AbsHinge(_Outer):
     r"""The two-sided hinge :math:`f(u) = \rho[|u| - \kappa]_+`, ``kappa >= 0`` (a penalty of
@@ -96,6 +127,14 @@ class AbsHinge(_Outer):
     def grad(self, u, lam):
         u = torch.as_tensor(u)
         return torch.sign(u) * _clip_grad(u.abs() - self.kappa, _lam(lam), self.rho)
+
+    def grad_value_numpy(self, u, lam, s=None):
+        """``(grad(u, lam), value(u))`` in NumPy (module docstring)."""
+        lam = _lam(lam)
+        with numpy.errstate(all="ignore"):
+            t = numpy.abs(u) - self.kappa
+            return (_np_sign(u) * _np_clip_grad(t, lam, self.rho),
+                    self.rho * numpy.maximum(t, t.dtype.type(0)))
 
 
 class SquaredHinge(_Outer):
@@ -129,6 +168,15 @@ class SquaredHinge(_Outer):
             return self.rho * torch.sign(u) * torch.clamp(u.abs() - self.kappa, min=0.0)
         return self.rho * torch.clamp(u - self.kappa, min=0.0)
 
+    def grad_value_numpy(self, u, lam=0.0, s=None):
+        """``(grad(u, lam), value(u))`` in NumPy (module docstring)."""
+        _lam(lam)
+        with numpy.errstate(all="ignore"):
+            t = numpy.maximum((numpy.abs(u) if self.absolute else u) - self.kappa,
+                              u.dtype.type(0))
+            g = self.rho * _np_sign(u) * t if self.absolute else self.rho * t
+            return g, 0.5 * self.rho * t ** 2
+
 
 class GroupCVaR(_Outer):
     r"""The CVaR form :math:`f(u, s) = s + \frac1r[u - s]_+`, ``0 < r <= 1``: the mean over the
@@ -157,3 +205,12 @@ class GroupCVaR(_Outer):
 
     def grad(self, u, lam, s=0.0):
         return _clip_grad(torch.as_tensor(u) - s, _lam(lam), 1.0 / self.r)
+
+    def grad_value_numpy(self, u, lam, s=None):
+        """``(grad(u, lam, s), value(u, s))`` in NumPy (module docstring; ``s`` None: 0)."""
+        lam = _lam(lam)
+        s = u.dtype.type(0.0) if s is None else s
+        with numpy.errstate(all="ignore"):
+            t = u - s
+            return _np_clip_grad(t, lam, 1.0 / self.r), s + numpy.maximum(
+                t, u.dtype.type(0)) / self.r
