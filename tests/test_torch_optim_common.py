@@ -44,8 +44,9 @@ ATTACH = [n for n in NAMES if hasattr(D.ROWS[n][0], "_finish_posted")]
 ATTACH_CASES = [(n, {}) for n in ATTACH] + [("scdro", dict(lam_init=1e-3))] + [
     (n, dict(dtype=torch.float32)) for n in ("scdro", "pgsmd2")]
 ATTACH_STEPS = 12
-#: rows also run with the gathers' tensor code (on GPUs; gloo packs and merges in NumPy)
-HOST_PATH_ROWS = ("scdro", "sonex", "ooa", "pgsmd2")
+#: rows also run with the tensor code of the gathers and of the updates (on GPUs; eager on
+#: the CPU the gathers pack and merge in NumPy, and the updates take their host paths)
+HOST_PATH_ROWS = ("scdro", "sonex", "sonx", "ooa", "pgsmd2")
 
 
 def _rel(a, b):
@@ -76,7 +77,8 @@ def _worker(rank, path, names):
                   wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))
         out[f"{name}/rising"] = info["guard"]
     from riskopt.torch.distributed import ColumnGatherer
-    ColumnGatherer.host = False      # the tensor code of the device path (NCCL), on gloo
+    from riskopt.torch.optim import _updates
+    ColumnGatherer.host = _updates.HOST = False   # the device path's tensor code, on gloo
     try:
         for name in HOST_PATH_ROWS:
             info = {}
@@ -85,7 +87,7 @@ def _worker(rank, path, names):
                 wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)),
                 info["comm_calls"])
     finally:
-        ColumnGatherer.host = True
+        ColumnGatherer.host = _updates.HOST = True
     from riskopt.torch.optim.pgsmd2 import PGSMD2
     weights = PGSMD2.weights       # PG-SMD2 as its docstring drives it: weights(idx) alone
     PGSMD2.weights = lambda self, indices, losses=None: weights(self, indices)
@@ -197,9 +199,9 @@ def test_ddp_matches_one_process_run(name, ddp):
 
 @pytest.mark.parametrize("name", HOST_PATH_ROWS)
 def test_ddp_gathers_tensor_code_matches_the_host_code(name, ddp):
-    """The gathers' tensor code (packing, unpacking and the by-index merge: what runs on
-    NCCL) gives, on gloo, the one-process run as the NumPy code does, with as many
-    collectives."""
+    """The tensor code of the gathers (packing, unpacking and the by-index merge: what runs
+    on NCCL) and of the updates gives, on gloo, the one-process run as the host code does,
+    with as many collectives."""
     p, s, _ = D.run(name, STEPS)
     (p0, s0, _, calls), (p1, s1, _, _) = ddp[0][f"{name}/tensor"], ddp[1][f"{name}/tensor"]
     assert torch.equal(p0, p1) and torch.equal(s0, s1)

@@ -305,8 +305,13 @@ class GuardMixin:
         return 0 if self._gatherer is None else self._gatherer.calls
 
     def _check_input_finite(self, values, what):
-        """Raise :class:`DivergenceError` when the gathered ``values`` are not all finite."""
-        if values.numel() and not _all_finite(values):
+        """Raise :class:`DivergenceError` when the gathered ``values`` (a tensor or a NumPy
+        array) are not all finite."""
+        if isinstance(values, numpy.ndarray):
+            ok = bool(numpy.isfinite(values).all())
+        else:
+            ok = not values.numel() or _all_finite(values)
+        if not ok:
             raise DivergenceError(
                 f"{type(self).__name__}: non-finite {what} at step {self._g_steps + 1}; the "
                 f"model (or the loss) diverged: lower lr (now {self._lr_text()}) or check the "
@@ -323,8 +328,9 @@ class GuardMixin:
         blow-up flags: Python numbers for a CPU objective (no sync to avoid, fewer small
         ops), tensors on its device otherwise (no host sync).
 
-        ``window``: what the start rule needs of this step (the 0-d objective estimate, or
-        what :meth:`_window_value` turns into it, e.g. the batch's losses), kept until the
+        ``window``: what the start rule needs of this step (the 0-d objective estimate, a
+        Python float on a host path, or what :meth:`_window_value` turns into it, e.g. the
+        batch's losses), kept until the
         next check; the first step's is the start. ``scale`` (a callable returning a 0-d
         tensor, e.g. the batch's mean absolute loss) is called at the first step only: the
         start's scale is ``max(|start|, scale())``."""
@@ -332,7 +338,7 @@ class GuardMixin:
         obj = objective if host else objective.detach()
         g = self._g_on(_CPU if host else obj.device)
         if window is not None:
-            if window.requires_grad:
+            if not isinstance(window, float) and window.requires_grad:
                 window = window.detach()
             if self._g_steps == 0:
                 self._set_start(g, window, scale)
@@ -367,7 +373,8 @@ class GuardMixin:
         """The objective estimate of a window of steps (0-d float64 tensor): the mean of the
         steps' estimates. Optimizers that keep something else in the window (the batch's
         losses) override it."""
-        return torch.stack([t.reshape(()).to(torch.float64) for t in items]).mean()
+        return torch.stack([torch.tensor(t, dtype=torch.float64) if isinstance(t, float)
+                            else t.reshape(()).to(torch.float64) for t in items]).mean()
 
     def _window_estimate(self, items, limit):
         """The check's estimate as a Python float (flags on the host); ``limit``: the start
@@ -499,7 +506,8 @@ class GuardMixin:
     # ------------------------------------------------------------------ checkpoints
     def _guard_state(self):
         return {"steps": self._g_steps, "reported": self._g_reported, "rose": self._g_rose,
-                "window": [t.clone() for t in self._g_window],
+                "window": [torch.tensor(t, dtype=torch.float64) if isinstance(t, float)
+                           else t.clone() for t in self._g_window],
                 **{k: torch.as_tensor(v, dtype=_G_TYPES[k][1]).clone()
                    for k, v in self._g.items()}}
 

@@ -479,6 +479,24 @@ def pgsmd2_update(params, grads, centers, lrs, gamma, logp, indices, losses, n, 
 _NP_FLOATS = (torch.float32, torch.float64)
 
 
+def fcco_track_numpy(ut, st, i, now, prev, gamma, gamma_prime, outer, lam, s):
+    """:func:`fcco_track` in NumPy on the tables' arrays ``ut`` / ``st`` (written in place;
+    ``i`` the distinct indices, ``now`` / ``prev`` in ``ut``'s dtype, ``s`` a 0-d array or
+    None): the same IEEE operations (bit for bit). Returns ``(u_I, y, value)`` as arrays,
+    ``y`` and ``value`` None when the outer function has no NumPy code
+    (``grad_value_numpy``, :mod:`riskopt.torch.optim.outer`)."""
+    new = (1.0 - gamma) * ut[i] + gamma * now
+    if prev is not None:
+        new = new + gamma_prime * (now - prev)
+    new = numpy.where(st[i], new, now)
+    ut[i], st[i] = new, True
+    host = getattr(outer, "grad_value_numpy", None)   # (None: the torch code runs)
+    if host is None:
+        return new, None, None
+    y, value = host(new, lam, s)
+    return new, y, value
+
+
 def fcco_track(u_tab, seen_tab, I, now, prev, gamma, gamma_prime, outer, lam, s):
     """The MSVR update of the tracked inner values ``u_i`` of the distinct indices ``I``
     (``u_i`` set to the estimate at its first visit), written into the tables; returns
@@ -488,15 +506,11 @@ def fcco_track(u_tab, seen_tab, I, now, prev, gamma, gamma_prime, outer, lam, s)
             prev is None or prev.dtype == now.dtype):
         # eager on the CPU: the table's rows in NumPy on its memory (the same IEEE
         # operations on a few groups: bit for bit; fewer small tensor ops)
-        ut, st, i, n = u_tab.numpy(), seen_tab.numpy(), I.numpy(), now.numpy()
-        new = (1.0 - gamma) * ut[i] + gamma * n
-        if prev is not None:
-            new = new + gamma_prime * (n - prev.numpy())
-        new = numpy.where(st[i], new, n)
-        ut[i], st[i] = new, True
-        host = getattr(outer, "grad_value_numpy", None)   # (outer.py; None: torch code)
-        if host is not None:
-            y, value = host(new, lam, None if s is None else s.numpy())
+        new, y, value = fcco_track_numpy(
+            u_tab.numpy(), seen_tab.numpy(), I.numpy(), now.numpy(),
+            None if prev is None else prev.numpy(), gamma, gamma_prime, outer, lam,
+            None if s is None else s.numpy())
+        if y is not None:
             return torch.from_numpy(new), torch.from_numpy(y), torch.from_numpy(value).mean()
         new = torch.from_numpy(new)
     else:
@@ -519,10 +533,11 @@ def _adam_step(p, v, m2, G, lr, c1, c2, betas2, eps):
 
 def fcco_moments(params, prevs, grads, vs, m2s, lr, beta, wd, adam, c1, c2, betas2, eps):
     """SONEX's step for one parameter group: the previous iterate set to the parameters
-    (``prevs``: all of the group's), then for those with a gradient (``grads`` None
-    elsewhere) ``v <- (1 - beta) v + beta (G + wd w)`` and ``w -= lr v`` or the Adam-type
-    step (``c1``, ``c2``: the bias corrections)."""
-    torch._foreach_copy_(prevs, params)
+    (``prevs``: all of the group's; None: not kept, SONX / SOX), then for those with a
+    gradient (``grads`` None elsewhere) ``v <- (1 - beta) v + beta (G + wd w)`` and
+    ``w -= lr v`` or the Adam-type step (``c1``, ``c2``: the bias corrections)."""
+    if prevs is not None:
+        torch._foreach_copy_(prevs, params)
     live = [(p, g, v, m2) for p, g, v, m2 in zip(params, grads, vs, m2s) if g is not None]
     if not live:
         return

@@ -78,6 +78,7 @@ Examples
 >>> 0.0 < opt.s < 1.0
 True
 """
+import numpy
 import torch
 
 from ..._validation import check_int, check_positive
@@ -132,6 +133,9 @@ class _FCCOBase(IndexedStateOptimizer):
                                   requires_grad=True)
             self.add_param_group({"params": [self._s], "weight_decay": 0.0})
         self._t, self._pending = 0, None
+        # SONX / SOX never read the previous iterate: it is kept (copied at every step) only
+        # once previous_params asks for it (see there)
+        self._keep_prev = self._gp() > 0
         for p in self._params():
             st = self.state[p]
             for k in self._keys:
@@ -150,19 +154,36 @@ class _FCCOBase(IndexedStateOptimizer):
 
     # ------------------------------------------------------------------ devices
     def _sync_device(self):
+        params = self._params()
+        key = [p.device for p in params]        # (the last synced placement: nothing to do)
+        if key == getattr(self, "_synced", None):
+            return
         super()._sync_device()
         dev = self.device
         if self._s is not None and self._s.device != dev:
             self._s.data = self._s.data.to(dev)
-        for p in self._params():
+        for p in params:
             for k, v in self.state[p].items():
                 if isinstance(v, torch.Tensor) and v.device != p.device:
                     self.state[p][k] = v.to(p.device)
+        self._synced = key
 
     # ------------------------------------------------------------------ previous iterate
     def previous_params(self, module):
         """``{name: tensor}`` of the previous iterate (detached) for the parameters of
-        ``module`` that this optimizer updates, for :func:`torch.func.functional_call`."""
+        ``module`` that this optimizer updates, for :func:`torch.func.functional_call`.
+
+        SONX and SOX (``gamma_prime = 0``) do not use it, so they keep it (one copy of the
+        parameters per step) only from the first call on: call it (or
+        :meth:`evaluate_previous`) before the first step if it is wanted later; a first call
+        after steps without it raises."""
+        if not self._keep_prev:
+            if self._t:
+                raise RuntimeError(
+                    f"{type(self).__name__} does not keep the previous iterate (it does not "
+                    "use it): call previous_params / evaluate_previous before the first step "
+                    "to have it kept")
+            self._keep_prev = True           # (before any step: the initial parameters)
         ids = {id(p): p for p in self._params()}
         return {name: self.state[ids[id(p)]]["prev"] for name, p in module.named_parameters()
                 if id(p) in ids}
@@ -190,10 +211,12 @@ class _FCCOBase(IndexedStateOptimizer):
     # ------------------------------------------------------------------ the estimator
     def _check_batch(self, indices, g_now, g_prev, need_prev):
         self._sync_device()
-        idx = self.check_indices(indices)
-        if (idx.numel() == 0 and self._group() is None) or (
-                not self._distinct(idx)):     # (a rank may hold none)
-            raise ValueError("the outer indices of a step must be non-empty and distinct")
+        idx = self._small_indices(indices)
+        if idx is None:
+            idx = self.check_indices(indices)
+            if (idx.numel() == 0 and self._group() is None) or (
+                    not self._distinct(idx)):     # (a rank may hold none)
+                raise ValueError("the outer indices of a step must be non-empty and distinct")
         for name, g in (("g_now", g_now), ("g_prev", g_prev)):
             if g is None:
                 continue
@@ -244,6 +267,9 @@ class _FCCOBase(IndexedStateOptimizer):
         if direct is not None and (not isinstance(direct, torch.Tensor) or direct.numel() != 1):
             raise ValueError("direct must be a scalar tensor (the batch estimate of g0)")
         use_prev = self._gp() > 0
+        if self._on_host(g_now, g_prev if use_prev else None, direct):
+            return self._surrogate_host(idx, g_now, g_prev if use_prev else None, direct,
+                                        counts, direct_count)
         with torch.no_grad():
             table = self.indexed_state("u")
             vals = [g_now, g_prev] if use_prev else [g_now]
@@ -280,6 +306,70 @@ class _FCCOBase(IndexedStateOptimizer):
             out = out + (direct.reshape(()) * share if share != 1.0 else direct.reshape(()))
         return out
 
+    def _on_host(self, g_now, g_prev, direct):
+        """Whether this step's surrogate runs on the host path (:meth:`_surrogate_host`):
+        eager (no :meth:`compile`) on the CPU, float32 / float64 estimates and table, and an
+        outer function with NumPy code; chosen once per step."""
+        table = self.indexed_state("u")
+        return (self._compile_kwargs is None and _updates._host(table, g_now)
+                and table.dtype in _updates._NP_FLOATS and g_now.dtype in _updates._NP_FLOATS
+                and (g_prev is None or (g_prev.device.type == "cpu"
+                                        and g_prev.dtype in _updates._NP_FLOATS))
+                and (direct is None or direct.device.type == "cpu")
+                and getattr(self.outer, "grad_value_numpy", None) is not None)
+
+    def _surrogate_host(self, idx, g_now, g_prev, direct, counts, direct_count):
+        """:meth:`surrogate` eager on the CPU: the estimates, the table's rows, the outer
+        gradients and the tracked objective in NumPy and Python floats, the same IEEE
+        operations as the tensor code (the iterates bit for bit), and the returned scalar as
+        one ``torch.dot`` of ``g_now`` with the weights its gradient gets (those of the
+        tensor code's ``(y * g_now).mean()``: ``y_i * (1 / |I|)``, rounded the same)."""
+        table, seen = self.indexed_state("u"), self.indexed_state("seen")
+        dt = table.numpy().dtype
+        vals = [g_now] if g_prev is None else [g_now, g_prev]
+        loc = None
+        if self._group() is None:          # one process: the estimates as they are
+            I, merged = idx, [v.detach().numpy() for v in vals]
+        else:
+            with torch.no_grad():
+                I, merged, loc = self._gather_by_index(
+                    idx, counts, vals, table.device,
+                    rank_count=direct_count if direct is not None else None,
+                    rank_value=direct)
+            merged = [v.numpy() for v in merged]
+        for name, v in zip(("g_now", "g_prev"), merged):
+            if not numpy.isfinite(v).all():
+                self._check_input_finite(v, name)      # (raises)
+        # (float32 -> float64 -> the table's dtype, as the tensor code: one rounding at most)
+        now, prev = [v.astype(dt, copy=False) for v in merged] + [None] * (2 - len(merged))
+        s_now = None if self._s is None else self._s.detach().numpy().astype(dt)
+        _, y, value = _updates.fcco_track_numpy(
+            table.numpy(), seen.numpy(), I.numpy(), now, prev, self.gamma, self._gp(),
+            self.outer, self.smoothing, s_now)
+        k = value.size
+        est = sum(value.tolist()) / k        # (the mean outer value, in float64)
+        d = None if direct is None else (direct if loc is None else loc[3]).item()
+        est = est if d is None else est + d
+        def scale():                         # (the first step's only)
+            mag = sum(numpy.abs(now).tolist()) / now.size
+            return torch.tensor(mag if d is None else max(mag, abs(d)), dtype=torch.float64)
+
+        self._track(est, window=est, scale=scale)
+        self._pending = True
+        gdt = numpy.float32 if g_now.dtype == torch.float32 else numpy.float64
+        if loc is None and self._s is not None:   # (the threshold's gradient by autograd)
+            yt = torch.from_numpy(y).to(g_now.dtype)
+            out = (yt * (g_now - self._s)).mean() + self._s
+        else:
+            c = y if loc is None else y[loc[0].numpy()] * loc[1].numpy()
+            out = torch.dot(g_now, torch.from_numpy(c.astype(gdt) * (gdt(1) / gdt(k))))
+            if loc is not None and self._s is not None:   # s is not DDP's: globally
+                self._pending = 1.0 - torch.from_numpy(y).to(torch.float64).mean()
+        if direct is not None:
+            share = loc[2] if loc is not None and len(loc) > 2 else 1.0
+            out = out + (direct.reshape(()) * share if share != 1.0 else direct.reshape(()))
+        return out
+
     def _gp(self):
         return self.gamma_prime
 
@@ -299,10 +389,13 @@ class _FCCOBase(IndexedStateOptimizer):
 
     # ------------------------------------------------------------------ checkpoints
     def _extra(self):
-        return {"t": self._t, "s": None if self._s is None else self._s.detach().clone()}
+        return {"t": self._t, "s": None if self._s is None else self._s.detach().clone(),
+                "keep_prev": self._keep_prev}
 
     def _load_extra(self, extra):
         self._t = int(extra["t"])
+        # (a checkpoint from before the lazy previous iterate kept it at every step)
+        self._keep_prev = bool(extra.get("keep_prev", True)) or self._gp() > 0
         if (extra["s"] is None) != (self._s is None):
             raise ValueError("state_dict and optimizer disagree on the threshold s "
                              "(GroupCVaR outer function)")
@@ -321,6 +414,7 @@ class _FCCOBase(IndexedStateOptimizer):
         extra = state_dict.pop("fcco", None)
         if extra is None:
             raise ValueError(f"state_dict has no 'fcco' entry: not from {type(self).__name__}")
+        self._synced = None
         super().load_state_dict(state_dict)
         self._load_extra(extra)
         self._pending = None
@@ -382,7 +476,8 @@ class SONEX(_FCCOBase):
             params = group["params"]
             st = [self.state[p] for p in params]
             self._kernel(_updates.fcco_moments)(
-                params, [s["prev"] for s in st], [p.grad for p in params],
+                params, [s["prev"] for s in st] if self._keep_prev else None,
+                [p.grad for p in params],
                 [s["v"] for s in st], [s.get("m2") for s in st], group["lr"], group["beta"],
                 group["weight_decay"], adam, *self._corrections(group["beta"], self._t),
                 self.betas2, self.eps)
