@@ -299,6 +299,18 @@ def ascdro_update_host(params, prevs, grads, prev_grads, voss, s_old, s, u, m, l
         V = []
     elif started and not restart and all(voss[i] is not None for i in live):
         V = [voss[i] for i in live]          # (the estimators of this optimizer's state)
+        gps = [prev_grads[i] for i in live]
+        if len({gp is None for gp in gps}) == 1:    # the usual step: NumPy, per tensor
+            # (all None: under DDP ``.grad`` holds g - (1 - beta) g_prev already)
+            lam = _storm_step_numpy([params[i] for i in live], [prevs[i] for i in live], G,
+                                    gps, V, s_old, s, u, m, lam, lr, beta, mu, rho, lam_lo,
+                                    lam_hi)
+            for i, v in zip(live, V):
+                new_voss[i] = v
+            for i, (p, q) in enumerate(zip(params, prevs)):     # (no gradient: copy only)
+                if grads[i] is None:
+                    q.detach().copy_(p.detach())
+            return new_voss, lam
         torch._foreach_mul_(V, s_old)
         gps = [prev_grads[i] for i in live]
         if any(gp is not None for gp in gps):
@@ -324,8 +336,6 @@ def ascdro_update_host(params, prevs, grads, prev_grads, voss, s_old, s, u, m, l
         V = torch._foreach_div(V, s)
     for i, v in zip(live, V):
         new_voss[i] = v
-    with numpy.errstate(all="ignore"):       # (IEEE: x / 0 is inf, no raise)
-        zl = float(numpy.float64(lam) * u / s + numpy.log(s) + m + rho)
     torch._foreach_copy_(prevs, params)      # the previous iterate
     if live:
         P = [params[i] for i in live]
@@ -333,9 +343,43 @@ def ascdro_update_host(params, prevs, grads, prev_grads, voss, s_old, s, u, m, l
         if mu:
             torch._foreach_add_(steps, torch._foreach_mul(P, mu))
         torch._foreach_add_(P, steps, alpha=-lr)
-    if lam_hi > lam_lo:
-        lam = _fmin(_fmax(lam - lr * (zl + mu * lam), lam_lo), lam_hi)
-    return new_voss, lam
+    return new_voss, _ascdro_lambda_host(s, u, m, lam, lr, mu, rho, lam_lo, lam_hi)
+
+
+def _ascdro_lambda_host(s, u, m, lam, lr, mu, rho, lam_lo, lam_hi):
+    """ASCDRO's projected ``lambda`` step in Python floats (``lam_hi <= lam_lo``: fixed)."""
+    if not lam_hi > lam_lo:
+        return lam
+    with numpy.errstate(all="ignore"):       # (IEEE: x / 0 is inf, no raise)
+        zl = float(numpy.float64(lam) * u / s + numpy.log(s) + m + rho)
+    return _fmin(_fmax(lam - lr * (zl + mu * lam), lam_lo), lam_hi)
+
+
+def _storm_step_numpy(P, Q, G, GP, V, s_old, s, u, m, lam, lr, beta, mu, rho, lam_lo,
+                      lam_hi):
+    """ASCDRO's usual step (STORM, every parameter with its estimator; ``GP`` all tensors
+    or all None) in NumPy on the tensors' memory, one tensor at a time: ``v / s <- (g + (1 - beta)
+    (v / s_old' - g_prev)) / s``, the previous iterate ``<- w``, ``w -= lr (lambda v / s + mu
+    w)``. The tensor code's operations in its order, the scalars rounded to the parameters'
+    dtype as it rounds them; ``torch.add(alpha=)`` may fuse its last multiply-add (one
+    rounding) where NumPy rounds twice: the parameters may differ in their last bit.
+    Returns the new ``lambda``."""
+    for p, q, g, gp, v in zip(P, Q, G, GP, V):
+        pn, vn = p.detach().numpy(), v.numpy()
+        dt = pn.dtype.type
+        numpy.multiply(vn, dt(s_old), out=vn)
+        if gp is not None:
+            numpy.subtract(vn, gp.numpy(), out=vn)
+        numpy.multiply(vn, dt(1 - beta), out=vn)
+        numpy.add(vn, g.numpy(), out=vn)
+        numpy.divide(vn, dt(s), out=vn)
+        numpy.copyto(q.detach().numpy(), pn)
+        st = numpy.multiply(vn, dt(lam))
+        if mu:
+            numpy.add(st, numpy.multiply(pn, dt(mu)), out=st)
+        numpy.multiply(st, dt(-lr), out=st)
+        numpy.add(pn, st, out=pn)
+    return _ascdro_lambda_host(s, u, m, lam, lr, mu, rho, lam_lo, lam_hi)
 
 
 # ---------------------------------------------------------------------------- PG-SMD2

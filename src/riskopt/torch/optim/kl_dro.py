@@ -77,6 +77,20 @@ def _f64(v):
     return torch.from_numpy(numpy.array(v, dtype=numpy.float64))
 
 
+def _cast(w, dtype):
+    """The float64 weights ``w`` (a tensor, or a NumPy array of the host path) as a tensor
+    of ``dtype`` (NumPy's cast to float32 / float64 is torch's: one IEEE rounding)."""
+    if isinstance(w, numpy.ndarray):
+        if dtype in (torch.float32, torch.float64):
+            return torch.from_numpy(w.astype(_NP_DTYPES[dtype], copy=False))
+        w = torch.from_numpy(w)
+    return w.to(dtype)
+
+
+#: NumPy's twins of the loss dtypes whose casts :func:`_cast` leaves to NumPy
+_NP_DTYPES = {torch.float32: numpy.float32, torch.float64: numpy.float64}
+
+
 class _KLWindow:
     """The start rule's estimate for the KL-DRO optimizers: the window keeps the batches'
     losses, valued at the check (:func:`_kl_dro_value`)."""
@@ -528,8 +542,8 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
                     lnp[0], lnp[1] if self._started else None, float(lam), float(lamp),
                     float(sc["s"]), float(sc["u"]), float(sc["m"]), *args)
                 sc["s"], sc["u"], sc["m"] = _f64(s), _f64(u), _f64(m)
-                coef = torch.from_numpy(coef[loc] * scale_w if len(sizes) > 1 else coef)
-                coef_p = None if coef_p is None else torch.from_numpy(coef_p[loc])
+                coef = coef[loc] * scale_w if len(sizes) > 1 else coef
+                coef_p = None if coef_p is None else coef_p[loc]
                 self._pending = (beta, restart, s_old, (s, u, m))
             else:
                 l64 = table[:, 0]
@@ -542,12 +556,12 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
                 coef_p = None if coef_p is None else coef_p[loc]
                 self._pending = (beta, restart, s_old, None)
             self._track(tracked, window=l64, scale=lambda: l64.abs().mean())
-        out = (coef.to(losses.dtype) * losses).sum()
+        out = (_cast(coef, losses.dtype) * losses).sum()
         if self._started:       # (coef_p is zero at a restart)
             if self._aliased:      # the gradient at x_{t-1} goes into .grad: -(1 - beta) g_p
                 scale_w = -(1.0 - beta) * scale_w
             cp = coef_p if scale_w == 1.0 else coef_p * scale_w
-            out = out + (cp.to(losses_prev.dtype) * losses_prev).sum()
+            out = out + (_cast(cp, losses_prev.dtype) * losses_prev).sum()
         return out
 
     @torch.no_grad()
