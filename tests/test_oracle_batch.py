@@ -79,3 +79,69 @@ def test_declines_where_the_multi_call_path_leaves_its_kernels(monkeypatch):
     big = kb.sort_keys.RADIX_MAX + 1
     assert kb.batch_risk_weights(np.ones(big), np.full(big, 1.0 / big), 1.0, 0,
                                  np.empty(big)) is None
+
+
+@pytest.mark.parametrize("risk", _RISKS, ids=repr)
+def test_float32_entry_equals_the_float64_copy_bit_for_bit(risk):
+    """``batch_risk_weights_f32`` (the torch loss reads its float32 batch in place) gives the
+    value and weights of ``batch_risk_weights`` on the float64 copy bit for bit, and declines
+    exactly where that call does (tied, equal, NaN / inf / beyond float32's range)."""
+    rng = np.random.default_rng(11)
+    nu, div = float(risk.shift_cost), risk.div_code
+    for n in (2, 3, 255, 256, 1000, 8192):
+        sigma = np.ascontiguousarray(risk.spectrum(n))
+        z = rng.standard_normal(n)
+        cases = [z ** 2, 3.0 * rng.random(n), 1e4 + z, np.round(z, 1), np.full(n, 2.5),
+                 1.0 + 1e-6 * z, -z, np.where(z > 0, 0.0, -0.0) + z * (z > 1)]
+        if n > 8:
+            bad = z.copy()
+            bad[n // 3] = [np.nan, np.inf, -np.inf][n % 3]
+            cases.append(bad)
+        for losses in cases:
+            x32 = losses.astype(np.float32)
+            x64 = x32.astype(np.float64)
+            q32, q64 = np.full(n, -1.0), np.full(n, -1.0)
+            v32 = kb.batch_risk_weights_f32(x32, sigma, nu, div, q32)
+            v64 = kb.batch_risk_weights(x64, sigma, nu, div, q64)
+            assert (v32 is None) == (v64 is None)
+            if v64 is not None:
+                assert v32 == v64 and np.array_equal(q32, q64)
+    sigma = np.ascontiguousarray(_RISKS[0].spectrum(64))
+    q = np.empty(64)
+    for x in (np.ones(64), np.ones(128, dtype=np.float32)[::2], np.ones((8, 8), np.float32)):
+        assert kb.batch_risk_weights_f32(x, sigma, 1.0, 0, q) is None
+
+
+@pytest.mark.parametrize("risk", _RISKS + [ro.CVaR(0.1, shift_cost=0.5), ro.CVaR(0.1)],
+                         ids=repr)
+def test_torch_loss_float32_fast_path_equals_the_general_host_path(risk, monkeypatch):
+    """``SpectralRiskLoss`` on a 1-D float32 CPU batch (the one-call kernel reading the
+    batch in place) gives the value and the gradient of its general host path (float64
+    copy, NaN check, ``spectral_risk_weights``) bit for bit, and still raises on NaN."""
+    torch = pytest.importorskip("torch")
+    from riskopt.torch import SpectralRiskLoss
+    from riskopt.torch.losses import spectral
+    calls = []
+    real = kb.batch_risk_weights_f32
+    monkeypatch.setattr(spectral._kb, "batch_risk_weights_f32",
+                        lambda *a: calls.append(1) or real(*a))
+    rng = np.random.default_rng(12)
+    for n in (2, 100, 8192):
+        z = rng.standard_normal(n)
+        for losses in (z ** 2, np.round(z, 1), 1e4 + z):
+            out = []
+            for fast in (True, False):
+                crit = SpectralRiskLoss(risk)
+                if not fast:
+                    monkeypatch.setattr(crit, "_host_fast", lambda losses: None)
+                x = torch.tensor(losses, dtype=torch.float32, requires_grad=True)
+                v = crit(x)
+                v.backward()
+                out.append((v.detach().clone(), x.grad.clone()))
+            assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+    # the fast path ran wherever the general one sorts (CVaR: the selection / box oracles)
+    assert bool(calls) == (not isinstance(risk, ro.CVaR))
+    x = torch.rand(8192)
+    x[5] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        SpectralRiskLoss(_RISKS[0])(x)

@@ -32,15 +32,17 @@ TIES_MIN_N = 256
 
 
 @njit(cache=True)
-def _batch_weights(x, sigma, nu, div, q, f32, pk, cnt, tmp, order, ls, work, iwork, hkeys,
-                   hcnt):
+def _batch_weights(x, bits, sigma, nu, div, q, f32, pk, cnt, tmp, order, ls, work, iwork,
+                   hkeys, hcnt):
     """``(value, True)`` with ``q`` written, or ``(nan, False)`` where the kernel declines
-    (see the module docstring). ``x`` contiguous float64; scratch of :func:`_scratch`."""
+    (see the module docstring). ``x`` contiguous float64, or float32 (read as its float64
+    values: :func:`batch_risk_weights_f32`), ``bits`` its view as unsigned integers of its
+    width; scratch of :func:`_scratch`."""
     n = x.shape[0]
     if n >= TIES_MIN_N:
         if x[0] == x[n - 1] and x[0] == x[n // 2]:
             return np.nan, False      # (oracles: equal_risk_weights first)
-        if _few_values(x, x.view(np.uint64), TIES_MAX_GROUPS, hkeys, hcnt):
+        if _few_values(x, bits, TIES_MAX_GROUPS, hkeys, hcnt):
             return np.nan, False      # (oracles: the tied oracle first)
     if not _radix_order(x, f32, pk, cnt, tmp, order, ls):
         return np.nan, False
@@ -83,5 +85,26 @@ def batch_risk_weights(losses, sigma, nu, div, q):
     if not (2 <= n <= sort_keys.RADIX_MAX and losses.dtype == np.float64 and losses.ndim == 1
             and losses.flags.c_contiguous):
         return None
-    v, ok = _batch_weights(losses, sigma, float(nu), int(div), q, *_scratch(n))
+    v, ok = _batch_weights(losses, losses.view(np.uint64), sigma, float(nu), int(div), q,
+                           *_scratch(n))
+    return float(v) if ok else None
+
+
+def batch_risk_weights_f32(losses, sigma, nu, div, q):
+    """:func:`batch_risk_weights` of the float64 copy of ``2 <= n <= sort_keys.RADIX_MAX``
+    contiguous float32 ``losses`` (a torch loss's batch), read in place: the value and ``q``
+    (float64) bit for bit those of the copy, or None where that call would decline or
+    return None, and for a NaN / infinite loss (the caller then copies and checks).
+
+    The kernel reads each loss as its float64 value (exact), so it makes the decisions
+    and the arithmetic of the copy's call: the tie sample compares the float32 bits, equal
+    exactly where the float64 bits are (NaN declines either way), the radix keys are the
+    float32 roundings (the losses themselves), and the sorted losses are the float64 values.
+    No copy pass, and 64 KiB less memory in the step at n = 8192."""
+    n = losses.shape[0]
+    if not (2 <= n <= sort_keys.RADIX_MAX and losses.dtype == np.float32 and losses.ndim == 1
+            and losses.flags.c_contiguous):
+        return None
+    v, ok = _batch_weights(losses, losses.view(np.uint32), sigma, float(nu), int(div), q,
+                           *_scratch(n))
     return float(v) if ok else None

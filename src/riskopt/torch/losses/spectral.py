@@ -4,6 +4,8 @@ import torch
 from torch import nn
 
 from ... import risks as _risks
+from ..._kernels import oracle_batch as _kb
+from ..._kernels import oracle_select as _ks
 from ..._kernels import oracles as _ko
 from .. import _oracles as _to
 from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_dot, _check_choice,
@@ -84,6 +86,7 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         self.oracle = _check_choice("oracle", oracle, _ORACLES)
         self._sigma = {}
         self._plans = {}
+        self._batch = {}
         if isinstance(self.risk, _risks.SpectralRisk):
             self.register_buffer("_sigma_fixed", torch.from_numpy(
                 np.array(self.risk.sigma, dtype=np.float64)), persistent=False)
@@ -135,6 +138,37 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
                 self._plans.clear()
             self._plans[b] = args
         return args
+
+    def _batch_args(self, b):
+        """``(sigma, nu, div)`` where ``spectral_risk_weights(..., plan, radix=True)`` on
+        ``b`` losses goes straight to the one-call batch kernel (the sorting oracle: no
+        selection or box oracle for this spectrum and shift), else None; kept per ``b``."""
+        args = self._batch.get(b, False)
+        if args is False:
+            sigma, nu, div, plan = self._oracle_args(b)
+            sorts = plan is None or plan.n != b or (nu > 0 and _ks.box_of(sigma, plan) is None)
+            args = (sigma, nu, div) if sorts else None
+            if len(self._batch) > 16:
+                self._batch.clear()
+            self._batch[b] = args
+        return args
+
+    def _host_fast(self, losses):
+        """The host path's result for a 1-D contiguous float32 batch whose oracle is the
+        one-call batch kernel, which reads the float32 losses in place
+        (``oracle_batch.batch_risk_weights_f32``: the value and weights of the float64
+        copy's call bit for bit, no copy, no NaN pass: it declines for a NaN / infinite
+        loss); None where that does not apply or the kernel declines (the caller then runs
+        the general path, which copies, checks and raises)."""
+        if losses.dtype != torch.float32 or losses.ndim != 1:
+            return None
+        b = losses.shape[0]
+        args = self._batch_args(b)
+        if args is None:
+            return None
+        q = _host_out(self, losses)
+        val = _kb.batch_risk_weights_f32(losses.detach().numpy(), args[0], args[1], args[2], q)
+        return None if val is None else _host_attach(losses, val, q)
 
     def _numba_rows(self, l64):
         """``(values, q)`` of every row by the numba oracle (host, float64) as tensors;
@@ -196,6 +230,9 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
             val, q = self._rows(torch.from_numpy(l_np))
             return _attach_dot(losses, q[local], val, self._scale())
         if not self._use_torch(losses):  # CPU, eager: numba, one autograd node
+            out = self._host_fast(losses)
+            if out is not None:
+                return out
             l_np = _host_checked(losses, self, self.check_finite)
             val, q = self._numba_np(l_np, _host_out(self, losses), checked=True)
             return _reduce(_host_attach(losses, val, q), self.reduction)
