@@ -115,6 +115,12 @@ def _oracle_step(crit, xs, it):
     b = xs[0].shape[0]
     q, dn = np.empty(b), np.empty(b)
     if name == "SpectralRiskLoss" and crit.oracle == "auto":
+        if getattr(crit, "_batch_args", None) and crit._batch_args(b) is not None:
+            # (stop 42: a float32 batch goes to the one-call kernel, read in place)
+            from riskopt._kernels import oracle_batch as kb
+            sigma, nu, div = crit._batch_args(b)
+            ls = [x.detach().numpy() for x in xs]
+            return lambda: kb.batch_risk_weights_f32(ls[it[0] & 3], sigma, nu, div, q)
         from riskopt._kernels import oracles as ko
         sigma, nu, div, plan = crit._oracle_args(b)
         ls = [x.detach().double().numpy() for x in xs]
@@ -131,6 +137,17 @@ def _oracle_step(crit, xs, it):
     return None
 
 
+def _in_step_kernel(crit):
+    """``(module, name)`` of the kernel function that the host path of ``crit`` calls in a
+    step (wrapped with a wall-clock timer to time the kernel inside the step), or None."""
+    if type(crit).__name__ != "SpectralRiskLoss" or crit.oracle != "auto":
+        return None
+    from riskopt.torch.losses import spectral as mod
+    if hasattr(mod, "_kb") and hasattr(mod._kb, "batch_risk_weights_f32"):
+        return mod._kb, "batch_risk_weights_f32"
+    return mod._ko, "spectral_risk_weights"
+
+
 def _stubbed(crit, b):
     """``(module, name, stub)``: the module global of ``crit``'s host path that holds its
     numba kernels and a stand-in that only writes uniform weights (the glue alone: every
@@ -144,6 +161,11 @@ def _stubbed(crit, b):
             q.fill(1.0 / b)
             return 1.0
         crit._oracle_args(b)  # (the spectrum and plan cached, as in a training loop)
+        if getattr(crit, "_batch_args", None) and crit._batch_args(b) is not None:
+            def f32(l, sigma, nu, div, q):   # (stop 42: the float32 batch's kernel)
+                q.fill(1.0 / b)
+                return 1.0
+            return mod, "_kb", types.SimpleNamespace(batch_risk_weights_f32=f32)
         return mod, "_ko", types.SimpleNamespace(spectral_risk_weights=srw)
     if name == "KLDROLoss" and crit.oracle == "auto":
         from riskopt.torch.losses import kl as mod
@@ -198,6 +220,25 @@ def _measure(torch, crit, b, reps, block_ms, glue=False):
         finally:
             setattr(mod, attr, real)
 
+    kin = _in_step_kernel(crit) if ostep else None
+    kt = []
+
+    def in_step_block(n):
+        mod, attr = kin
+        real = getattr(mod, attr)
+
+        def timed(*args, **kw):
+            t0 = time.perf_counter()
+            v = real(*args, **kw)
+            kt.append(time.perf_counter() - t0)
+            return v
+        setattr(mod, attr, timed)
+        try:
+            for _ in range(n):
+                loss_step()
+        finally:
+            setattr(mod, attr, real)
+
     n_l = max(3, int(block_ms * 1e-3 / max(_per_call(loss_step, 3), 1e-7)))
     n_m = max(3, int(block_ms * 1e-3 / max(_per_call(mean_step, 10), 1e-7)))
     n_o = ostep and max(3, int(block_ms * 1e-3 / max(_per_call(oracle_step, 10), 1e-7)))
@@ -211,6 +252,8 @@ def _measure(torch, crit, b, reps, block_ms, glue=False):
             to.append(_per_call(oracle_step, n_o))
         if stub:
             ts.append(stub_block(n_m))
+        if kin:
+            in_step_block(n_l)
     loss_us, mean_us = statistics.median(tl) * 1e6, statistics.median(tm) * 1e6
     # the paired margins: each loss block against the mean block next to it
     margins = [(3 * m + 20e-6 - l) * 1e6 for l, m in zip(tl, tm)]
@@ -225,6 +268,9 @@ def _measure(torch, crit, b, reps, block_ms, glue=False):
         glue_us = loss_us - mean_us - oracle_us
         r.update(oracle_us=round(oracle_us, 2), glue_us=round(glue_us, 2),
                  glue_in_means=round(glue_us / mean_us, 2))
+    if kt:
+        # (wall clock of each kernel call inside loss steps: the oracle in the step)
+        r.update(oracle_in_step_us=round(statistics.median(kt) * 1e6, 2))
     if stub:
         stub_us = statistics.median(ts) * 1e6 - mean_us
         r.update(stub_glue_us=round(stub_us, 2), stub_glue_in_means=round(stub_us / mean_us, 2))
@@ -302,9 +348,10 @@ def _markdown(res):
                 if any("glue_us" in r for r in per.values())]
         if glue:
             lines += ["Host glue (us; in mean() steps): oracle alone; loss - mean - oracle; the "
-                      "loss with its kernel stubbed (uniform weights written) - mean:", "",
-                      "| loss | " + " | ".join(f"b={b}: oracle; glue (means); stubbed (means)"
-                                               for b in sizes)
+                      "loss with its kernel stubbed (uniform weights written) - mean; the oracle "
+                      "inside loss steps (median wall clock of its calls):", "",
+                      "| loss | " + " | ".join(f"b={b}: oracle; glue (means); stubbed (means); "
+                                               "in step" for b in sizes)
                       + " |", "|---|" + "---|" * len(sizes)]
             for name, per in glue:
                 cells = []
@@ -312,8 +359,9 @@ def _markdown(res):
                     r = per.get(str(b)) or {}
                     cells.append(f"{r['oracle_us']:.0f}; {r['glue_us']:.0f} "
                                  f"({r['glue_in_means']:.2f}); {r['stub_glue_us']:.0f} "
-                                 f"({r['stub_glue_in_means']:.2f})" if "stub_glue_us" in r
-                                 else "-")
+                                 f"({r['stub_glue_in_means']:.2f}); "
+                                 f"{r.get('oracle_in_step_us', float('nan')):.0f}"
+                                 if "stub_glue_us" in r else "-")
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
             lines.append("")
     return "\n".join(lines) + "\n"
@@ -368,6 +416,8 @@ def main():
                     f" = {r['glue_in_means']:.2f} mean" if "glue_us" in r else "")
             glue += (f"  stubbed {r['stub_glue_us']:6.1f} us = {r['stub_glue_in_means']:.2f}"
                      " mean" if "stub_glue_us" in r else "")
+            glue += (f"  oracle in step {r['oracle_in_step_us']:6.1f} us"
+                     if "oracle_in_step_us" in r else "")
             print(f"{name:62s} b={b:5d} loss {r['loss_us']:9.1f} us  mean {r['mean_us']:7.1f}"
                   f" us  ratio {r['ratio']:6.1f}  goal {'met' if r['meets_goal'] else 'NOT'}"
                   + f"  margin {r['margin_pct']:+6.1f} %" + glue, flush=True)
