@@ -12,7 +12,8 @@ nothing of use written) wherever that path would leave these kernels (tied losse
 predicted, all three sampled losses equal, a loss the radix sort declines, a KL table too
 wide for the linear PAV), and the caller then runs that path. At n = 8192 it saves the
 Python between the kernels (about 10-17 us of 190-260, ``benchmarks/oracle_speed.py``'s
-torch rows).
+torch rows). :func:`batch_risk_weights_f32` runs it on a float32 batch in place (the torch
+losses' float32 batches: no float64 copy and no separate NaN pass; stop 42).
 """
 import math
 import threading
