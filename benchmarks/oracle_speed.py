@@ -177,7 +177,10 @@ def torch_rows(n, rng, repeats, base):
     (``oracles.spectral_risk_weights``) for ESRM(1, chi2 1) and Extremile(2, KL 0.1), on
     float64 losses and on a float32 batch as the loss hands it over (the float64 copy
     included), in microseconds, before / after, against ``np.sort`` of the float64
-    vector."""
+    vector. After stop 42 the loss reads a float32 batch in place
+    (``oracle_batch.batch_risk_weights_f32``: no copy), so "after" times that call on the
+    float32 row."""
+    from riskopt._kernels import oracle_batch as kb
     z = rng.standard_normal(n)
     l64 = z ** 2
     l32 = l64.astype(np.float32)
@@ -198,11 +201,19 @@ def torch_rows(n, rng, repeats, base):
         for name, x in (("float64", l64), ("float32", l32)):
             def conv(x=x):
                 return np.ascontiguousarray(x, dtype=np.float64)
+            in_place = (x.dtype == np.float32 and n <= kb.sort_keys.RADIX_MAX
+                        and ks.box_of(sigma, plan) is None)
+            if in_place:  # (the loss's call: the copy's value and weights bit for bit)
+                q2 = np.empty(n)
+                v_ref = ko.spectral_risk_weights(conv(), sigma, nu, div, q2, plan, radix=True)
+                assert kb.batch_risk_weights_f32(x, sigma, nu, div, q) == v_ref
+                assert np.array_equal(q, q2)
             t_sort, t_base, t_new = interleaved_medians(
                 [lambda: np.sort(l64),
                  (lambda: base.spectral_risk_weights(conv(), sigma, nu, div, q_b, plan_b,
                                                      **kw_b))
                  if base else None,
+                 (lambda: kb.batch_risk_weights_f32(x, sigma, nu, div, q)) if in_place else
                  lambda: ko.spectral_risk_weights(conv(), sigma, nu, div, q, plan, radix=True)],
                 max(repeats, 101) if n <= 1 << 16 else repeats)
             cell = [("-" if t != t else f"{t * 1e6:.1f} ({t / t_sort:.2f}x)")
