@@ -20,16 +20,24 @@ interleaved blocks of ``--steps`` steps; the machine's load moves them) and the 
 ATen operations dispatched (a ``TorchDispatchMode`` count over one block: independent of the
 load, a measure of the per-op overhead that dominates a small model on CPU).
 
+With ``--base-src DIR`` (the ``src`` of another checkout, e.g. ``git archive <commit> src``
+unpacked in /tmp) each row also runs that checkout's optimizer, loaded as a separate package
+in the same process (row ``<name> (before)``), interleaved block by block with the others:
+before / after side by side under the same load.
+
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/torch_step_phases.py [--hidden 256] [--steps 20]
-        [--repeats 5] [--rows scdro ...] [--out DIR]
+        [--repeats 5] [--rows scdro ...] [--base-src DIR] [--out DIR]
 
 Output: ``benchmarks/results/torch_step_phases/hidden<h>/`` (JSON and Markdown).
 """
 import argparse
 import collections
+import importlib
 import os
+import sys
+import types
 import statistics
 import time
 from pathlib import Path
@@ -93,6 +101,16 @@ def _instrument(clock, opt):
             setattr(opt, name, clock.wrap(phase, getattr(opt, name)))
 
 
+def load_base(src):
+    """``riskopt.torch.optim._drive`` of the checkout at ``src`` as a separate package
+    (``_base_riskopt``: its relative imports resolve inside it; its ``__init__`` is not
+    run)."""
+    pkg = types.ModuleType("_base_riskopt")
+    pkg.__path__ = [os.path.join(src, "riskopt")]
+    sys.modules["_base_riskopt"] = pkg
+    return importlib.import_module("_base_riskopt.torch.optim._drive")
+
+
 def measure(args):
     torch.set_num_threads(1)
     n = args.batch * 16
@@ -115,13 +133,16 @@ def measure(args):
             sgd.step()
 
         steppers = {"sgd": sgd_step}
+        trees = [("", D)] + ([(" (before)", load_base(args.base_src))] if args.base_src else [])
         for name in args.rows:
-            opt = D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
-                                   on_divergence="ignore")
-            _instrument(clock, opt)
-            steppers[name] = (lambda o, k: lambda: D.drive_step(
-                k, o, module, module, X, y, groups,
-                torch.randint(0, n, (args.batch,), generator=gen)))(opt, D.ROWS[name][2])
+            for tag, drv in trees:
+                opt = drv.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
+                                         on_divergence="ignore")
+                _instrument(clock, opt)
+                steppers[name + tag] = (lambda o, k, drv: lambda: drv.drive_step(
+                    k, o, module, module, X, y, groups,
+                    torch.randint(0, n, (args.batch,), generator=gen)))(
+                        opt, D.ROWS[name][2], drv)
         cpu = {k: collections.defaultdict(list) for k in steppers}
         ops = {}
         for k, f in steppers.items():
@@ -156,6 +177,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rows", nargs="+", default=ROWS, choices=list(D.ROWS))
+    ap.add_argument("--base-src", default=None,
+                    help="the src of another checkout: its optimizers side by side")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     got = measure(args)
@@ -170,7 +193,9 @@ def main():
           f" --hidden {args.hidden} --steps {args.steps} --repeats {args.repeats}`)", "",
           f"{meta['model']}, batch {args.batch}, 1 thread, no process group. CPU ms per step "
           f"(median of {args.repeats} blocks) / ATen ops per step, by phase. Load average at "
-          f"the end {meta['load'][0]:.1f}: the ms move with it, the op counts do not.", "",
+          f"the end {meta['load'][0]:.1f}: the ms move with it, the op counts do not."
+          + (f" Rows `(before)`: {args.base_src}, loaded side by side." if args.base_src
+             else ""), "",
           "| optimizer | total ms | x SGD | total ops | "
           + " | ".join(PHASES) + " |", "|---|---|---|---|" + "---|" * len(PHASES)]
     for k, v in got.items():
