@@ -480,3 +480,43 @@ def test_group_dro_reaches_the_cvxpy_optimum_seeds(name, seed):
     f_star = _cvxpy_optimum(X, y, g, M_DRO, R_DRO, MU)
     theta = _train(SOLVERS[name], X, y, g, M_DRO, T=3000, seed=seed, dual=name == "ooa")
     assert (_cvar_objective(theta, X, y, g, M_DRO, R_DRO, MU) - f_star) / f_star < 1e-2
+
+
+@pytest.mark.parametrize("cls,outer", [(SONX, Hinge(2.0, 0.3)), (SOX, SquaredHinge(2.0))])
+def test_sonx_and_sox_keep_the_previous_iterate_only_when_asked(cls, outer):
+    """SONX / SOX do not use the previous iterate: it is copied at each step only once
+    previous_params (or evaluate_previous) asked for it before the first step; then it is
+    the parameters before the last step, the flag survives a checkpoint, and a first request
+    after steps without it raises instead of returning a stale iterate."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(40, D, generator=g, dtype=torch.float64)
+
+    def run(opt, model, steps):
+        for _ in range(steps):
+            before = [p.detach().clone() for p in model.parameters()]
+            g_now = torch.stack([model(X[k::2]).mean() for k in range(2)])
+            opt.zero_grad()
+            opt.surrogate(torch.arange(2), g_now).backward()
+            opt.step()
+        return before
+
+    model = torch.nn.Linear(D, 1).double()
+    lazy = cls(model.parameters(), 2, outer, lr=0.1)
+    run(lazy, model, 3)
+    with pytest.raises(RuntimeError, match="previous iterate"):
+        lazy.previous_params(model)
+    model = torch.nn.Linear(D, 1).double()
+    kept = cls(model.parameters(), 2, outer, lr=0.1)
+    first = kept.previous_params(model)
+    assert all(torch.equal(first[n], p) for n, p in model.named_parameters())
+    before = run(kept, model, 3)
+    prev = kept.previous_params(model)
+    assert all(torch.equal(prev[n], b) for (n, _), b in zip(model.named_parameters(), before))
+    other = cls(model.parameters(), 2, outer, lr=0.1)
+    buf = io.BytesIO()
+    torch.save(kept.state_dict(), buf)
+    buf.seek(0)
+    other.load_state_dict(torch.load(buf, weights_only=True))
+    before = run(other, model, 1)
+    prev = other.previous_params(model)
+    assert all(torch.equal(prev[n], b) for (n, _), b in zip(model.named_parameters(), before))
