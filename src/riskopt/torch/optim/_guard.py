@@ -373,8 +373,9 @@ class GuardMixin:
         """The objective estimate of a window of steps (0-d float64 tensor): the mean of the
         steps' estimates. Optimizers that keep something else in the window (the batch's
         losses) override it."""
-        return torch.stack([torch.tensor(t, dtype=torch.float64) if isinstance(t, float)
-                            else t.reshape(()).to(torch.float64) for t in items]).mean()
+        if any(isinstance(t, float) for t in items):     # (a host path's: all on the CPU)
+            return torch.tensor([float(t) for t in items], dtype=torch.float64).mean()
+        return torch.stack([t.reshape(()).to(torch.float64) for t in items]).mean()
 
     def _window_estimate(self, items, limit):
         """The check's estimate as a Python float (flags on the host); ``limit``: the start

@@ -472,15 +472,16 @@ class SONEX(_FCCOBase):
         loss = self._begin_step(closure)
         self._t += 1
         adam = self.update == "adam"
-        for group in self.param_groups:
-            params = group["params"]
+        merged = {}        # groups with the same hyperparameters in one call (the threshold s'
+        for group in self.param_groups:      # group and the model's: fewer foreach calls)
+            key = (group["lr"], group["beta"], group["weight_decay"])
+            merged.setdefault(key, []).extend(group["params"])
+        for (lr, beta, wd), params in merged.items():
             st = [self.state[p] for p in params]
             self._kernel(_updates.fcco_moments)(
                 params, [s["prev"] for s in st] if self._keep_prev else None,
-                [p.grad for p in params],
-                [s["v"] for s in st], [s.get("m2") for s in st], group["lr"], group["beta"],
-                group["weight_decay"], adam, *self._corrections(group["beta"], self._t),
-                self.betas2, self.eps)
+                [p.grad for p in params], [s["v"] for s in st], [s.get("m2") for s in st],
+                lr, beta, wd, adam, *self._corrections(beta, self._t), self.betas2, self.eps)
         self._pending = None
         self._end_step()
         return loss
