@@ -686,12 +686,12 @@ def _host(*tensors):
 
 
 def ooa_batch(p_tab, I, L, cap, n_over_k):
-    """OOA's batch: ``(tracked CVaR of the group losses, the surrogate's weights)``."""
+    """OOA's batch: ``(tracked CVaR of the group losses, the surrogate's weights)`` (the
+    CVaR a Python float on the host path, a 0-d tensor otherwise)."""
     if _host(p_tab, I, L) and L.dtype == torch.float64:
         top = numpy.sort(L.numpy())[::-1]
         j = numpy.arange(top.size, dtype=numpy.float64)
-        est = torch.tensor(float((numpy.clip(1.0 - j * cap, 0.0, cap) * top).sum()),
-                           dtype=torch.float64)
+        est = float((numpy.clip(1.0 - j * cap, 0.0, cap) * top).sum())   # (a float: _track)
         return est, torch.from_numpy(p_tab.numpy()[I.numpy()] * n_over_k)
     return cvar_of(L, cap), p_tab.index_select(0, I) * n_over_k
 

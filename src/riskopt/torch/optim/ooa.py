@@ -126,6 +126,9 @@ class OOA(IndexedStateOptimizer):
             if loc is not None:
                 w = w[loc[0]] * loc[1]
         self._pending = (I, Lm)
+        if L.dtype in _updates._NP_FLOATS:
+            # (one op; L's gradient is w, as (w * L).sum()'s: the same weights)
+            return torch.dot(L, w.to(L.dtype))
         return (w.to(L.dtype) * L).sum()
 
     @torch.no_grad()
