@@ -230,9 +230,12 @@ def test_ascdro_step_on_the_host_is_the_tensor_code(dtype):
             vt, lt = _updates.ascdro_update(
                 Pt, prevt, G, GP, [None if v is None else v.clone() for v in voss],
                 *map(f64, sc), *args, torch.tensor(restart), started, *tail)
+            versions = [t._version for t in P + prev]
             vh, lh = _updates.ascdro_update_host(
                 P, prev, G, GP, [None if v is None else v.clone() for v in voss], *sc,
                 *args, restart, started, *tail)
+            # (in place, NumPy or torch: autograd sees the writes)
+            assert all(t._version > k for t, k in zip(P + prev, versions))
             for a, b in zip(P + prev + vh, Pt + prevt + vt):
                 assert a.dtype == b.dtype
                 assert bool(((a - b).abs() <= 4 * eps * b.abs().max()).all())

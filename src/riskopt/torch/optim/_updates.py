@@ -23,6 +23,7 @@ import math
 import numpy
 import torch
 from torch._higher_order_ops.while_loop import while_loop
+from torch.autograd.graph import increment_version
 
 __all__ = []
 
@@ -379,6 +380,9 @@ def _storm_step_numpy(P, Q, G, GP, V, s_old, s, u, m, lam, lr, beta, mu, rho, la
             numpy.add(st, numpy.multiply(pn, dt(mu)), out=st)
         numpy.multiply(st, dt(-lr), out=st)
         numpy.add(pn, st, out=pn)
+    # (NumPy bypasses autograd's version counters: a graph that saved these tensors must
+    # still refuse a backward after the step, as after torch's in-place ops)
+    increment_version(P + Q + V)
     return _ascdro_lambda_host(s, u, m, lam, lr, mu, rho, lam_lo, lam_hi)
 
 
