@@ -520,3 +520,21 @@ def test_sonx_and_sox_keep_the_previous_iterate_only_when_asked(cls, outer):
     before = run(other, model, 1)
     prev = other.previous_params(model)
     assert all(torch.equal(prev[n], b) for (n, _), b in zip(model.named_parameters(), before))
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: SONX(ps, 5, Hinge(), lr=0.1),
+    lambda ps: OOA(ps, 5, tail_fraction=0.5, lr=0.1, dual_lr=0.1)])
+def test_group_indices_are_checked_on_every_path(make):
+    """The group indices of a step: a few as an int64 CPU tensor take the one-pass check,
+    anything else the general one; both accept the same batches and reject duplicates,
+    out-of-range and empty ones with a clear error."""
+    opt = make(torch.nn.Linear(D, 1).double().parameters())
+    big = torch.arange(70) % 5         # (more than the one-pass check takes)
+    for ok in (torch.tensor([4, 0, 2]), [4, 0, 2], np.array([4, 0, 2]),
+               torch.tensor([4, 0, 2], dtype=torch.int32)):
+        assert opt._distinct_indices(ok, "bad").tolist() == [4, 0, 2]
+    for bad in (torch.tensor([1, 1]), torch.tensor([0, 5]), torch.tensor([-1, 2]),
+                torch.tensor([], dtype=torch.int64), [3, 3], big):
+        with pytest.raises(ValueError):
+            opt._distinct_indices(bad, "bad")

@@ -214,19 +214,21 @@ class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
             return numpy.unique(idx.numpy()).size == idx.numel()
         return torch.unique(idx).numel() == idx.numel()
 
-    def _small_indices(self, indices):
-        """``indices`` when they are a valid batch of a few group indices given as a 1-D
-        int64 CPU tensor with CPU tables (non-empty, distinct, in range: one Python pass over
-        them, cheaper than the general checks' array calls); None otherwise (then
-        :meth:`check_indices` and :meth:`_distinct` decide, and raise)."""
-        if not (isinstance(indices, torch.Tensor) and indices.dtype == torch.int64
+    def _distinct_indices(self, indices, message):
+        """The step's distinct group indices, checked (:meth:`check_indices`; empty only on
+        a rank under a process group); ``ValueError(message)`` otherwise. A few indices
+        given as a 1-D int64 CPU tensor with CPU tables are checked in one Python pass over
+        them (cheaper than the general checks' array calls)."""
+        if (isinstance(indices, torch.Tensor) and indices.dtype == torch.int64
                 and indices.ndim == 1 and indices.device.type == "cpu"
                 and 0 < indices.shape[0] <= 64 and self.device.type == "cpu"):
-            return None
-        got = indices.tolist()
-        if min(got) < 0 or max(got) >= self.n_indices or len(set(got)) != len(got):
-            return None
-        return indices.detach()
+            got = indices.tolist()
+            if min(got) >= 0 and max(got) < self.n_indices and len(set(got)) == len(got):
+                return indices.detach()
+        idx = self.check_indices(indices)
+        if (idx.numel() == 0 and self._group() is None) or not self._distinct(idx):
+            raise ValueError(message)
+        return idx
 
     def gather(self, name, indices):
         """Rows ``indices`` of the table ``name`` (a copy)."""

@@ -211,12 +211,8 @@ class _FCCOBase(IndexedStateOptimizer):
     # ------------------------------------------------------------------ the estimator
     def _check_batch(self, indices, g_now, g_prev, need_prev):
         self._sync_device()
-        idx = self._small_indices(indices)
-        if idx is None:
-            idx = self.check_indices(indices)
-            if (idx.numel() == 0 and self._group() is None) or (
-                    not self._distinct(idx)):     # (a rank may hold none)
-                raise ValueError("the outer indices of a step must be non-empty and distinct")
+        idx = self._distinct_indices(
+            indices, "the outer indices of a step must be non-empty and distinct")
         for name, g in (("g_now", g_now), ("g_prev", g_prev)):
             if g is None:
                 continue

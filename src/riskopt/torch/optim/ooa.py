@@ -107,12 +107,7 @@ class OOA(IndexedStateOptimizer):
         ``counts`` (rows behind each group loss) as for :meth:`SONEX.surrogate` under data
         parallelism."""
         self._sync_device()
-        idx = self._small_indices(indices)
-        if idx is None:
-            idx = self.check_indices(indices)
-            if (idx.numel() == 0 and self._group() is None) or (
-                    not self._distinct(idx)):     # (a rank may hold none)
-                raise ValueError("indices must be non-empty distinct group ids")
+        idx = self._distinct_indices(indices, "indices must be non-empty distinct group ids")
         L = group_losses
         if not isinstance(L, torch.Tensor) or L.ndim != 1 or L.numel() != idx.numel():
             raise ValueError("group_losses must be a 1-D tensor with one loss per group id")
