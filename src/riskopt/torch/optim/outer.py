@@ -97,7 +97,8 @@ class Hinge(_Outer):
         return _clip_grad(torch.as_tensor(u) - self.kappa, _lam(lam), self.rho)
 
     def grad_value_numpy(self, u, lam, s=None):
-        """``(grad(u, lam), value(u))`` in NumPy (module docstring)."""
+        """``(grad(u, lam), value(u))`` on a float array ``u``, in NumPy: the same IEEE
+        operations as the torch code (the same numbers; the optimizers' CPU path)."""
         lam = _lam(lam)
         with numpy.errstate(all="ignore"):
             t = u - self.kappa
@@ -129,7 +130,8 @@ class AbsHinge(_Outer):
         return torch.sign(u) * _clip_grad(u.abs() - self.kappa, _lam(lam), self.rho)
 
     def grad_value_numpy(self, u, lam, s=None):
-        """``(grad(u, lam), value(u))`` in NumPy (module docstring)."""
+        """``(grad(u, lam), value(u))`` on a float array ``u``, in NumPy: the same IEEE
+        operations as the torch code (the same numbers; the optimizers' CPU path)."""
         lam = _lam(lam)
         with numpy.errstate(all="ignore"):
             t = numpy.abs(u) - self.kappa
@@ -169,7 +171,8 @@ class SquaredHinge(_Outer):
         return self.rho * torch.clamp(u - self.kappa, min=0.0)
 
     def grad_value_numpy(self, u, lam=0.0, s=None):
-        """``(grad(u, lam), value(u))`` in NumPy (module docstring)."""
+        """``(grad(u, lam), value(u))`` on a float array ``u``, in NumPy: the same IEEE
+        operations as the torch code (the same numbers; the optimizers' CPU path)."""
         _lam(lam)
         with numpy.errstate(all="ignore"):
             t = numpy.maximum((numpy.abs(u) if self.absolute else u) - self.kappa,
@@ -207,7 +210,9 @@ class GroupCVaR(_Outer):
         return _clip_grad(torch.as_tensor(u) - s, _lam(lam), 1.0 / self.r)
 
     def grad_value_numpy(self, u, lam, s=None):
-        """``(grad(u, lam, s), value(u, s))`` in NumPy (module docstring; ``s`` None: 0)."""
+        """``(grad(u, lam, s), value(u, s))`` on a float array ``u`` (``s`` a 0-d array;
+        None: 0), in NumPy: the same IEEE operations as the torch code (the same numbers;
+        the optimizers' CPU path)."""
         lam = _lam(lam)
         s = u.dtype.type(0.0) if s is None else s
         with numpy.errstate(all="ignore"):
