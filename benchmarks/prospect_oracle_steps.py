@@ -15,7 +15,8 @@ replayed on a fresh oracle built from the pass's initial table, for every chunk 
 * ``step``: the query of the changing loss's weight, then its replacement: the oracle's whole
   share of a step (``step - update`` is the query; for ``nu = 0`` the step is the pass's
   fused one, ``_rank_weight_at`` + ``_rank_replace_at``: the query's search also locates
-  the value the update replaces).
+  the value the update replaces; for the hull, from stop 42, ``_hull_weight_at`` +
+  ``_hull_move_at``, the same).
 
 ``--base-src``: the rank / hull oracle modules of another checkout (``rank_oracle.py`` and
 ``hull_oracle.py`` copied into a temporary package, the rest of ``riskopt`` this one's) replay
@@ -138,6 +139,16 @@ def _no_move(R, old, new):
     return False
 
 
+@njit
+def _no_weight_at(R, x, work, hst):
+    return np.nan, -1, 0
+
+
+@njit
+def _no_move_at(R, k, j, old, new):
+    return False
+
+
 def make_replay(rk, ho):
     """The replay on the modules ``rk`` / ``hull`` (this checkout's or a base's), the same
     closure for both so that the two compile alike: the replacements alone (``query``
@@ -146,6 +157,10 @@ def make_replay(rk, ho):
     fused = hasattr(rk, "_rank_weight_at")
     # the pass's update entry (stop 40: ``_hull_move``, else ``_hull_replace``) where ho has it
     move = getattr(ho, "_hull_move", _no_move)
+    # stop 42: the hull's fused step (the query's search locates the loss the update moves)
+    hfused = hasattr(ho, "_hull_weight_at")
+    weight_at = getattr(ho, "_hull_weight_at", _no_weight_at)
+    move_at = getattr(ho, "_hull_move_at", _no_move_at)
 
     @njit
     def run(nu0, ls0, sigma, nu, div, R, olds, news, work, hst, query):
@@ -165,6 +180,12 @@ def make_replay(rk, ho):
                     acc += rk._rank_weight(R, sigma, olds[t])
                 rk._rank_replace(R, olds[t], news[t])
             else:
+                if query and hfused:
+                    q, k, j = weight_at(R, olds[t], work, hst)
+                    acc += ho._hull_weight_full(R, sigma, olds[t]) if q != q else q
+                    if not move_at(R, k, j, olds[t], news[t]):
+                        ho._hull_replace(R, sigma, olds[t], news[t])
+                    continue
                 if query:
                     q = ho._hull_weight(R, olds[t], work, hst)
                     acc += ho._hull_weight_full(R, sigma, olds[t]) if q != q else q

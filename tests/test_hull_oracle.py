@@ -162,6 +162,40 @@ def test_tree_after_every_update_equals_a_rebuild(seed, n, dist, move, div, B):
             assert np.array_equal(a, b)
 
 
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), dist=st.sampled_from(DISTS),
+       move=st.sampled_from(MOVES), div=st.sampled_from([ko.CHI2, ko.KL]),
+       B=st.sampled_from([2, 3, 8]))
+def test_fused_step_equals_the_query_then_the_update(seed, n, dist, move, div, B):
+    # stop 42: the pass's step is _hull_weight_at (the query, which also returns where the
+    # loss is) + _hull_move_at (the update from that location, a move across two chunks
+    # pulling their tree paths once where they meet): the same weight and, after every
+    # update, every array of the state bit for bit what _hull_weight + _hull_move give
+    from riskopt._kernels import rank_oracle as rk
+    losses, sigma, idx, vals = _case(seed, n, "esrm", dist, move, min(3 * n + 5, 120))
+    nu = 0.1 * max(float(np.ptp(np.concatenate([losses, vals]))), 1.0)
+    R1, R2 = ho._hull_alloc(n, B), ho._hull_alloc(n, B)
+    for R in (R1, R2):
+        ho._hull_build(np.sort(losses), sigma, nu, div, R)
+    w1, w2 = ho._hull_scratch(n), ho._hull_scratch(n)
+    s1, s2 = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
+    for i, v in zip(idx, vals):
+        x = losses[i]
+        q1, k, j = ho._hull_weight_at(R1, x, w1, s1)
+        assert (k, j) == tuple(rk._rank_locate(R1, x)[:2])
+        q2 = ho._hull_weight(R2, x, w2, s2)
+        assert q1 == q2 or (q1 != q1 and q2 != q2)
+        ok1 = ho._hull_move_at(R1, k, j, x, v)
+        assert ok1 == ho._hull_move(R2, x, v)
+        if not ok1:
+            ho._hull_replace(R1, sigma, x, v)
+            ho._hull_replace(R2, sigma, x, v)
+        losses[i] = v
+        for a, b in zip(R1, R2):
+            assert np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("div", [ko.CHI2, ko.KL])
 @pytest.mark.parametrize("spectrum,dist", [("esrm", "gauss"), ("extremile", "ties"),
                                            ("user", "exp")])
@@ -331,3 +365,30 @@ def test_switch_benchmark_fits_the_tree_against_the_hull(tmp_path, monkeypatch):
     assert len(rows) == 2 and rows[0]["swaps"] < rows[1]["swaps"]
     assert all(r["threshold"] == kp.hull_swaps(2000) for r in rows)
     assert len(res["fits"]) == 1 and res["fits"][0]["n"] == 2000
+
+
+@pytest.mark.slow
+def test_certificate_benchmark_checks_its_hits(tmp_path, monkeypatch):
+    # benchmarks/prospect_certificate.py on a tiny table: one row per start, every query
+    # counted once (a hit or one kind of miss), no hit whose cached weight differs from the
+    # query's (the margin argument), and the floor's weights (each query answered from its
+    # certified segment) those of the query (no timing is compared: the machine is shared)
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("certificate",
+                                                  bench / "prospect_certificate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(sys, "argv", ["x", "--sizes", "600", "--cases", "esrm:chi2",
+                                      "extremile:kl", "--out", str(tmp_path)])
+    mod.main()
+    rows = json.loads((tmp_path / "certificate_600.json").read_text())["rows"]
+    assert len(rows) == 4
+    for r in rows:
+        assert r["queries"] == r["steps"] - r["unsettled"] and r["wrong"] == 0
+        assert r["hits"] + r["miss_none"] + r["miss_crossed"] + r["miss_spent"] == r["queries"]
+        assert r["floor_max_rel_err"] <= 1e-12 and r["step_ns"] > 0 and r["floor_ns"] > 0

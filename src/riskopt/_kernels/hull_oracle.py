@@ -341,9 +341,22 @@ def _hull_weight(R, x, work, stats):
     settle in ``MAX_NEWTON`` steps. ``work``: ``_hull_scratch(n)`` (the search stacks and
     the warm-start cache, which changes where the iteration starts, not the segment it
     certifies); ``stats[0]`` += Newton iterations, ``stats[1]`` += chunks scanned."""
+    return _weight_at(R, x, work, stats)[0]
+
+
+@njit(cache=True, _nrt=False, error_model="numpy")
+def _hull_weight_at(R, x, work, stats):
+    """:func:`_hull_weight` and where ``x`` is, ``(weight, k, j)`` (``rank_oracle._rank_locate``)
+    for :func:`_hull_move_at`, when ``x`` is the loss about to change: the step's query and
+    update share one search (stop 42)."""
+    return _weight_at(R, x, work, stats)
+
+
+@njit(cache=True, _nrt=False, error_model="numpy", inline="always")
+def _weight_at(R, x, work, stats):
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     sv, sP, sF, sb, cp, cq = work
-    a = _rank_locate(R, x)[2]
+    kx, jx, a = _rank_locate(R, x)
     r = a + 1
     fx = _fterm(fpar, x)
     zlo = r
@@ -398,7 +411,7 @@ def _hull_weight(R, x, work, stats):
     if stats.shape[0] >= 2:
         stats[0] += it
     if not ok:
-        return np.nan
+        return np.nan, kx, jx
     # the segment covers ranks p + 1 .. q: file it for their slots (at most CACHE_SPAN)
     s0 = (p + 1) >> CACHE_SHIFT
     s1 = q >> CACHE_SHIFT
@@ -419,9 +432,9 @@ def _hull_weight(R, x, work, stats):
         ds = (Shi[q] - Shi[p]) + (Slo[q] - Slo[p])
         c = (dy - fpar[2] * ds) / (q - p)
         v = ((x - fpar[0]) - c) / fpar[2]
-        return v if v > 0.0 else 0.0
+        return (v if v > 0.0 else 0.0), kx, jx
     dw = (Shi[q] - Shi[p]) + (Slo[q] - Slo[p])
-    return fx * (dw / dy)
+    return fx * (dw / dy), kx, jx
 
 
 @njit(cache=True)
@@ -457,11 +470,19 @@ def _hull_move(R, old, new):
     an allocating and so reference-counted function, the update cost 1.5-1.7x as much at n =
     2e4: ``benchmarks/prospect_oracle_steps.py``, stop 40). Returns False, changing nothing,
     when a KL table needs the rebuild of :func:`_hull_replace` (or is wide)."""
+    return _hull_move_at(R, -1, 0, old, new)
+
+
+@njit(cache=True, _nrt=False)
+def _hull_move_at(R, k, j, old, new):
+    """:func:`_hull_move` with ``old`` at position ``j`` of logical chunk ``k`` (from
+    :func:`_hull_weight_at`, the table unchanged since; ``k < 0``: located here)."""
     fpar = R[14]
     if fpar[3] != 0.0 and (fpar[4] != 0.0 or abs(new - fpar[0]) > KL_WINDOW * fpar[1]):
         return False
     if old != new:
-        k, j, _ = _rank_locate(R, old)
+        if k < 0:
+            k, j, _ = _rank_locate(R, old)
         _replace_at(R, k, j, old, new)
     return True
 

@@ -55,8 +55,8 @@ from .oracles import (CHI2, _chi2_weight_at,
 from .prefetch import _prefetch
 from .prospect_moreau import (_epoch_prospect_moreau, _prox_linear, _prox_newton,  # noqa: F401
                               _psi, _resort, _sorted_tables)
-from .hull_oracle import (_hull_build, _hull_move, _hull_replace, _hull_scratch,
-                          _hull_weight, _hull_weight_full, hull_chunk)
+from .hull_oracle import (_hull_build, _hull_move_at, _hull_replace, _hull_scratch,
+                          _hull_weight_at, _hull_weight_full, hull_chunk)
 from .rank_oracle import (_rank_alloc, _rank_build, _rank_replace_at, _rank_weight_at,
                           chunk_size as _rank_chunk)
 
@@ -430,7 +430,7 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
             w1[j] = W[j, 0]
     T = indices.shape[0]
     hpar = R[14]  # the hull's parameters (wide: hpar[4]), fetched once (a reference count)
-    k0 = 0  # rank_oracle: where losses[i] is (found by the query, used by the update)
+    k0 = 0  # rank / hull oracle: where losses[i] is (found by the query, used by the update)
     j0 = 0
     for t in range(T):
         i = indices[t]
@@ -444,7 +444,11 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
         if nu0:
             qi, k0, j0 = _rank_weight_at(R, sigma, losses[i])
         elif hull:
-            qi = np.nan if hpar[4] != 0.0 else _hull_weight(R, losses[i], work, hst)
+            k0 = -1  # hull_oracle: where losses[i] is, found by the query (-1: not searched)
+            if hpar[4] == 0.0:
+                qi, k0, j0 = _hull_weight_at(R, losses[i], work, hst)
+            else:
+                qi = np.nan
             if qi != qi:  # a wide KL table, or an unsettled query: the O(n) PAV
                 qi = _hull_weight_full(R, sigma, losses[i])
         else:
@@ -475,8 +479,8 @@ def _epoch_prospect_box(code, X, y, reg, sigma, nu, div, lr, indices, W, losses,
         losses[i] = li
         if nu0:
             _rank_replace_at(R, k0, j0, lold, li)
-        elif hull:  # _hull_move, not reference-counted: _hull_replace only for a KL rebuild
-            if not _hull_move(R, lold, li):
+        elif hull:  # _hull_move_at, not reference-counted: _hull_replace for a KL rebuild
+            if not _hull_move_at(R, k0, j0, lold, li):
                 _hull_replace(R, sigma, lold, li)
         elif kl:
             _kl_update(B, i, li, stats)

@@ -442,8 +442,18 @@ def _rank_insert_at(R, k, x):
     """Add the value ``x`` to logical chunk ``k``, the first whose largest value is ``> x``
     (the last if none is). Returns True when the chunk split (the chunks after it moved up
     one logical place)."""
+    if _chunk_insert(R, k, x) == R[0].shape[1]:
+        _split(R, k)
+        return True
+    _tree_leaf(R, k)
+    return False
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _chunk_insert(R, k, x):
+    """Add ``x`` to the values of logical chunk ``k`` (its count, largest value and the
+    Fenwick tree; not the segment tree, no split). Returns the chunk's new count."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
-    nc = meta[0]
     p = lid[k]
     m = cnt[p]
     j = _bound(V, p, m, x, True)
@@ -457,12 +467,8 @@ def _rank_insert_at(R, k, x):
     cnt[p] = m + 1
     if j == m:
         top[k] = x
-    _fw_add(fw, nc, k, 1)
-    if m + 1 == V.shape[1]:
-        _split(R, k)
-        return True
-    _tree_leaf(R, k)
-    return False
+    _fw_add(fw, meta[0], k, 1)
+    return m + 1
 
 
 @njit(cache=True, _nrt=False)
@@ -479,19 +485,8 @@ def _rank_delete_at(R, k, j):
     positions and largest values found before are stale)."""
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
-    p = lid[k]
-    m = cnt[p]
-    for a in range(j, m - 1):
-        V[p, a] = V[p, a + 1]
+    m = _chunk_delete(R, k, j)
     hull = FV.shape[0] > 0
-    if hull:
-        for a in range(j, m - 1):
-            FV[p, a] = FV[p, a + 1]
-    m -= 1
-    cnt[p] = m
-    _fw_add(fw, nc, k, -1)
-    if m > 0:
-        top[k] = V[p, m - 1]
     B = meta[1]
     if m >= B // 2 or nc == 1:
         _tree_leaf(R, k)
@@ -531,6 +526,49 @@ def _rank_delete_at(R, k, j):
     _tree_leaf(R, kl)
     _tree_leaf(R, kl + 1)
     return True
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _chunk_delete(R, k, j):
+    """Remove the value at position ``j`` of logical chunk ``k`` (its count, largest value
+    and the Fenwick tree; not the segment tree, no merge). Returns the chunk's new count."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    p = lid[k]
+    m = cnt[p]
+    for a in range(j, m - 1):
+        V[p, a] = V[p, a + 1]
+    if FV.shape[0] > 0:
+        for a in range(j, m - 1):
+            FV[p, a] = FV[p, a + 1]
+    m -= 1
+    cnt[p] = m
+    _fw_add(fw, meta[0], k, -1)
+    if m > 0:
+        top[k] = V[p, m - 1]
+    return m
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _tree_leaves2(R, ka, kb):
+    """:func:`_tree_leaf` of two logical chunks ``ka != kb``: both leaves rescanned, their
+    two paths pulled up to where they meet, then one path to the root (the same nodes, each
+    pulled after its children, as two calls of :func:`_tree_leaf`: the same bits)."""
+    V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
+    if tc.shape[0] == 0:
+        return
+    size = meta[4]
+    _leaf_scan(R, ka)
+    _leaf_scan(R, kb)
+    a = (size + ka) >> 1
+    b = (size + kb) >> 1
+    while a != b:
+        _tree_pull(tc, tF, tlo, thi, a)
+        _tree_pull(tc, tF, tlo, thi, b)
+        a >>= 1
+        b >>= 1
+    while a >= 1:
+        _tree_pull(tc, tF, tlo, thi, a)
+        a >>= 1
 
 
 @njit(cache=True, _nrt=False)
@@ -579,7 +617,15 @@ def _replace_at(R, k0, j0, old, new):
     k1 = _first_chunk(top, nc, new, True)
     if k1 == nc:
         k1 = nc - 1
-    if k1 != k0:  # insert, then delete (a split of chunk k1 moves k0 up one place)
+    if k1 != k0:
+        if cnt[lid[k1]] + 1 < V.shape[1] and cnt[lid[k0]] - 1 >= meta[1] // 2:
+            # no split and no merge: both chunks change, their two tree paths pulled once
+            # where they meet (stop 42: one root path instead of two)
+            _chunk_insert(R, k1, new)
+            _chunk_delete(R, k0, j0)
+            _tree_leaves2(R, k0, k1)
+            return
+        # insert, then delete (a split of chunk k1 moves k0 up one place)
         if _rank_insert_at(R, k1, new) and k0 > k1:
             k0 += 1
         _rank_delete_at(R, k0, j0)
