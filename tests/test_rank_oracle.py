@@ -235,3 +235,18 @@ def test_the_query_locates_the_value_its_update_replaces(B):
         losses[i] = new
         assert rk._rank_values(R, out) == n
         np.testing.assert_array_equal(out, np.sort(losses))
+
+
+def test_galloping_chunk_search_equals_the_binary_search():
+    # stop 42: the update finds the chunk of its new value by galloping from the old one's;
+    # the answer must be the binary search's for every start, value and tie pattern
+    from riskopt._kernels.rank_oracle import _first_chunk, _first_chunk_near
+    rng = np.random.default_rng(0)
+    for nc in (1, 2, 3, 7, 64, 200):
+        for ties in (False, True):
+            top = np.sort(rng.integers(0, 5, nc) if ties else rng.normal(size=nc)) * 1.0
+            xs = np.concatenate([top, top - 1e-9, top + 1e-9, [-np.inf, np.inf, -1e9, 1e9]])
+            for x in xs:
+                want = _first_chunk(top, nc, x, True)
+                for k0 in range(nc):
+                    assert _first_chunk_near(top, nc, x, k0) == want

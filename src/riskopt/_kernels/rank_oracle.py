@@ -303,6 +303,40 @@ def _first_chunk(top, nc, x, strict):
 
 
 @njit(cache=True, _nrt=False, inline="always")
+def _first_chunk_near(top, nc, x, k0):
+    """:func:`_first_chunk` with ``strict`` (the first logical chunk whose largest value is
+    ``> x``, or ``nc``) by a galloping search from chunk ``k0`` (``0 <= k0 < nc``): O(log d)
+    reads for an answer ``d`` chunks away, where the update's new loss mostly lies (stop
+    42); the same answer as the binary search over all chunks."""
+    if top[k0] > x:  # the answer is k0 or to its left: the last chunk with top <= x, + 1
+        hi = k0
+        step = 1
+        lo = k0 - 1
+        while lo >= 0 and top[lo] > x:
+            hi = lo
+            lo -= step
+            step *= 2
+        lo = lo + 1 if lo >= 0 else 0  # top[lo - 1] <= x (or lo = 0); top[hi] > x
+    else:  # to its right
+        lo = k0 + 1
+        step = 1
+        hi = k0 + 1
+        while hi < nc and top[hi] <= x:
+            lo = hi + 1
+            hi += step
+            step *= 2
+        if hi > nc:
+            hi = nc
+    while lo < hi:  # the first in [lo, hi) with top > x (hi if none)
+        mid = (lo + hi) >> 1
+        if top[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, _nrt=False, inline="always")
 def _bound(V, p, m, x, strict):
     """First position in chunk ``p`` (``m`` values) with value ``>= x`` (``> x`` if
     ``strict``)."""
@@ -614,7 +648,7 @@ def _replace_at(R, k0, j0, old, new):
         return
     V, cnt, lid, top, fw, meta, free, Shi, Slo, FV, tc, tF, tlo, thi, fpar = R
     nc = meta[0]
-    k1 = _first_chunk(top, nc, new, True)
+    k1 = _first_chunk_near(top, nc, new, k0)
     if k1 == nc:
         k1 = nc - 1
     if k1 != k0:
