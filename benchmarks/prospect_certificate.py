@@ -41,7 +41,6 @@ whole pass; it costs O(n) per miss, O(n^2) in all). Writes ``certificate_<sizes>
 ``.json`` to ``--out``, atomically.
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -61,7 +60,7 @@ from riskopt._kernels.hull_oracle import (CACHE_SHIFT, CACHE_SPAN, _hull_build, 
                                           _hull_weight, _locate_pq, _range_at, hull_chunk)
 from riskopt._kernels.rank_oracle import (_fterm, _rank_alloc, _rank_count,  # noqa: E402
                                           _rank_locate, _rank_values)
-from riskopt.bench._meta import _cpu_info, _git_commit, _versions, now  # noqa: E402
+from riskopt.bench._meta import now  # noqa: E402
 
 
 @njit(cache=True)
@@ -224,17 +223,7 @@ def case_rows(name, cost, n, steps, log):
     B = hull_chunk(n)
     rows = []
     for start in ("default", "optimum"):
-        w0 = pi.start_point(obj, start)
-        s = pi.solver(pi.kp.ORACLE_INCREMENTAL)
-        st = s.init_state(obj, coef0=w0)
-        idx = s.draw_indices(obj, st)
-        losses = st.losses.copy()
-        ls0 = np.sort(losses)
-        olds, news = np.empty(n), np.empty(n)
-        R = _rank_alloc(n, B, True)
-        pos.record(obj.X, obj.y, sigma, nu, div, pi.START_LR[start], obj.reg, idx,
-                   st.coef[:, 0].copy(), losses, st.derivs[:, 0].copy(), st.rho.copy(), R,
-                   _hull_scratch(n), np.zeros(2, dtype=np.int64), olds, news)
+        ls0, olds, news = pos.record_pass(obj, start, B)
         ps, qs, qv, qf = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
                           np.empty(n), np.full(n, np.nan))
         segments(ls0, sigma, nu, div, _rank_alloc(n, B, True), olds, news, ps, qs, qv)
@@ -266,7 +255,8 @@ def case_rows(name, cost, n, steps, log):
                     update_ns=min(t_upd) / n * 1e9,
                     floor_max_rel_err=err, unsettled=int((~ok).sum()), steps=m,
                     queries=int(out[0]), hits=int(out[1]), wrong=int(out[2]),
-                    born_spent=int(out[9]), miss_none=int(out[3]), miss_crossed=int(out[4]), miss_spent=int(out[5]),
+                    born_spent=int(out[9]), miss_none=int(out[3]),
+                    miss_crossed=int(out[4]), miss_spent=int(out[5]),
                     rebuilds=int(out[6]), seg_len=out[7] / nq, update_span=out[8] / m,
                     sim_seconds=t_sim)
         cell.update(hit_rate=cell["hits"] / nq,
@@ -295,11 +285,7 @@ def main():
                                          "prospect_incremental"))
     args = ap.parse_args()
     started, t0 = now(), time.perf_counter()
-    lines = []
-
-    def log(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    log, lines = pos.make_log()
 
     log("# Hull oracle: a certificate cache across updates, its hit rate and its floor")
     log("")
@@ -325,18 +311,8 @@ def main():
         for c in args.cases:
             name, cost = c.split(":")
             rows += case_rows(name, cost, n, args.steps, log)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tag = "_".join(str(n) for n in args.sizes)
-    meta = dict(script="benchmarks/prospect_certificate.py", started=started, finished=now(),
-                wall_seconds=round(time.perf_counter() - t0, 1), git_commit=_git_commit(),
-                cpu=_cpu_info(), versions=_versions(), args=vars(args), load=os.getloadavg(),
-                rows=rows)
-    pi._write_atomic(out / f"certificate_{tag}.md", "\n".join(lines) + "\n")
-    pi._write_atomic(out / f"certificate_{tag}.json",
-                     json.dumps(meta, indent=2, default=float) + "\n")
-    print(f"\nwrote {out}/certificate_{tag}.md and .json")
-
+    pos.write_results(args, "certificate", "benchmarks/prospect_certificate.py", lines, rows,
+                      started, t0)
 
 if __name__ == "__main__":
     main()

@@ -198,6 +198,24 @@ def make_replay(rk, ho):
 REPLAY = make_replay(rank_oracle, hull_oracle)
 
 
+def record_pass(obj, start, B=32):
+    """The first pass of Prospect's K = 1 step from ``start`` (``prospect_incremental``'s
+    starts and step sizes) on the rank / hull oracle of chunk size ``B``: ``(the sorted
+    initial losses, olds, news)``, its loss changes."""
+    n = obj.X.shape[0]
+    s = pi.solver(pi.kp.ORACLE_INCREMENTAL)
+    st = s.init_state(obj, coef0=pi.start_point(obj, start))
+    idx = s.draw_indices(obj, st)
+    losses = st.losses.copy()
+    ls0 = np.sort(losses)
+    olds, news = np.empty(n), np.empty(n)
+    R = _rank_alloc(n, B, obj.nu != 0.0)
+    record(obj.X, obj.y, obj.sigma, obj.nu, obj.div, pi.START_LR[start], obj.reg, idx,
+           st.coef[:, 0].copy(), losses, st.derivs[:, 0].copy(), st.rho.copy(), R,
+           _hull_scratch(n), np.zeros(2, dtype=np.int64), olds, news)
+    return ls0, olds, news
+
+
 def case_rows(name, cost, n, chunks, log, base=None):
     obj = pi.spectra_objective(name, cost, n)
     t_full = pi.full_eval_seconds(obj, 11, time.process_time)
@@ -205,18 +223,8 @@ def case_rows(name, cost, n, chunks, log, base=None):
     nu0 = nu == 0.0
     rows = []
     for start in ("default", "optimum"):
-        w0 = pi.start_point(obj, start)
-        s = pi.solver(pi.kp.ORACLE_INCREMENTAL)
-        st = s.init_state(obj, coef0=w0)
-        idx = s.draw_indices(obj, st)
-        losses = st.losses.copy()
-        ls0 = np.sort(losses)
-        olds, news = np.empty(n), np.empty(n)
+        ls0, olds, news = record_pass(obj, start)
         work, hst = _hull_scratch(n), np.zeros(2, dtype=np.int64)
-        R = _rank_alloc(n, 32, not nu0)
-        record(obj.X, obj.y, sigma, nu, div, pi.START_LR[start], obj.reg, idx,
-               st.coef[:, 0].copy(), losses, st.derivs[:, 0].copy(), st.rho.copy(), R, work,
-               hst, olds, news)
         for B in chunks:
             R = _rank_alloc(n, B, not nu0)
             cell = dict(n=n, spectrum=name, cost=cost, start=start, B=B, full_eval=t_full)
@@ -268,11 +276,7 @@ def main():
         rk, ho = load_base(args.base_src)
         base = (rk, ho, make_replay(rk, ho))
     started, t0 = now(), time.perf_counter()
-    lines = []
-
-    def log(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    log, lines = make_log()
 
     log("# Rank / hull oracle: CPU ns per Prospect step, replayed, by chunk size B")
     log("")
@@ -290,17 +294,33 @@ def main():
         for c in args.cases:
             name, cost = c.split(":")
             rows += case_rows(name, cost, n, args.chunks, log, base)
+    write_results(args, "oracle_steps", "benchmarks/prospect_oracle_steps.py", lines, rows,
+                  started, t0)
+
+
+def make_log():
+    """``(log, lines)``: ``log(s)`` prints ``s`` and keeps it in ``lines``."""
+    lines = []
+
+    def log(s=""):
+        print(s, flush=True)
+        lines.append(s)
+    return log, lines
+
+
+def write_results(args, stem, script, lines, rows, started, t0):
+    """``<stem>_<sizes>.md`` (the printed table) and ``.json`` (rows, commit, machine, load)
+    to ``args.out``, atomically."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tag = "_".join(str(n) for n in args.sizes)
-    meta = dict(script="benchmarks/prospect_oracle_steps.py", started=started, finished=now(),
+    meta = dict(script=script, started=started, finished=now(),
                 wall_seconds=round(time.perf_counter() - t0, 1), git_commit=_git_commit(),
                 cpu=_cpu_info(), versions=_versions(), args=vars(args), load=os.getloadavg(),
                 rows=rows)
-    pi._write_atomic(out / f"oracle_steps_{tag}.md", "\n".join(lines) + "\n")
-    pi._write_atomic(out / f"oracle_steps_{tag}.json",
-                     json.dumps(meta, indent=2, default=float) + "\n")
-    print(f"\nwrote {out}/oracle_steps_{tag}.md and .json")
+    pi._write_atomic(out / f"{stem}_{tag}.md", "\n".join(lines) + "\n")
+    pi._write_atomic(out / f"{stem}_{tag}.json", json.dumps(meta, indent=2, default=float) + "\n")
+    print(f"\nwrote {out}/{stem}_{tag}.md and .json")
 
 
 if __name__ == "__main__":

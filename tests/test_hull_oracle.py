@@ -132,19 +132,28 @@ def test_hull_weights_property_up_to_2000(seed, n, spectrum, dist, move, div, nu
     _check(seed, n, spectrum, dist, move, div, nu_rel, B, steps=40, warm=warm)
 
 
+#: the update sequences of the tree and fused-step tests (small tables, every move kind)
+_updates = given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300),
+                 dist=st.sampled_from(DISTS), move=st.sampled_from(MOVES),
+                 div=st.sampled_from([ko.CHI2, ko.KL]), B=st.sampled_from([2, 3, 8]))
+
+
+def _update_case(seed, n, dist, move):
+    """``(losses, sigma, idx, vals, nu)`` of :data:`_updates`' tests."""
+    losses, sigma, idx, vals = _case(seed, n, "esrm", dist, move, min(3 * n + 5, 120))
+    return losses, sigma, idx, vals, 0.1 * max(float(np.ptp(np.concatenate([losses, vals]))), 1.0)
+
+
 @settings(max_examples=30, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), dist=st.sampled_from(DISTS),
-       move=st.sampled_from(MOVES), div=st.sampled_from([ko.CHI2, ko.KL]),
-       B=st.sampled_from([2, 3, 8]))
+@_updates
 def test_tree_after_every_update_equals_a_rebuild(seed, n, dist, move, div, B):
     # the step's update (_hull_move: a split or a merge relays out only the leaves that
     # moved and pulls only their ancestors) leaves every node of the segment tree (count,
     # term sum, smallest and largest term) bit for bit what a rebuild from the chunks gives;
     # when _hull_move declines (a KL rebuild is due) it changes nothing
     from riskopt._kernels import rank_oracle as rk
-    losses, sigma, idx, vals = _case(seed, n, "esrm", dist, move, min(3 * n + 5, 120))
-    nu = 0.1 * max(float(np.ptp(np.concatenate([losses, vals]))), 1.0)
+    losses, sigma, idx, vals, nu = _update_case(seed, n, dist, move)
     R = ho._hull_alloc(n, B)
     ho._hull_build(np.sort(losses), sigma, nu, div, R)
     tree = slice(10, 14)  # tc, tF, tlo, thi
@@ -164,9 +173,7 @@ def test_tree_after_every_update_equals_a_rebuild(seed, n, dist, move, div, B):
 
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), dist=st.sampled_from(DISTS),
-       move=st.sampled_from(MOVES), div=st.sampled_from([ko.CHI2, ko.KL]),
-       B=st.sampled_from([2, 3, 8]))
+@_updates
 def test_fused_step_equals_the_query_then_the_update(seed, n, dist, move, div, B):
     # stop 42: the pass's step is _hull_weight_at (the query, which also returns where the
     # loss is) + _hull_move_at (the update from that location): the same weight and, after
@@ -174,8 +181,7 @@ def test_fused_step_equals_the_query_then_the_update(seed, n, dist, move, div, B
     # the loss again). (A move across two chunks pulls their tree paths once where they
     # meet: test_tree_after_every_update_equals_a_rebuild checks that tree.)
     from riskopt._kernels import rank_oracle as rk
-    losses, sigma, idx, vals = _case(seed, n, "esrm", dist, move, min(3 * n + 5, 120))
-    nu = 0.1 * max(float(np.ptp(np.concatenate([losses, vals]))), 1.0)
+    losses, sigma, idx, vals, nu = _update_case(seed, n, dist, move)
     R1, R2 = ho._hull_alloc(n, B), ho._hull_alloc(n, B)
     for R in (R1, R2):
         ho._hull_build(np.sort(losses), sigma, nu, div, R)
