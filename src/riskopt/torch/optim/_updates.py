@@ -167,9 +167,10 @@ def ascdro_batch(l64, lp64, lam, lamp, s, u, m, b, log_b, beta, started, rho, sh
 def ascdro_batch_host(l, lp, lam, lamp, s, u, m, b, log_b, beta, started, rho, shift_cost):
     """:func:`ascdro_batch` eager on the CPU: NumPy on the losses ``l`` / ``lp`` (float64
     arrays; ``lp`` None before the start), Python floats for the scalars; the restart's
-    estimators only when it happens. The same operations (the scalars' bit for bit; NumPy's
-    ``exp`` / ``log`` / sums are not ATen's: the last bits may differ). Returns the same tuple,
-    of Python floats (``restart`` a bool) and the NumPy coefficients."""
+    estimators only when it happens. The same quantities (the ``1 / b`` applied to the sums
+    and as one division of the weights, ``sum e l`` as one dot product, ``exp`` / ``log`` /
+    sums NumPy's: equal to rounding). Returns the same tuple, of Python floats (``restart``
+    a bool) and the NumPy coefficients."""
     lam, lamp = numpy.float64(lam), numpy.float64(lamp)     # (IEEE: x / 0 is inf, no raise)
     with numpy.errstate(all="ignore"):
         a = l / lam
@@ -181,25 +182,27 @@ def ascdro_batch_host(l, lp, lam, lamp, s, u, m, b, log_b, beta, started, rho, s
             scale = math.exp(_fmin(m - M, 600.0))
             s, u = s * scale, u * scale
         s_old = s
-        e = numpy.exp(a - M) / b
-        sg, sl = float(e.sum()), -float((e * l).sum()) / lam ** 2
-        coef, coef_p = e / lam, None
+        e = numpy.exp(a - M)                  # (times 1 / b in the sums and weights)
+        sg, sl = float(e.sum()) / b, -float(e @ l) / b / lam ** 2
+        coef, coef_p = e / (b * lam), None
         if started:
-            ep = numpy.exp(ap - M) / b
-            sgp, slp = float(ep.sum()), -float((ep * lp).sum()) / lamp ** 2
+            ep = numpy.exp(ap - M)
+            sgp, slp = float(ep.sum()) / b, -float(ep @ lp) / b / lamp ** 2
             s = sg + (1 - beta) * (s - sgp)
             u = sl + (1 - beta) * (u - slp)
-            coef_p = ep / lamp
+            coef_p = ep / (b * lamp)
         else:
             s, u = sg, sl
         restart = not (sg > 0 and s >= beta * sg)
-        e0 = e if M == amax else numpy.exp(a - amax) / b      # shifted by this batch's max
         # this batch's log-mean-exp at lambda_t (torch.logsumexp's shift: the largest term)
-        m0 = amax if math.isfinite(amax) else 0.0
-        log_g = float(numpy.log((e0 if m0 == amax else numpy.exp(a) / b).sum())) + m0
+        e0 = e if M == amax else numpy.exp(a - amax)      # shifted by this batch's max
+        if math.isfinite(amax):
+            log_g = math.log(float(e0.sum())) + amax - log_b
+        else:
+            log_g = float(numpy.log(numpy.exp(a).sum())) - log_b
         if restart:          # the estimators on this batch alone
-            s, u = float(e0.sum()), -float((e0 * l).sum()) / lam ** 2
-            coef, m = e0 / lam, amax
+            s, u = float(e0.sum()) / b, -float(e0 @ l) / b / lam ** 2
+            coef, m = e0 / (b * lam), amax
             if coef_p is not None:
                 coef_p = numpy.zeros_like(coef_p)
         else:

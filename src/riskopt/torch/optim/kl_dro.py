@@ -87,6 +87,15 @@ def _cast(w, dtype):
     return w.to(dtype)
 
 
+def _weighted_sum(w, losses):
+    """``sum_i w_i l_i`` with the weights ``w`` constants (float64: a tensor, or a NumPy array
+    of the host path, then one ``torch.dot``: the losses' gradient is the same weights, the
+    value differs from the tensor code's in its rounding only)."""
+    if isinstance(w, numpy.ndarray) and losses.dtype in _NP_DTYPES:
+        return torch.dot(losses, _cast(w, losses.dtype))
+    return (_cast(w, losses.dtype) * losses).sum()
+
+
 #: NumPy's twins of the loss dtypes whose casts :func:`_cast` leaves to NumPy
 _NP_DTYPES = {torch.float32: numpy.float32, torch.float64: numpy.float64}
 
@@ -556,12 +565,12 @@ class ASCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
                 coef_p = None if coef_p is None else coef_p[loc]
                 self._pending = (beta, restart, s_old, None)
             self._track(tracked, window=l64, scale=lambda: l64.abs().mean())
-        out = (_cast(coef, losses.dtype) * losses).sum()
+        out = _weighted_sum(coef, losses)
         if self._started:       # (coef_p is zero at a restart)
             if self._aliased:      # the gradient at x_{t-1} goes into .grad: -(1 - beta) g_p
                 scale_w = -(1.0 - beta) * scale_w
             cp = coef_p if scale_w == 1.0 else coef_p * scale_w
-            out = out + (_cast(cp, losses_prev.dtype) * losses_prev).sum()
+            out = out + _weighted_sum(cp, losses_prev)
         return out
 
     @torch.no_grad()
