@@ -18,6 +18,11 @@ checkout (e.g. the code before the change: ``git archive 03ea400d src | tar -x -
 ``--only KLDRO ESRM`` keeps the losses whose name contains one of the texts (a reduced
 table); ``--sizes 8192`` the batch sizes.
 
+``--ab-host`` also times each ``SpectralRiskLoss`` step with its float32 fast host path
+switched off (the general host path: float64 copy, checks, ``spectral_risk_weights``), in
+blocks interleaved with the others: what the fast path saves, block pair by block pair, in
+one process (the drift between processes does not enter).
+
 ``--glue`` (the current tree only) also times the host path's numba oracle alone (the
 kernel call the loss makes, on float64 copies of the same four batches, or the float32
 losses themselves for the KL kernels, which read them), interleaved with the two others,
@@ -63,6 +68,9 @@ def _args():
                    help="only the losses whose name contains one of these texts")
     p.add_argument("--glue", action="store_true",
                    help="also time the numba oracle alone: glue = loss - mean - oracle")
+    p.add_argument("--ab-host", action="store_true",
+                   help="also time the loss with its float32 fast host path switched off "
+                        "(the general host path: float64 copy, checks), interleaved")
     p.add_argument("--processes", type=int, default=0, metavar="K",
                    help="measure in K fresh processes and report the paired margins over "
                         "them (see the module docstring)")
@@ -181,7 +189,7 @@ def _stubbed(crit, b):
     return None
 
 
-def _measure(torch, crit, b, reps, block_ms, glue=False):
+def _measure(torch, crit, b, reps, block_ms, glue=False, ab=False):
     g = torch.Generator().manual_seed(b)
     # four batches of losses in turn (see the module docstring)
     xs = [(torch.rand(b, generator=g) * 3).requires_grad_() for _ in range(4)]
@@ -221,6 +229,15 @@ def _measure(torch, crit, b, reps, block_ms, glue=False):
             setattr(mod, attr, real)
 
     kin = _in_step_kernel(crit) if ostep else None
+    ab = ab and "_host_fast" in type(crit).__dict__
+
+    def general_block(n):   # the same loss, its fast host path switched off
+        crit._host_fast = lambda losses: None
+        try:
+            return _per_call(loss_step, n)
+        finally:
+            del crit._host_fast
+    tg = []
     kt = []
 
     def in_step_block(n):
@@ -254,6 +271,8 @@ def _measure(torch, crit, b, reps, block_ms, glue=False):
             ts.append(stub_block(n_m))
         if kin:
             in_step_block(n_l)
+        if ab:
+            tg.append(general_block(n_l))
     loss_us, mean_us = statistics.median(tl) * 1e6, statistics.median(tm) * 1e6
     # the paired margins: each loss block against the mean block next to it
     margins = [(3 * m + 20e-6 - l) * 1e6 for l, m in zip(tl, tm)]
@@ -268,6 +287,14 @@ def _measure(torch, crit, b, reps, block_ms, glue=False):
         glue_us = loss_us - mean_us - oracle_us
         r.update(oracle_us=round(oracle_us, 2), glue_us=round(glue_us, 2),
                  glue_in_means=round(glue_us / mean_us, 2))
+    if tg:
+        # the general host path against the fast one, block pair by block pair
+        gen_us = statistics.median(tg) * 1e6
+        r.update(general_us=round(gen_us, 2), general_ratio=round(gen_us / mean_us, 2),
+                 fast_saves_us=round(statistics.median(
+                     [(g - l) * 1e6 for g, l in zip(tg, tl)]), 2),
+                 general_margin_pct=round(statistics.median(
+                     [100 * (3 * m + 20e-6 - g) / (3 * m + 20e-6) for g, m in zip(tg, tm)]), 2))
     if kt:
         # (wall clock of each kernel call inside loss steps: the oracle in the step)
         r.update(oracle_in_step_us=round(statistics.median(kt) * 1e6, 2))
@@ -341,7 +368,11 @@ def _markdown(res):
                              f"{r['loss_us']:.0f} ({r['ratio']:.1f}x) "
                              f"{'met' if r['meets_goal'] else 'not met'}"
                              + (f", paired margin {r['margin_pct']:+.0f} %"
-                                if "margin_pct" in r else ""))
+                                if "margin_pct" in r else "")
+                             + (f"; general host path {r['general_us']:.0f} "
+                                f"({r['general_ratio']:.1f}x, margin "
+                                f"{r['general_margin_pct']:+.0f} %), fast path saves "
+                                f"{r['fast_saves_us']:.0f} us" if "general_us" in r else ""))
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
         glue = [(name, per) for name, per in info["cases"].items()
@@ -377,7 +408,8 @@ def _processes(a):
             path = os.path.join(d, f"run{k}.json")
             cmd = [sys.executable, os.path.abspath(__file__), "--src", a.src, "--reps",
                    str(a.reps), "--block-ms", str(a.block_ms), "--worker", path,
-                   "--sizes", *map(str, a.sizes)] + (["--only", *a.only] if a.only else [])
+                   "--sizes", *map(str, a.sizes)] + (["--only", *a.only] if a.only else []) \
+                + (["--ab-host"] if a.ab_host else [])
             print(f"process {k + 1} of {a.processes}", flush=True)
             subprocess.run(cmd, check=True)
             with open(path) as f:
@@ -411,11 +443,14 @@ def main():
             continue
         per = {}
         for b in a.sizes:
-            per[str(b)] = r = _measure(torch, make(), b, a.reps, a.block_ms, a.glue)
+            per[str(b)] = r = _measure(torch, make(), b, a.reps, a.block_ms, a.glue, a.ab_host)
             glue = (f"  oracle {r['oracle_us']:7.1f} us  glue {r['glue_us']:6.1f} us"
                     f" = {r['glue_in_means']:.2f} mean" if "glue_us" in r else "")
             glue += (f"  stubbed {r['stub_glue_us']:6.1f} us = {r['stub_glue_in_means']:.2f}"
                      " mean" if "stub_glue_us" in r else "")
+            glue += (f"  general path {r['general_us']:7.1f} us (margin "
+                     f"{r['general_margin_pct']:+.1f} %), the fast one saves "
+                     f"{r['fast_saves_us']:.1f} us" if "general_us" in r else "")
             glue += (f"  oracle in step {r['oracle_in_step_us']:6.1f} us"
                      if "oracle_in_step_us" in r else "")
             print(f"{name:62s} b={b:5d} loss {r['loss_us']:9.1f} us  mean {r['mean_us']:7.1f}"

@@ -154,21 +154,34 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         return args
 
     def _host_fast(self, losses):
-        """The host path's result for a 1-D contiguous float32 batch whose oracle is the
-        one-call batch kernel, which reads the float32 losses in place
+        """The host path's result for a 1-D float32 CPU batch in eager mode whose oracle is
+        the one-call batch kernel, run on the batch in place
         (``oracle_batch.batch_risk_weights_f32``: the value and weights of the float64
         copy's call bit for bit, no copy, no NaN pass: it declines for a NaN / infinite
         loss); None where that does not apply or the kernel declines (the caller then runs
-        the general path, which copies, checks and raises)."""
-        if losses.dtype != torch.float32 or losses.ndim != 1:
-            return None
+        the general path, which copies, checks and raises). Written flat (no helper calls
+        around the kernel): the Python of a step runs with cold caches after the kernel,
+        where each call costs several times its warm time
+        (``benchmarks/torch_losses_speed.py --ab-host`` times this path against the general
+        one in one process)."""
         b = losses.shape[0]
-        args = self._batch_args(b)
+        if not (b >= 2 and losses.dtype == torch.float32 and losses.ndim == 1
+                and losses.is_contiguous()):
+            return None
+        args = self._batch.get(b, False)
+        if args is False:
+            args = self._batch_args(b)
         if args is None:
             return None
-        q = _host_out(self, losses)
+        q = self.__dict__.get("_q64")
+        if q is None or q.shape != (b,):
+            q = self.__dict__["_q64"] = np.empty(b)
         val = _kb.batch_risk_weights_f32(losses.detach().numpy(), args[0], args[1], args[2], q)
-        return None if val is None else _host_attach(losses, val, q)
+        if val is None:
+            return None
+        out = torch.dot(losses, torch.from_numpy(q.astype(np.float32)))
+        out.detach().fill_(val)   # (as _host_attach: the value, the gradient q)
+        return out
 
     def _numba_rows(self, l64):
         """``(values, q)`` of every row by the numba oracle (host, float64) as tensors;
@@ -224,15 +237,17 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         return q.to(device=losses.device, dtype=losses.dtype)
 
     def forward(self, losses):
+        if (type(losses) is torch.Tensor and not self.gather and losses.is_cpu
+                and self.oracle != "torch" and not torch.compiler.is_compiling()):
+            out = self._host_fast(losses)  # (a float32 batch: the one-call kernel in place)
+            if out is not None:
+                return out
         _check_losses(losses, allow_empty=self.gather, batched=not self.gather)
         if self.gather:
             l_np, _, local = self._gather_losses(losses)
             val, q = self._rows(torch.from_numpy(l_np))
             return _attach_dot(losses, q[local], val, self._scale())
         if not self._use_torch(losses):  # CPU, eager: numba, one autograd node
-            out = self._host_fast(losses)
-            if out is not None:
-                return out
             l_np = _host_checked(losses, self, self.check_finite)
             val, q = self._numba_np(l_np, _host_out(self, losses), checked=True)
             return _reduce(_host_attach(losses, val, q), self.reduction)
