@@ -49,6 +49,13 @@ def _clip_grad(t, lam, rho):
     return torch.where(t > 0, torch.full_like(t, rho), torch.zeros_like(t))
 
 
+def _lam_host(lam):
+    """:func:`_lam` for the NumPy code (never traced): a finite float >= 0 passes at once."""
+    if type(lam) is float and 0.0 <= lam < math.inf:
+        return lam
+    return check_positive("lam", lam, allow_zero=True)
+
+
 def _np_sign(x):
     """``torch.sign`` in NumPy: 0 at NaN (``numpy.sign`` gives NaN), in ``x``'s dtype."""
     return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
@@ -99,7 +106,7 @@ class Hinge(_Outer):
     def grad_value_numpy(self, u, lam, s=None):
         """``(grad(u, lam), value(u))`` on a float array ``u``, in NumPy: the same IEEE
         operations as the torch code (the same numbers; the optimizers' CPU path)."""
-        lam = _lam(lam)
+        lam = _lam_host(lam)
         with numpy.errstate(all="ignore"):
             t = u - self.kappa
             return _np_clip_grad(t, lam, self.rho), self.rho * numpy.maximum(t, t.dtype.type(0))
@@ -132,7 +139,7 @@ class AbsHinge(_Outer):
     def grad_value_numpy(self, u, lam, s=None):
         """``(grad(u, lam), value(u))`` on a float array ``u``, in NumPy: the same IEEE
         operations as the torch code (the same numbers; the optimizers' CPU path)."""
-        lam = _lam(lam)
+        lam = _lam_host(lam)
         with numpy.errstate(all="ignore"):
             t = numpy.abs(u) - self.kappa
             return (_np_sign(u) * _np_clip_grad(t, lam, self.rho),
@@ -173,7 +180,7 @@ class SquaredHinge(_Outer):
     def grad_value_numpy(self, u, lam=0.0, s=None):
         """``(grad(u, lam), value(u))`` on a float array ``u``, in NumPy: the same IEEE
         operations as the torch code (the same numbers; the optimizers' CPU path)."""
-        _lam(lam)
+        _lam_host(lam)
         with numpy.errstate(all="ignore"):
             t = numpy.maximum((numpy.abs(u) if self.absolute else u) - self.kappa,
                               u.dtype.type(0))
@@ -213,7 +220,7 @@ class GroupCVaR(_Outer):
         """``(grad(u, lam, s), value(u, s))`` on a float array ``u`` (``s`` a 0-d array;
         None: 0), in NumPy: the same IEEE operations as the torch code (the same numbers;
         the optimizers' CPU path)."""
-        lam = _lam(lam)
+        lam = _lam_host(lam)
         s = u.dtype.type(0.0) if s is None else s
         with numpy.errstate(all="ignore"):
             t = u - s
