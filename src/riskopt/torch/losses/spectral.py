@@ -164,9 +164,11 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         where each call costs several times its warm time
         (``benchmarks/torch_losses_speed.py --ab-host`` times this path against the general
         one in one process)."""
-        b = losses.shape[0]
-        if not (b >= 2 and losses.dtype == torch.float32 and losses.ndim == 1
+        if not (losses.ndim == 1 and losses.dtype == torch.float32
                 and losses.is_contiguous()):
+            return None
+        b = losses.shape[0]
+        if b < 2:
             return None
         args = self._batch.get(b, False)
         if args is False:
