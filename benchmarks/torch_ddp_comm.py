@@ -47,6 +47,12 @@ block of each counts) and report
   two ranks (the wait for the slower one) and the median time of the collective itself,
   from the later arrival to the later exit (``time.time()``: one clock on one host): whether
   a gather costs its latency or the wait for a rank that is behind;
+* for PG-SMD2 (whose gather is launched non-blocking in ``weights`` and waited for in
+  ``step``, overlapping the backward and DDP's all-reduce), a row ``(... no overlap)``: the
+  same optimizer with ``overlap = False`` (the gather waited for where it is launched),
+  interleaved; "ms / step in the gathers" counts the launch and the wait only (the exposed
+  time), and the arrival skew / collective columns time the launch only for the
+  overlapped row;
 * the same optimizer with ``process_group=False`` (no gather: the local, inexact state),
   so that ``time / time_local`` isolates what the gathers cost. The optimizers' own extra
   work (ASCDRO's and the MSVR methods' second forward pass at the previous iterate) is in
@@ -244,6 +250,11 @@ def _worker(rank, path, args):
                                    on_divergence="ignore")
             opts["hook"] = (opt, opt.attach(torch.nn.parallel.DistributedDataParallel(mod)),
                             mod)
+        if hasattr(D.ROWS[name][0], "overlap"):  # the gather waited for where launched
+            opt = D.make_optimizer(name, module.parameters(), n, 4, lr=1e-4,
+                                   on_divergence="ignore")
+            opt.overlap = False
+            opts["blocking"] = (opt, ddp, module)
         if args.solo:            # one process: no DDP, no gather
             opts["solo"] = (D.make_optimizer(name, solo.parameters(), n, 4, lr=1e-4,
                                              process_group=False, on_divergence="ignore"),
@@ -358,6 +369,9 @@ def report(args, out_dir):
         rows.append(row(name, out[f"{name}/exact"], lo, so))
         if f"{name}/hook" in out:
             rows.append(row(f"{name} (attach)", out[f"{name}/hook"], lo, so))
+        if f"{name}/blocking" in out:
+            rows.append(row(f"{name} (gather waited for in weights, no overlap)",
+                            out[f"{name}/blocking"], lo, so))
         if f"{name}/tensor" in out:
             rows.append(row(f"{name} (tensor code)", out[f"{name}/tensor"], lo, so))
     meta = {"batch_per_rank": args.batch, "world": WORLD, "backend": "gloo",

@@ -98,7 +98,22 @@ def _worker(rank, path, names):
             wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)), info["comm_calls"])
     finally:
         PGSMD2.weights = weights
+    PGSMD2.overlap = False         # weights() waits for its gather (no overlap)
+    try:
+        info = {}
+        out["pgsmd2/blocking"] = (*D.run(
+            "pgsmd2", STEPS, rank, 2, info=info,
+            wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)),
+            info["comm_calls"], info["overlapped"])
+    finally:
+        PGSMD2.overlap = True
+    info = {}
+    out["pgsmd2/overlapped"] = D.run(
+        "pgsmd2", STEPS, rank, 2, info=info,
+        wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))[:2] + (
+        info["overlapped"],)
     out["pgsmd2/mismatch"] = _pgsmd2_mismatch(rank)
+    out["pgsmd2/pending"] = _pgsmd2_pending(rank)
     for name in ("scdro", "pgsmd2", "sonex"):      # the old behaviour: each rank its own state
         # (4 steps: the 5th global batch has one row, and a rank with none cannot step alone)
         out[f"{name}/local"] = D.run(name, 4, rank, 2, process_group=False,
@@ -120,6 +135,27 @@ def _pgsmd2_mismatch(rank):
     except ValueError as e:
         return str(e)
     return None
+
+
+def _pgsmd2_pending(rank):
+    """A gather ``weights`` launched and no ``step`` took is waited for by the next
+    ``weights`` and by ``load_state_dict``: the steps after still agree on every rank.
+    Returns the parameters and the handles left after each step."""
+    X, y, groups, module = D.make_problem()
+    opt = D.make_optimizer("pgsmd2", module.parameters(), X.shape[0], 4)
+    model = torch.nn.parallel.DistributedDataParallel(module)
+    left = []
+    for k, idx in enumerate(D.batches(X.shape[0], 4)):
+        idx = D.split(idx, rank, 2)
+        losses = D._losses(model(X[idx]), y[idx])
+        opt.zero_grad()
+        opt.weights(idx, losses=losses.detach())          # launched, never stepped
+        if k == 2:
+            opt.load_state_dict(opt.state_dict())
+        (opt.weights(idx, losses=losses.detach()) * losses).sum().backward()
+        opt.step(indices=idx, losses=losses.detach())
+        left.append(opt._gathered is not None)
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()]), left
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +258,27 @@ def test_ddp_pgsmd2_with_weights_of_the_indices_alone(ddp):
     assert 2 * STEPS < calls <= 2 * STEPS + 3 and calls > ddp[0]["pgsmd2"][3]
     for r in range(2):
         assert "differ from weights()'s" in ddp[r]["pgsmd2/mismatch"]
+
+
+def test_ddp_pgsmd2_gather_overlaps_the_backward(ddp):
+    """Under DDP, ``weights(idx, losses=...)`` launches its gather and ``step`` waits for it
+    (every step after the first, with the previous step's global batch size and the
+    gradient rescaled when the size changed: the batches here change size 4 times in 6
+    steps): the one-process run to 1e-10, as with the blocking gather, with as many
+    collectives. Pending gathers never outlive the next ``weights``, ``step`` or
+    ``load_state_dict``."""
+    p, s, _ = D.run("pgsmd2", STEPS)
+    (p0, s0, _, calls, over), (p1, s1, _, _, _) = (ddp[0]["pgsmd2/blocking"],
+                                                   ddp[1]["pgsmd2/blocking"])
+    assert torch.equal(p0, p1) and torch.equal(s0, s1)
+    assert _rel(p0, p) <= 1e-10 and _rel(s0, s) <= 1e-10
+    assert over == 0 and calls == ddp[0]["pgsmd2"][3]
+    (q0, t0, over0), (q1, t1, _) = ddp[0]["pgsmd2/overlapped"], ddp[1]["pgsmd2/overlapped"]
+    assert over0 == STEPS - 1
+    assert torch.equal(q0, q1) and torch.equal(t0, t1)
+    assert _rel(q0, p) <= 1e-10 and _rel(t0, s) <= 1e-10
+    (a0, left0), (a1, left1) = ddp[0]["pgsmd2/pending"], ddp[1]["pgsmd2/pending"]
+    assert torch.equal(a0, a1) and not any(left0) and not any(left1)
 
 
 @pytest.mark.parametrize("k", range(len(ATTACH_CASES)))

@@ -154,7 +154,7 @@ class ColumnGatherer:
     ``seconds`` the wall time spent in them (waiting for the slower rank included).
     """
 
-    #: gloo (CPU) collectives: pack and unpack in NumPy (:meth:`_call_host`); False: the
+    #: gloo (CPU) collectives: pack and unpack in NumPy (:meth:`_host_parts`); False: the
     #: tensor code of the device path (for tests)
     host = True
 
@@ -176,16 +176,30 @@ class ColumnGatherer:
         ``offset``, where this rank's rows start. With ``scalars``, a fourth item: the
         ``(W, len(scalars))`` float64 tensor of every rank's scalars.
         """
+        return self.start(columns, device, scalars).wait()
+
+    def start(self, columns, device, scalars=None):
+        """:meth:`__call__` launched non-blocking (``async_op=True``): returns a handle whose
+        ``wait()`` gives :meth:`__call__`'s result (the same collectives in the same order,
+        the same numbers). Work done between the two (a backward, DDP's all-reduce) overlaps
+        the gather; when a rank's rows outgrew the capacity, ``wait`` issues the second
+        (blocking) gather. ``seconds`` counts the launch and the wait only."""
+        if _comm_device(self.group).type == "cpu" and self.host:
+            pack, unpack, k = self._host_parts(columns, device, scalars)
+        else:
+            pack, unpack, k = self._tensor_parts(columns, device, scalars)
+        return _PendingGather(self, pack, unpack, k)
+
+    def _tensor_parts(self, columns, device, scalars):
+        """``(pack, unpack, k)`` of a call in tensor code (the device path)."""
         group = self.group
         dev = _comm_device(group)
-        if dev.type == "cpu" and self.host:
-            return self._call_host(columns, device, scalars)
         cols = [c.detach().reshape(-1).to(dev, torch.float64) for c in columns]
         k = len(cols)
         b = int(cols[0].numel()) if k else 0
         if any(int(c.numel()) != b for c in cols):
             raise ValueError("the gathered columns must have one entry per local row")
-        ws, me = dist.get_world_size(group), dist.get_rank(group)
+        me = dist.get_rank(group)
         extra = [] if scalars is None else [    # numbers or 0-d tensors (no host sync)
             torch.as_tensor(v, dtype=torch.float64).reshape(()).to(dev) for v in scalars]
         h = 1 + len(extra)
@@ -203,12 +217,11 @@ class ColumnGatherer:
                 pieces.append(torch.zeros((cap - r) * k, dtype=torch.float64, device=dev))
             return torch.cat(pieces) if len(pieces) > 1 else head
 
-        parts, sizes = self._exchange(pack, ws, k)
-        table = _rows(parts, sizes, h, k, torch.cat)
-        out = (table.to(device), sizes, sum(sizes[:me]))
-        if scalars is None:
-            return out
-        return (*out, parts[:, 1:h].to(device))
+        def unpack(parts, sizes):
+            table = _rows(parts, sizes, h, k, torch.cat)
+            out = (table.to(device), sizes, sum(sizes[:me]))
+            return out if scalars is None else (*out, parts[:, 1:h].to(device))
+        return pack, unpack, k
 
     def _exchange(self, pack, ws, k):
         """The all-gathers of a call: ``pack(capacity)`` gives this rank's buffer (1-D
@@ -216,32 +229,25 @@ class ColumnGatherer:
         rank's rows outgrew the capacity. Returns ``(parts, sizes)``: the ``(ws, len)``
         view of every rank's buffer and their row counts."""
         while True:
-            cap = self.capacity
-            buf = pack(cap)
-            got = torch.empty(ws * buf.numel(), dtype=torch.float64, device=buf.device)
-            t0 = time.perf_counter()
-            _all_gather_single(got, buf, group=self.group)
-            self.seconds += time.perf_counter() - t0
-            self.calls += 1
-            self.bytes += 8 * buf.numel() * ws
-            parts = got.view(ws, buf.numel())
-            sizes = [int(x) for x in parts[:, 0].tolist()]
-            if max(sizes) <= cap or k == 0:
+            pending = _PendingGather(self, pack, None, k)
+            parts, sizes = pending.parts()
+            if max(sizes) <= pending.cap or k == 0:
                 return parts, sizes
             self.capacity = max(sizes)
 
-    def _call_host(self, columns, device, scalars):
-        """:meth:`__call__` when the collective runs on CPU tensors (gloo): the buffer is
-        packed and the table unpacked in NumPy (the same float64 numbers, the same
+    def _host_parts(self, columns, device, scalars):
+        """``(pack, unpack, k)`` when the collective runs on CPU tensors (gloo): the buffer
+        is packed and the table unpacked in NumPy (the same float64 numbers, the same
         collectives; each small NumPy call costs a fraction of a tensor op's dispatch)."""
         cols = [_host_f64(c) for c in columns]
         k = len(cols)
         b = int(cols[0].size) if k else 0
         if any(int(c.size) != b for c in cols):
             raise ValueError("the gathered columns must have one entry per local row")
-        ws, me = dist.get_world_size(self.group), dist.get_rank(self.group)
+        me = dist.get_rank(self.group)
         head = [float(b)] + ([] if scalars is None else [float(v) for v in scalars])
         h = len(head)
+
         def pack(cap):
             r = min(b, cap)
             buf = numpy.zeros(h + cap * k)
@@ -252,14 +258,55 @@ class ColumnGatherer:
                     block[:, j] = c[:r]
             return torch.from_numpy(buf)
 
-        parts, sizes = self._exchange(pack, ws, k)
-        parts = parts.numpy()
-        table = _rows(parts, sizes, h, k, numpy.concatenate)
-        out = (torch.from_numpy(numpy.ascontiguousarray(table)).to(device), sizes,
-               sum(sizes[:me]))
-        if scalars is None:
-            return out
-        return (*out, torch.from_numpy(numpy.ascontiguousarray(parts[:, 1:h])).to(device))
+        def unpack(parts, sizes):
+            parts = parts.numpy()
+            table = _rows(parts, sizes, h, k, numpy.concatenate)
+            out = (torch.from_numpy(numpy.ascontiguousarray(table)).to(device), sizes,
+                   sum(sizes[:me]))
+            if scalars is None:
+                return out
+            return (*out, torch.from_numpy(numpy.ascontiguousarray(parts[:, 1:h])).to(device))
+        return pack, unpack, k
+
+
+class _PendingGather:
+    """One launched all-gather of a :class:`ColumnGatherer` (see
+    :meth:`ColumnGatherer.start`): the buffers stay alive until :meth:`wait`."""
+
+    def __init__(self, gatherer, pack, unpack, k):
+        self.gatherer, self.pack, self.unpack, self.k = gatherer, pack, unpack, k
+        self.cap = gatherer.capacity
+        self.ws = dist.get_world_size(gatherer.group)
+        buf = pack(self.cap)
+        self.n = buf.numel()
+        self.buf = buf
+        self.got = torch.empty(self.ws * self.n, dtype=torch.float64, device=buf.device)
+        t0 = time.perf_counter()
+        self.work = _all_gather_single(self.got, buf, group=gatherer.group, async_op=True)
+        gatherer.seconds += time.perf_counter() - t0
+        gatherer.calls += 1
+        gatherer.bytes += 8 * self.n * self.ws
+        self.result = None
+
+    def parts(self):
+        """Wait for the collective: ``(parts, sizes)`` as :meth:`ColumnGatherer._exchange`
+        returns them (one gather, whatever the capacity)."""
+        t0 = time.perf_counter()
+        self.work.wait()
+        self.gatherer.seconds += time.perf_counter() - t0
+        parts = self.got.view(self.ws, self.n)
+        return parts, [int(x) for x in parts[:, 0].tolist()]
+
+    def wait(self):
+        """The gather's result (:meth:`ColumnGatherer.__call__`'s); idempotent."""
+        if self.result is None:
+            parts, sizes = self.parts()
+            if self.k and max(sizes) > self.cap:   # the same decision on every rank
+                self.gatherer.capacity = max(sizes)
+                parts, sizes = self.gatherer._exchange(self.pack, self.ws, self.k)
+            self.result = self.unpack(parts, sizes)
+            self.pack = self.unpack = self.buf = self.got = self.work = None
+        return self.result
 
 
 def _rows(parts, sizes, h, k, cat):

@@ -174,6 +174,7 @@ def run(name, steps, rank=0, world=1, wrap=None, seed=0, save_at=None, info=None
         info["fixes"] = getattr(opt, "_post_fixes", 0)
         info["carried"] = getattr(opt._gatherer, "carried", 0)
         info["grad_reduces"] = getattr(opt, "_grad_reduces", 0)
+        info["overlapped"] = getattr(opt, "overlapped", 0)
         info["guard"] = guard_summary(opt)
     flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
     return flat, state_tensors(opt), saved

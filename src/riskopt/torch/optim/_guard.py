@@ -232,9 +232,16 @@ class GuardMixin:
             table = torch.stack(cols, 1) if cols else torch.zeros((b, 0), dtype=torch.float64,
                                                                   device=device)
             return table, [b], 0
+        return self._gather_start(columns, device).wait()
+
+    def _gather_start(self, columns, device):
+        """:meth:`_gather` under a group, launched non-blocking: a handle whose ``wait()``
+        gives ``(table, sizes, offset)`` (:meth:`~riskopt.torch.distributed.ColumnGatherer.
+        start`)."""
+        group = self._group()
         if self._gatherer is None or self._gatherer.group is not group:
             self._gatherer = _dist.ColumnGatherer(group)
-        return self._gatherer(columns, device)
+        return self._gatherer.start(columns, device)
 
     def _gather_by_index(self, idx, counts, values, device, rank_count=None, rank_value=None):
         """Merge the ranks' per-index estimates ``values`` (each of shape ``idx.shape``).

@@ -48,6 +48,21 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
                                dtype=torch.float64)
         self._steps = 0
         self._posted = self._gathered = None
+        self._last_b = None         # the previous step's global batch size (under DDP)
+        self.overlapped = 0         # the steps whose gather overlapped the backward
+
+    #: under DDP, ``weights(idx, losses=...)`` launches its gather non-blocking and
+    #: :meth:`step` waits for it, so that it overlaps the backward and DDP's all-reduce (the
+    #: weights take the previous step's global batch size; see :meth:`weights`); False:
+    #: ``weights`` waits for it
+    overlap = True
+
+    def _wait_gathered(self):
+        """Wait for (and forget) a gather that ``weights`` launched and no step took: a
+        handle never outlives the next ``weights``, ``step`` or ``load_state_dict``."""
+        gathered, self._gathered = self._gathered, None
+        if gathered is not None:
+            gathered[0].wait()
 
     def weights(self, indices, losses=None):
         """``n p_i / b`` for the batch (constants for the primal surrogate; ``b`` the global
@@ -58,7 +73,17 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         and :meth:`step` takes its table; without, :meth:`step` gathers again. After
         :meth:`attach` the indices (and ``losses`` when given here) ride on DDP's all-reduce:
         the weights are ``n p_i`` and the hook divides the summed gradient by the global
-        ``b``."""
+        ``b``.
+
+        Under DDP without :meth:`attach`, with ``losses`` the gather is launched
+        non-blocking (:attr:`overlap`) and :meth:`step` waits for it: only the global batch
+        size ``b`` is needed here, and the previous step's is taken (the first step, and
+        the first after :meth:`load_state_dict`, wait for the gather). When the step's global
+        batch turns out to have another size, :meth:`step` multiplies the gradients by
+        ``b_previous / b`` before the update (the whole ``.grad``: exact for the surrogate
+        ``(weights * losses).sum()``; a term added to it is rescaled too). A
+        :meth:`state_dict` taken between ``weights`` and ``step`` is the state before the
+        step (the pending gather is not part of it)."""
         idx = self.check_indices(indices)
         if self._can_post():
             cols = [idx]
@@ -71,16 +96,22 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
             self._posted = None
             return (self.n_indices * torch.exp(self.gather("log_p", idx))).to(
                 self._default_dtype())
+        self._wait_gathered()
         b, scale = idx.numel(), 1.0
-        self._gathered = None
         if self._group() is not None:     # the global batch size (one small collective)
             if losses is None:
                 table, sizes, _ = self._gather([idx], self.device)
+                b = table.shape[0]
             else:       # the batch's losses too: step() takes this table (no 2nd gather)
                 mine = self._losses64(losses, idx)
-                table, sizes, off = self._gather([idx, mine], self.device)
-                self._gathered = (table, off, idx, mine)
-            b, scale = table.shape[0], float(len(sizes))
+                pending = self._gather_start([idx, mine], self.device)
+                if self.overlap and self._last_b:     # (None or 0: wait)
+                    b = self._last_b      # (step waits for the gather)
+                    self.overlapped += 1
+                else:
+                    b = self._last_b = pending.wait()[0].shape[0]
+                self._gathered = (pending, b, idx, mine)
+            scale = float(self.world())
         return self._kernel(_updates.pgsmd2_weights)(
             self.indexed_state("log_p"), idx, self.n_indices * scale, max(b, 1),
             self._default_dtype())
@@ -112,9 +143,17 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
                     and torch.equal(mine[:, 1], losses)):
                 raise ValueError("PGSMD2.step: indices / losses differ from weights()'s")
         elif gathered is not None and self._group() is not None:   # weights() gathered it
-            table, _, idx, mine = gathered
+            pending, b_used, idx, mine = gathered
+            table, _, _ = pending.wait()
             if not (torch.equal(idx, indices) and torch.equal(mine, losses)):
                 raise ValueError("PGSMD2.step: indices / losses differ from weights()'s")
+            self._last_b = table.shape[0]
+            if b_used != self._last_b:    # weights() took the previous step's batch size
+                ratio = b_used / max(self._last_b, 1)
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            p.grad.mul_(ratio)
         else:
             table, _, _ = self._gather([indices, losses], self.device)
         indices, losses = table[:, 0].to(torch.int64), table[:, 1]
@@ -152,5 +191,7 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         """Load a :meth:`state_dict` (onto the parameters' device)."""
         state_dict = dict(state_dict)
         extra = state_dict.pop("pgsmd2", None)   # None: a checkpoint from before the counter
+        self._wait_gathered()
+        self._last_b = None
         super().load_state_dict(state_dict)
         self._steps = 0 if extra is None else int(extra["steps"])
