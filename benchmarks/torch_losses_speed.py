@@ -151,8 +151,8 @@ def _in_step_kernel(crit):
     if type(crit).__name__ != "SpectralRiskLoss" or crit.oracle != "auto":
         return None
     from riskopt.torch.losses import spectral as mod
-    if hasattr(mod, "_kb") and hasattr(mod._kb, "batch_risk_weights_f32"):
-        return mod._kb, "batch_risk_weights_f32"
+    if "_host_fast" in type(crit).__dict__:   # (stop 42: the float32 batch's kernel)
+        return mod._kb, "_batch_weights"
     return mod._ko, "spectral_risk_weights"
 
 
@@ -170,10 +170,11 @@ def _stubbed(crit, b):
             return 1.0
         crit._oracle_args(b)  # (the spectrum and plan cached, as in a training loop)
         if getattr(crit, "_batch_args", None) and crit._batch_args(b) is not None:
-            def f32(l, sigma, nu, div, q):   # (stop 42: the float32 batch's kernel)
-                q.fill(1.0 / b)
-                return 1.0
-            return mod, "_kb", types.SimpleNamespace(batch_risk_weights_f32=f32)
+            def f32(l, bits, sigma, nu, div, q, *scratch):   # (stop 42: the float32
+                q.fill(1.0 / b)                               # batch's kernel)
+                return 1.0, True
+            return mod, "_kb", types.SimpleNamespace(_batch_weights=f32,
+                                                     _scratch=lambda n: ())
         return mod, "_ko", types.SimpleNamespace(spectral_risk_weights=srw)
     if name == "KLDROLoss" and crit.oracle == "auto":
         from riskopt.torch.losses import kl as mod

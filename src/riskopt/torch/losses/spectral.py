@@ -7,6 +7,7 @@ from ... import risks as _risks
 from ..._kernels import oracle_batch as _kb
 from ..._kernels import oracle_select as _ks
 from ..._kernels import oracles as _ko
+from ..._kernels.sort_keys import RADIX_MAX as _RADIX_MAX
 from .. import _oracles as _to
 from ._common import (_ORACLES, _REDUCTIONS, _GatherMixin, _attach_dot, _check_choice,
                       _check_finite_np, _check_losses, _check_risk, _check_value_finite,
@@ -147,7 +148,7 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         if args is False:
             sigma, nu, div, plan = self._oracle_args(b)
             sorts = plan is None or plan.n != b or (nu > 0 and _ks.box_of(sigma, plan) is None)
-            args = (sigma, nu, div) if sorts else None
+            args = (sigma, float(nu), int(div)) if sorts else None
             if len(self._batch) > 16:
                 self._batch.clear()
             self._batch[b] = args
@@ -166,9 +167,9 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         one in one process)."""
         if not (losses.ndim == 1 and losses.dtype == torch.float32
                 and losses.is_contiguous()):
-            return None
+            return None            # (ndim first: a 0-d input has no shape[0])
         b = losses.shape[0]
-        if b < 2:
+        if not 2 <= b <= _RADIX_MAX:
             return None
         args = self._batch.get(b, False)
         if args is False:
@@ -178,10 +179,15 @@ class SpectralRiskLoss(_GatherMixin, nn.Module):
         q = self.__dict__.get("_q64")
         if q is None or q.shape != (b,):
             q = self.__dict__["_q64"] = np.empty(b)
-        val = _kb.batch_risk_weights_f32(losses.detach().numpy(), args[0], args[1], args[2], q)
-        if val is None:
+        x = losses.detach().numpy()
+        # (batch_risk_weights_f32's call, without its checks: made above)
+        val, ok = _kb._batch_weights(x, x.view(np.uint32), args[0], args[1], args[2], q,
+                                     *_kb._scratch(b))
+        if not ok:
             return None
-        out = torch.dot(losses, torch.from_numpy(q.astype(np.float32)))
+        q32 = torch.empty(b)
+        q32.numpy()[:] = q        # (rounded as q.astype(float32))
+        out = torch.dot(losses, q32)
         out.detach().fill_(val)   # (as _host_attach: the value, the gradient q)
         return out
 
