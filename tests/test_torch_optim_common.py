@@ -98,20 +98,21 @@ def _worker(rank, path, names):
             wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)), info["comm_calls"])
     finally:
         PGSMD2.weights = weights
-    PGSMD2.overlap = False         # weights() waits for its gather (no overlap)
+    assert PGSMD2.overlap is False     # the default: weights() waits for its gather
+    info = {}
+    out["pgsmd2/blocking"] = (*D.run(
+        "pgsmd2", STEPS, rank, 2, info=info,
+        wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)),
+        info["comm_calls"], info["overlapped"])
+    PGSMD2.overlap = True          # opt-in: the gather overlaps the backward
     try:
         info = {}
-        out["pgsmd2/blocking"] = (*D.run(
+        out["pgsmd2/overlapped"] = D.run(
             "pgsmd2", STEPS, rank, 2, info=info,
-            wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m)),
-            info["comm_calls"], info["overlapped"])
+            wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))[:2] + (
+            info["overlapped"],)
     finally:
-        PGSMD2.overlap = True
-    info = {}
-    out["pgsmd2/overlapped"] = D.run(
-        "pgsmd2", STEPS, rank, 2, info=info,
-        wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))[:2] + (
-        info["overlapped"],)
+        PGSMD2.overlap = False
     out["pgsmd2/mismatch"] = _pgsmd2_mismatch(rank)
     out["pgsmd2/pending"] = _pgsmd2_pending(rank)
     for name in ("scdro", "pgsmd2", "sonex"):      # the old behaviour: each rank its own state
@@ -143,6 +144,7 @@ def _pgsmd2_pending(rank):
     Returns the parameters and the handles left after each step."""
     X, y, groups, module = D.make_problem()
     opt = D.make_optimizer("pgsmd2", module.parameters(), X.shape[0], 4)
+    opt.overlap = True             # (opt-in) the non-blocking gather
     model = torch.nn.parallel.DistributedDataParallel(module)
     left = []
     for k, idx in enumerate(D.batches(X.shape[0], 4)):

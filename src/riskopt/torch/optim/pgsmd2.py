@@ -51,11 +51,15 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         self._last_b = None         # the previous step's global batch size (under DDP)
         self.overlapped = 0         # the steps whose gather overlapped the backward
 
-    #: under DDP, ``weights(idx, losses=...)`` launches its gather non-blocking and
-    #: :meth:`step` waits for it, so that it overlaps the backward and DDP's all-reduce (the
-    #: weights take the previous step's global batch size; see :meth:`weights`); False:
-    #: ``weights`` waits for it
-    overlap = True
+    #: opt-in (default False: ``weights`` waits for its gather). True: under DDP,
+    #: ``weights(idx, losses=...)`` launches its gather non-blocking and :meth:`step` waits
+    #: for it, so that it overlaps the backward and DDP's all-reduce; the weights take the
+    #: previous step's global batch size and a step whose batch changed size rescales the
+    #: whole ``.grad`` (see :meth:`weights`): exact only when the loss is the surrogate
+    #: ``(weights * losses).sum()`` alone, hence not the default (a term added to the loss,
+    #: e.g. a regulariser, would be rescaled on such a step). No measurable gain on a loaded
+    #: 2-core CPU (``docs/distributed.rst``)
+    overlap = False
 
     def _wait_gathered(self):
         """Wait for (and forget) a gather that ``weights`` launched and no step took: a
@@ -75,8 +79,8 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         the weights are ``n p_i`` and the hook divides the summed gradient by the global
         ``b``.
 
-        Under DDP without :meth:`attach`, with ``losses`` the gather is launched
-        non-blocking (:attr:`overlap`) and :meth:`step` waits for it: only the global batch
+        Under DDP without :meth:`attach`, with ``losses`` and :attr:`overlap` set (opt-in)
+        the gather is launched non-blocking and :meth:`step` waits for it: only the global batch
         size ``b`` is needed here, and the previous step's is taken (the first step, and
         the first after :meth:`load_state_dict`, wait for the gather). When the step's global
         batch turns out to have another size, :meth:`step` multiplies the gradients by
