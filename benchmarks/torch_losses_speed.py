@@ -324,6 +324,9 @@ def _summary(runs):
                             "margin_pct": pct, "processes": len(rs),
                             "met": sum(r["margin_us"] > 0 for r in rs),
                             "met_15pct": sum(r["margin_pct"] >= 15 for r in rs)}
+            if all("general_us" in r for r in rs):   # (--ab-host)
+                out[name][b].update(general_margin_pct=stat("general_margin_pct"),
+                                    fast_saves_us=stat("fast_saves_us"))
     return out
 
 
@@ -344,6 +347,18 @@ def _markdown_processes(info):
                 f"{m['median']:+.0f} [{m['min']:+.0f}, {m['max']:+.0f}] | "
                 f"{p['median']:+.1f} [{p['min']:+.1f}, {p['max']:+.1f}] | "
                 f"{s['met']} ({s['met_15pct']}) of {s['processes']} | {each} |")
+    ab = [(name, b, s) for name, per in info["summary"].items() for b, s in per.items()
+          if "fast_saves_us" in s]
+    if ab:
+        lines += ["", "The same processes with the fast host path switched off (``--ab-host``: "
+                  "the general host path, interleaved in each process):", "",
+                  "| loss | b | general path margin % median [min, max] | fast path saves us "
+                  "median [min, max] |", "|---|---|---|---|"]
+        for name, b, s in ab:
+            g, f = s["general_margin_pct"], s["fast_saves_us"]
+            lines.append(f"| {name} | {b} | {g['median']:+.1f} [{g['min']:+.1f}, "
+                         f"{g['max']:+.1f}] | {f['median']:.0f} [{f['min']:.0f}, "
+                         f"{f['max']:.0f}] |")
     return lines + [""]
 
 
