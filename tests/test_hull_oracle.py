@@ -339,16 +339,13 @@ def test_oracle_steps_benchmark_replays_a_pass(tmp_path, monkeypatch):
     # chunk size, with positive per-step costs, and the hull's queries take at least one
     # Newton iteration and one chunk scan each (no timing is compared: the machine is shared);
     # --base-src replays a checkout's oracles alongside (here this one's)
-    import importlib.util
+    import importlib
     import json
     import sys
     from pathlib import Path
     bench = Path(__file__).resolve().parents[1] / "benchmarks"
     monkeypatch.syspath_prepend(str(bench))
-    spec = importlib.util.spec_from_file_location("oracle_steps", bench /
-                                                  "prospect_oracle_steps.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = importlib.import_module("prospect_oracle_steps")  # by its name: numba's cache pickles it
     monkeypatch.setattr(sys, "argv", ["x", "--sizes", "600", "--chunks", "8", "--cases",
                                       "esrm:none", "esrm:chi2", "--out", str(tmp_path),
                                       "--base-src", str(bench.parent / "src")])
@@ -366,15 +363,13 @@ def test_switch_benchmark_fits_the_tree_against_the_hull(tmp_path, monkeypatch):
     # benchmarks/prospect_switch.py on a tiny table: one row per perturbation, more swaps a
     # step from the larger one, and a fitted line per size (no timing is compared: the
     # machine is shared)
-    import importlib.util
+    import importlib
     import json
     import sys
     from pathlib import Path
     bench = Path(__file__).resolve().parents[1] / "benchmarks"
     monkeypatch.syspath_prepend(str(bench))
-    spec = importlib.util.spec_from_file_location("switch", bench / "prospect_switch.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = importlib.import_module("prospect_switch")  # by its name: numba's cache pickles it
     monkeypatch.setattr(sys, "argv", ["x", "--sizes", "2000", "--cases", "esrm:chi2",
                                       "--warms", "1e-3", "1e-1", "--steps", "500",
                                       "--repeats", "1", "--out", str(tmp_path)])
@@ -392,16 +387,13 @@ def test_certificate_benchmark_checks_its_hits(tmp_path, monkeypatch):
     # counted once (a hit or one kind of miss), no hit whose cached weight differs from the
     # query's (the margin argument), and the floor's weights (each query answered from its
     # certified segment) those of the query (no timing is compared: the machine is shared)
-    import importlib.util
+    import importlib
     import json
     import sys
     from pathlib import Path
     bench = Path(__file__).resolve().parents[1] / "benchmarks"
     monkeypatch.syspath_prepend(str(bench))
-    spec = importlib.util.spec_from_file_location("certificate",
-                                                  bench / "prospect_certificate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = importlib.import_module("prospect_certificate")  # by its name: numba's cache pickles it
     monkeypatch.setattr(sys, "argv", ["x", "--sizes", "600", "--cases", "esrm:chi2",
                                       "extremile:kl", "--out", str(tmp_path)])
     mod.main()
