@@ -14,6 +14,7 @@ every row is slow.
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -354,3 +355,46 @@ def test_an_outer_function_without_numpy_code_runs_its_torch_code():
     p1, s1, _ = D.run("sonx", 12, outer=TorchOnly(2.0, 0.3))
     assert len(calls) == 12
     assert torch.equal(p0, p1) and torch.equal(s0, s1)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fcco_track_kernel_is_the_numpy_code(dtype):
+    """The one numba call of the compositional methods' host path (tracking + a built-in
+    outer function, ``_updates.fcco_track_host``) gives the NumPy code's table, outer
+    gradients and value sum bit for bit: every outer function, smoothing zero, positive or
+    below float32's range, with and without the previous estimate, first visits and revisits,
+    at the kinks, at NaN and infinity. A subclass runs its own ``grad_value_numpy``."""
+    from riskopt.torch.optim import outer as O
+    rng = np.random.default_rng(0)
+    u0 = np.array([-2.0, -0.3, -0.1, 0.0, 0.1, 0.3, 0.35, 2.0, 0.7, -0.7], dtype=dtype)
+    now = np.array([0.3, np.nan, np.inf, -0.1, 0.0, 0.35, 1.0, -1.5], dtype=dtype)
+    checked = 0
+    for f in (O.Hinge(2.0, 0.3), O.AbsHinge(4.0, 0.1), O.SquaredHinge(10.0, 0.3),
+              O.SquaredHinge(10.0, 0.1, absolute=True), O.GroupCVaR(0.25)):
+        for lam, prev in itertools.product((0.0, 0.01, 1e-50), (None, now[::-1].copy())):
+            idx = rng.permutation(u0.size)[:now.size]
+            seen = rng.random(u0.size) < 0.5
+            s = np.asarray(dtype(0.3)) if f.has_threshold else None
+            gp = 0.0 if prev is None else 0.2
+            ut, st = u0.copy(), seen.copy()
+            _, y, value = _updates.fcco_track_numpy(ut, st, idx, now, prev, 0.1, gp, f, lam, s)
+            ut2, st2 = u0.copy(), seen.copy()
+            y2, total = _updates.fcco_track_host(ut2, st2, idx, now, prev, 0.1, gp, f, lam, s)
+            assert y2.dtype == y.dtype == dtype
+            for a, b in ((ut, ut2), (y, y2), (st, st2)):
+                assert np.array_equal(a, b, equal_nan=True)
+            want = sum(value.tolist())
+            assert total == want or (math.isnan(total) and math.isnan(want))
+            checked += 1
+    assert checked == 30
+    calls = []
+
+    class Mine(O.Hinge):
+        def grad_value_numpy(self, u, lam, s=None):
+            calls.append(1)
+            return super().grad_value_numpy(u, lam, s)
+
+    assert O.kernel_code(Mine()) is None
+    y, _ = _updates.fcco_track_host(u0.copy(), seen.copy(), idx, now, None, 0.1, 0.0, Mine(),
+                                    0.01, None)
+    assert calls == [1] and y.dtype == dtype

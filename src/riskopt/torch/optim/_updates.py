@@ -25,6 +25,8 @@ import torch
 from torch._higher_order_ops.while_loop import while_loop
 from torch.autograd.graph import increment_version
 
+from . import outer as _outer
+
 __all__ = []
 
 
@@ -546,6 +548,26 @@ def fcco_track_numpy(ut, st, i, now, prev, gamma, gamma_prime, outer, lam, s):
         return new, None, None
     y, value = host(new, lam, s)
     return new, y, value
+
+
+def fcco_track_host(ut, st, i, now, prev, gamma, gamma_prime, outer, lam, s):
+    """:func:`fcco_track_numpy` for the optimizers' CPU path: ``(y, sum of the outer values
+    in float64, in order)``. A built-in outer function runs in one numba call
+    (:mod:`riskopt._kernels.fcco_track`, the same operations: bit for bit); another runs its
+    ``grad_value_numpy``."""
+    code = _outer.kernel_code(outer)
+    if code is None:
+        _, y, value = fcco_track_numpy(ut, st, i, now, prev, gamma, gamma_prime, outer, lam, s)
+        return y, sum(value.tolist())
+    lam = _outer._lam_host(lam)
+    from ..._kernels.fcco_track import track_outer    # (compiled at the first use: cached)
+    kind, rho, kappa, half_rho, r = code
+    par = numpy.array((1.0 - gamma, gamma, gamma_prime, lam, rho, kappa, half_rho, r,
+                       0.0 if s is None else s), dtype=ut.dtype)
+    y = numpy.empty_like(now)
+    total = track_outer(ut, st, i, now, now if prev is None else prev, par,
+                        kind + 5 * (lam > 0) + 10 * (prev is not None), y)
+    return y, total
 
 
 def fcco_track(u_tab, seen_tab, I, now, prev, gamma, gamma_prime, outer, lam, s):

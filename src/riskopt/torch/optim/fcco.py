@@ -343,11 +343,11 @@ class _FCCOBase(IndexedStateOptimizer):
         # (float32 -> float64 -> the table's dtype, as the tensor code: one rounding at most)
         now, prev = [v.astype(dt, copy=False) for v in merged] + [None] * (2 - len(merged))
         s_now = None if self._s is None else self._s.detach().numpy().astype(dt)
-        _, y, value = _updates.fcco_track_numpy(
+        y, total = _updates.fcco_track_host(
             ut, self._indexed["seen"].numpy(), I.numpy(), now, prev, self.gamma, self._gp(),
             self.outer, self.smoothing, s_now)
-        k = value.size
-        est = sum(value.tolist()) / k        # (the mean outer value, in float64)
+        k = y.size
+        est = total / k                      # (the mean outer value, in float64)
         d = None if direct is None else (direct if loc is None else loc[3]).item()
         est = est if d is None else est + d
         def scale():                         # (the first step's only)

@@ -69,6 +69,21 @@ def _np_clip_grad(t, lam, rho):
     return numpy.where(t > 0, dt(rho), dt(0.0))
 
 
+def kernel_code(outer):
+    """``(kind, rho, kappa, half_rho, r)`` of a built-in outer function (its exact class) for
+    :func:`riskopt._kernels.fcco_track.track_outer` (as Python floats; the caller rounds them
+    to the table's dtype, as ``grad_value_numpy`` does); None for any other object (a
+    subclass included: its own code runs)."""
+    cls = type(outer)
+    if cls is Hinge or cls is AbsHinge:
+        return int(cls is AbsHinge), outer.rho, outer.kappa, 0.0, 1.0
+    if cls is SquaredHinge:
+        return 2 + outer.absolute, outer.rho, outer.kappa, 0.5 * outer.rho, 1.0
+    if cls is GroupCVaR:
+        return 4, 1.0 / outer.r, 0.0, 0.0, outer.r
+    return None
+
+
 class _Outer:
     smooth = False
     has_threshold = False
