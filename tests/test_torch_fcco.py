@@ -180,10 +180,31 @@ def test_capped_simplex_host_code_is_the_tensor_code(seed, m, r):
     if seed % 2:
         x = np.round(x)                       # ties
     cap = 1.0 / (r * m)
+    from riskopt._kernels.group_host import ooa_project, ooa_terms
     host = _updates._capped_simplex_host(x.copy(), cap)
     np.testing.assert_array_equal(host, _updates.capped_simplex(torch.as_tensor(x),
                                                                 cap).numpy())
     assert host.sum() == pytest.approx(1.0, abs=1e-12)
+    # the step's numba kernel: the same (projecting x itself: no ascent term)
+    kernel = x.copy()
+    ooa_project(kernel, np.zeros(0, dtype=np.int64), np.zeros(0), 0.0, cap)
+    np.testing.assert_array_equal(kernel, host)
+    # with the ascent step on some indices, against the NumPy statement of the step
+    idx = rng.permutation(m)[:max(m // 2, 1)]
+    L = rng.exponential(size=idx.size)
+    want = x.copy()
+    want[idx] += 0.3 * L
+    kernel = x.copy()
+    ooa_project(kernel, idx, L, 0.3, cap)
+    np.testing.assert_array_equal(kernel, _updates._capped_simplex_host(want, cap))
+    # the batch's CVaR terms and weights: the NumPy code's (summed by NumPy)
+    w = np.empty(idx.size)
+    terms = ooa_terms(L, min(cap, 1.0), host, idx, 2.5, w)
+    top = np.sort(L)[::-1]
+    j = np.arange(top.size, dtype=np.float64)
+    c = min(cap, 1.0)
+    assert float(terms.sum()) == float((np.clip(1.0 - j * c, 0.0, c) * top).sum())
+    np.testing.assert_array_equal(w, host[idx] * 2.5)
 
 
 # ------------------------------------------------------------------------ outer functions

@@ -553,14 +553,14 @@ def fcco_track_numpy(ut, st, i, now, prev, gamma, gamma_prime, outer, lam, s):
 def fcco_track_host(ut, st, i, now, prev, gamma, gamma_prime, outer, lam, s):
     """:func:`fcco_track_numpy` for the optimizers' CPU path: ``(y, sum of the outer values
     in float64, in order)``. A built-in outer function runs in one numba call
-    (:mod:`riskopt._kernels.fcco_track`, the same operations: bit for bit); another runs its
+    (:mod:`riskopt._kernels.group_host`, the same operations: bit for bit); another runs its
     ``grad_value_numpy``."""
     code = _outer.kernel_code(outer)
     if code is None:
         _, y, value = fcco_track_numpy(ut, st, i, now, prev, gamma, gamma_prime, outer, lam, s)
         return y, sum(value.tolist())
     lam = _outer._lam_host(lam)
-    from ..._kernels.fcco_track import track_outer    # (compiled at the first use: cached)
+    from ..._kernels.group_host import track_outer    # (compiled at the first use: cached)
     kind, rho, kappa, half_rho, r = code
     par = numpy.array((1.0 - gamma, gamma, gamma_prime, lam, rho, kappa, half_rho, r,
                        0.0 if s is None else s), dtype=ut.dtype)
@@ -718,15 +718,19 @@ def ooa_batch(p_tab, I, L, cap, n_over_k):
     """OOA's batch: ``(tracked CVaR of the group losses, the surrogate's weights)`` (the
     CVaR a Python float on the host path, a 0-d tensor otherwise)."""
     if _host(p_tab, I, L) and L.dtype == torch.float64:
-        top = numpy.sort(L.numpy())[::-1]
-        j = numpy.arange(top.size, dtype=numpy.float64)
-        est = float((numpy.clip(1.0 - j * cap, 0.0, cap) * top).sum())   # (a float: _track)
-        return est, torch.from_numpy(p_tab.numpy()[I.numpy()] * n_over_k)
+        # (one numba call: the NumPy code's operations; the terms summed by NumPy, in its order)
+        from ..._kernels.group_host import ooa_terms
+        w = numpy.empty(I.shape[0])
+        est = float(ooa_terms(L.numpy(), float(cap), p_tab.numpy(), I.numpy(),
+                              float(n_over_k), w).sum())                 # (a float: _track)
+        return est, torch.from_numpy(w)
     return cvar_of(L, cap), p_tab.index_select(0, I) * n_over_k
 
 
 def _capped_simplex_host(x, cap):
-    """:func:`capped_simplex` in NumPy (float64 ``x``; the same operations)."""
+    """:func:`capped_simplex` in NumPy (float64 ``x``; the same operations): the statement
+    of the step's numba kernel (:func:`riskopt._kernels.group_host.ooa_project`), kept as
+    the tests' twin of both."""
     m = x.size
     a = numpy.sort(x)
     suffix = numpy.concatenate([numpy.cumsum(a[::-1])[::-1], [0.0]])
@@ -754,9 +758,9 @@ def ooa_update(groups, table, idx, L, dual_coef, cap):
             G = [g + wd * p for p, g in zip(params, grads)] if wd else grads
             torch._foreach_add_(params, G, alpha=-lr)
     if _host(table, idx, L) and table.dtype == L.dtype == torch.float64:
-        x = table.numpy().copy()
-        x[idx.numpy()] += dual_coef * L.numpy()          # (distinct indices)
-        table.copy_(torch.from_numpy(_capped_simplex_host(x, cap)))
+        from ..._kernels.group_host import ooa_project     # (_capped_simplex_host's maths)
+        ooa_project(table.numpy(), idx.numpy(), L.numpy(), float(dual_coef), float(cap))
+        increment_version(table)          # (written behind autograd's back, as copy_ counts)
         return
     x = table.clone().index_add_(0, idx, dual_coef * L)
     table.copy_(capped_simplex(x, cap))

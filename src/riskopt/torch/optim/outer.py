@@ -71,7 +71,7 @@ def _np_clip_grad(t, lam, rho):
 
 def kernel_code(outer):
     """``(kind, rho, kappa, half_rho, r)`` of a built-in outer function (its exact class) for
-    :func:`riskopt._kernels.fcco_track.track_outer` (as Python floats; the caller rounds them
+    :func:`riskopt._kernels.group_host.track_outer` (as Python floats; the caller rounds them
     to the table's dtype, as ``grad_value_numpy`` does); None for any other object (a
     subclass included: its own code runs)."""
     cls = type(outer)

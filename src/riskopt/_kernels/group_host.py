@@ -96,3 +96,73 @@ def track_outer(ut, st, idx, now, prev, par, kind, y):
         y[j] = g
         total += np.float64(v)
     return total
+
+
+# ------------------------------------------------------------------------------------ OOA
+@njit(cache=True)
+def ooa_terms(L, cap, p, idx, n_over_k, w):
+    """OOA's batch (``riskopt.torch.optim._updates.ooa_batch``'s NumPy code, the same
+    operations): returns the terms ``clip(1 - j cap, 0, cap) top_j`` of the group losses
+    ``L`` sorted descending (the caller sums them with NumPy's ``sum``: its pairwise order),
+    and writes the surrogate's weights ``w[j] = p[idx[j]] * n_over_k``."""
+    top = np.sort(L)[::-1]
+    out = np.empty_like(top)
+    for j in range(top.shape[0]):
+        c = 1.0 - np.float64(j) * cap
+        c = cap if c > cap else (0.0 if c < 0.0 else c)
+        out[j] = c * top[j]
+    for j in range(idx.shape[0]):
+        w[j] = p[idx[j]] * n_over_k
+    return out
+
+
+@njit(cache=True, inline="always")
+def _count_le(a, tau):
+    """``numpy.searchsorted(a, tau, side="right")`` on a sorted ``a``."""
+    lo, hi = 0, a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tau < a[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@njit(cache=True, error_model="numpy")
+def ooa_project(table, idx, L, dual_coef, cap):
+    """OOA's ascent step in place: ``table <- Proj(table + dual_coef L e_idx)`` onto the
+    capped simplex ``{0 <= p <= cap, sum p = 1}`` (``riskopt.torch.optim._updates.
+    _capped_simplex_host``'s operations: the breakpoints ``a``, ``a - cap`` of the sorted
+    ``a``, the piecewise-linear mass ``phi`` at each, and ``tau`` interpolated between the
+    last breakpoint with mass >= 1 and the next)."""
+    x = table.copy()
+    for j in range(idx.shape[0]):
+        x[idx[j]] = x[idx[j]] + dual_coef * L[j]
+    m = x.shape[0]
+    a = np.sort(x)
+    ac = a - cap
+    suffix = np.zeros(m + 1)
+    acc = 0.0
+    for i in range(m - 1, -1, -1):
+        acc = a[i] if i == m - 1 else acc + a[i]
+        suffix[i] = acc
+    bp = np.sort(np.concatenate((a, ac)))
+    phi = np.empty(2 * m)
+    count = 0
+    for q in range(2 * m):
+        tau = bp[q]
+        j1 = _count_le(a, tau)
+        j2 = _count_le(ac, tau)
+        f1 = suffix[j1] - np.float64(m - j1) * tau
+        f2 = (suffix[j2] - cap * np.float64(m - j2)) - np.float64(m - j2) * tau
+        phi[q] = f1 - f2
+        count += phi[q] >= 1.0
+    j = max(count - 1, 0)
+    k = min(j + 1, 2 * m - 1)
+    lo, hi, plo, phi_hi = bp[j], bp[k], phi[j], phi[k]
+    denom = plo - phi_hi
+    tau = lo + (plo - 1.0) * (hi - lo) / denom if denom > 0 else lo
+    for i in range(m):
+        t = x[i] - tau
+        table[i] = cap if t > cap else (0.0 if t < 0.0 else t)
