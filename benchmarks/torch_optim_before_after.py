@@ -147,30 +147,33 @@ def main():
                      "after_over_before": statistics.median(x / y for x, y in zip(a, b)),
                      "paired_min_max": [min(x / y for x, y in zip(a, b)),
                                         max(x / y for x, y in zip(a, b))],
+                     "saved_us": 1e6 * statistics.median(y - x for x, y in zip(a, b)),
                      "ops_before": ops[f"{name}/before"], "ops_after": ops[f"{name}/after"]})
-    meta = {"before": args.before, "hidden": args.hidden, "batch": args.batch,
+    meta = {"before": args.before, "hidden": args.hidden, "d": args.d, "batch": args.batch,
             "steps": args.steps, "blocks": args.blocks, "sgd_cpu_ms": 1e3 * sgd,
             "torch": torch.__version__, "load": os.getloadavg()}
-    out = Path(args.out) / f"hidden{args.hidden}"
+    out = Path(args.out) / (f"hidden{args.hidden}" + (f"_d{args.d}" if args.d != 64 else ""))
     atomic_write_json(out / "results.json", {"meta": meta, "rows": rows})
     md = [f"# One-process step, before ({args.before}) and after side by side "
           f"(`OMP_NUM_THREADS=1 python benchmarks/torch_optim_before_after.py --before "
-          f"{args.before} --hidden {args.hidden} --blocks {args.blocks}`)", "",
+          f"{args.before} --hidden {args.hidden} --d {args.d} --steps {args.steps} --blocks "
+          f"{args.blocks} --rows {' '.join(args.rows)}`)", "",
           f"MLP {args.d}-{args.hidden}-1 float32, batch {args.batch}, 1 thread, no process "
           f"group; {args.blocks} interleaved blocks of {args.steps} steps; CPU time (median "
           f"over blocks) as a ratio to SGD's ({1e3 * sgd:.2f} ms); load average at the end "
           f"{meta['load'][0]:.1f}. after / before: the median of the per-block ratios (min - "
-          "max). Ops: ATen operations per step.", "",
-          "| row | x SGD before | x SGD after | after / before (min - max) | ops before | "
-          "ops after |", "|---|---|---|---|---|---|"]
+          "max). Saved: the median over blocks of before - after, CPU us per step. Ops: ATen "
+          "operations per step.", "",
+          "| row | x SGD before | x SGD after | after / before (min - max) | saved us | "
+          "ops before | ops after |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         if "before" in r:
             lo, hi = r["paired_min_max"]
             md.append(f"| {r['row']} | {r['before']:.2f} | {r['after']:.2f} | "
                       f"{r['after_over_before']:.3f} ({lo:.2f} - {hi:.2f}) | "
-                      f"{r['ops_before']:.0f} | {r['ops_after']:.0f} |")
+                      f"{r['saved_us']:.0f} | {r['ops_before']:.0f} | {r['ops_after']:.0f} |")
         else:
-            md.append(f"| {r['row']} | - | {r['ratio']:.2f} | - | - | {r['ops']:.0f} |")
+            md.append(f"| {r['row']} | - | {r['ratio']:.2f} | - | - | - | {r['ops']:.0f} |")
     atomic_write_text(out / "results.md", "\n".join(md) + "\n")
     print("\n".join(md))
 

@@ -11,9 +11,11 @@ of their formulas is in :mod:`riskopt.torch.optim.fcco`.
 Each also has ``grad_value_numpy(u, lam, s=None)``: the same gradient and value on a NumPy
 array, the same elementwise IEEE operations in the same order (the same numbers as the torch
 code, ``torch.sign``'s 0 at NaN included). The optimizers use it eagerly on the CPU, where a
-NumPy call on a few groups costs less than a tensor op's dispatch. An outer function without
-it (``grad_value_numpy = None``, the default of any object with ``grad`` / ``value``) runs its
-torch code there too.
+NumPy call on a few groups costs less than a tensor op's dispatch; the built-in classes
+themselves (their exact classes, see ``kernel_code``) run there as one numba call with the
+table update (:mod:`riskopt._kernels.group_host`, the same operations). An outer function
+without it (``grad_value_numpy = None``, the default of any object with ``grad`` / ``value``)
+runs its torch code there too.
 
 Paper: "Non-smooth finite-sum coupled compositional optimization"
 (``../shared/papers/sonex_alexr2_nonsmooth_fcco.txt``, Sections 4-6).
