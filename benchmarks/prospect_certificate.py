@@ -113,7 +113,8 @@ def simulate(ls0, sigma, nu, div, R, olds, news, steps, out):
     """The certificate cache over the first ``steps`` loss changes (see the module
     docstring); ``out`` = [queries, hits, wrong, no entry, crossed, spent, rebuilds, sum of
     the segments' lengths q - p, sum of the updates' rank spans hi - lo, segments filed
-    with a margin already within the rounding allowance]."""
+    with a margin already within the rounding allowance, updates that split or merged a
+    chunk]."""
     _hull_build(ls0, sigma, nu, div, R)
     n = ls0.shape[0]
     work = _hull_scratch(n)
@@ -165,11 +166,13 @@ def simulate(ls0, sigma, nu, div, R, olds, news, steps, out):
         hi = _rank_count(R, max(x, new), True)
         df = _fterm(fpar, new) - _fterm(fpar, x)
         out[8] += hi - lo
+        nc = R[5][0]
         if not _hull_move(R, x, new):
             _hull_replace(R, sigma, x, new)
             out[6] += 1
             why[:] = 1
             continue
+        out[10] += R[5][0] != nc  # a split or a merge: O(n / B) relayout
         for k in range(m):
             if why[k] != 0:
                 continue
@@ -245,7 +248,7 @@ def case_rows(name, cost, n, steps, log):
             t_upd.append(time.process_time() - t0)
         err = float(np.max(np.abs(qf[ok] - qv[ok]) / np.maximum(np.abs(qv[ok]), 1e-300)))
         m = n if steps <= 0 else min(steps, n)
-        out = np.zeros(10, dtype=np.int64)
+        out = np.zeros(11, dtype=np.int64)
         t0 = time.process_time()
         simulate(ls0, sigma, nu, div, _rank_alloc(n, B, True), olds, news, m, out)
         t_sim = time.process_time() - t0
@@ -258,6 +261,7 @@ def case_rows(name, cost, n, steps, log):
                     born_spent=int(out[9]), miss_none=int(out[3]),
                     miss_crossed=int(out[4]), miss_spent=int(out[5]),
                     rebuilds=int(out[6]), seg_len=out[7] / nq, update_span=out[8] / m,
+                    relayouts=out[10] / m, chunks=n // B,
                     sim_seconds=t_sim)
         cell.update(hit_rate=cell["hits"] / nq,
                     step_fg=cell["step_ns"] * 1e-9 * n / t_full,
@@ -270,7 +274,8 @@ def case_rows(name, cost, n, steps, log):
             f"{cell['hit_rate']:.3f} | {cell['miss_none'] / nq:.3f} | "
             f"{cell['miss_crossed'] / nq:.3f} | {cell['miss_spent'] / nq:.3f} | "
             f"{cell['wrong']} | {cell['seg_len']:.1f} | {cell['update_span']:.1f} | "
-            f"{cell['born_spent'] / nq:.3f} | {cell['update_ns']:.0f} |")
+            f"{cell['born_spent'] / nq:.3f} | {cell['update_ns']:.0f} | "
+            f"{cell['relayouts']:.4f} |")
     return rows
 
 
@@ -299,13 +304,16 @@ def main():
         "certified segment's length, mean over queries; update span: hi - lo, the ranks on "
         "which an update's change of the diagram is not constant, mean over steps; filed spent: "
         "misses whose new segment has a margin within the rounding allowance already (per "
-        "query); update ns: the updates alone. One BLAS "
+        "query); update ns: the updates alone; split / merge per update: the updates that "
+        "changed the number of chunks (each an O(n / B) relayout of the Fenwick and segment "
+        "trees; a share of two chunks, also O(n / B), is not counted). One BLAS "
         "thread; the machine was shared (load in the JSON).")
     log("")
     log("| n | spectrum | cost | start | value_grad ms | budget ns | step ns | floor ns | "
         "step x fg | floor x fg | floor rel. err | steps | hit | miss: none | miss: crossed | "
-        "miss: spent | wrong | segment q - p | update span | filed spent | update ns |")
-    log("|---:|---|---|---|" + "---:|" * 17)
+        "miss: spent | wrong | segment q - p | update span | filed spent | update ns | "
+        "split / merge per update |")
+    log("|---:|---|---|---|" + "---:|" * 18)
     rows = []
     for n in args.sizes:
         for c in args.cases:
