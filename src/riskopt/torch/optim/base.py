@@ -39,6 +39,7 @@ import numpy
 import torch
 
 from ..._validation import check_int
+from . import _updates
 from ._guard import GuardMixin
 
 __all__ = ["IndexedStateOptimizer"]
@@ -173,12 +174,22 @@ class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
         """The names of the tables, in the order they were added."""
         return tuple(self._indexed)
 
+    #: how indices already on a non-CPU device are range-checked: ``"async"`` (default) with
+    #: a device-side assert (``torch._assert_async``: no host round trip; a bad index stops
+    #: the next synchronising call with a device assert naming the range), ``"sync"`` with a
+    #: host read and the clear ``ValueError`` listing the bad indices (one synchronisation
+    #: per step: for debugging). Indices that arrive on the host (a CPU tensor, NumPy array
+    #: or list: what a DataLoader yields) are always checked on the host, before the copy.
+    index_checks = "async"
+
     def check_indices(self, indices):
         """``indices`` as a 1-D ``int64`` tensor on the tables' device, range-checked.
 
         Accepts a tensor, a NumPy array or a sequence of integers (what a ``DataLoader``
         yields); raises ``ValueError`` for missing, non-integer, non-1-D or out-of-range
-        indices.
+        indices. Indices on the host are checked there before the copy to the tables'
+        device (no synchronisation); indices already on another device are checked there
+        (see :attr:`index_checks`).
         """
         if indices is None:
             raise ValueError(
@@ -193,40 +204,69 @@ class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
             raise ValueError(f"indices must be integers, got dtype {t.dtype}")
         if t.ndim != 1:
             raise ValueError(f"indices must be 1-D, got shape {tuple(t.shape)}")
+        if _is_host(t):                     # checked on the host, then copied (no sync)
+            if t.numel() and not self._in_range(t):
+                self._raise_out_of_range(t)
+            return t.to(device=self.device, dtype=torch.int64)
         t = t.to(device=self.device, dtype=torch.int64)
-        if t.numel() and not self._in_range(t):
-            bad = t[(t < 0) | (t >= self.n_indices)][:5].tolist()
-            raise ValueError(f"indices out of range [0, {self.n_indices}): {bad}")
+        if t.numel():
+            if self.index_checks == "sync":
+                if not self._in_range(t):
+                    self._raise_out_of_range(t)
+            else:
+                torch._assert_async(((t >= 0) & (t < self.n_indices)).all(),
+                                    f"indices out of range [0, {self.n_indices})")
         return t
 
+    def _raise_out_of_range(self, t):
+        bad = t[(t < 0) | (t >= self.n_indices)][:5].tolist()
+        raise ValueError(f"indices out of range [0, {self.n_indices}): {bad}")
+
     def _in_range(self, t):
-        """Whether every index of ``t`` (non-empty) is in ``[0, n_indices)``: one reduction."""
+        """Whether every index of ``t`` (non-empty) is in ``[0, n_indices)``: one reduction
+        (a host read: on the host, or with ``index_checks="sync"``)."""
         if t.device.type == "cpu":          # (NumPy: less than a tensor op's dispatch)
             a = t.numpy()
             return int(a.min()) >= 0 and int(a.max()) < self.n_indices
         lo, hi = torch.aminmax(t)
         return int(lo) >= 0 and int(hi) < self.n_indices
 
-    @staticmethod
-    def _distinct(idx):
-        """Whether the entries of the 1-D int64 tensor ``idx`` are distinct."""
-        if idx.device.type == "cpu":
+    def _distinct(self, idx, message, host=None):
+        """Whether the entries of the 1-D int64 tensor ``idx`` are distinct: on the host (or
+        on ``host``, the indices as they arrived on the host) a bool; on a device
+        (``_updates.HOST = False`` forces it) a device-side assert with ``message`` (True;
+        ``index_checks="sync"``: a host read)."""
+        if host is not None:
+            return numpy.unique(host.numpy()).size == host.numel()
+        if _updates._host(idx):
             return numpy.unique(idx.numpy()).size == idx.numel()
-        return torch.unique(idx).numel() == idx.numel()
+        if idx.numel() < 2:
+            return True
+        s = torch.sort(idx).values
+        ok = (s[1:] != s[:-1]).all()
+        if self.index_checks == "sync":
+            return bool(ok)
+        torch._assert_async(ok, message)
+        return True
 
     def _distinct_indices(self, indices, message):
         """The step's distinct group indices, checked (:meth:`check_indices`; empty only on
-        a rank under a process group); ``ValueError(message)`` otherwise. A few indices
-        given as a 1-D int64 CPU tensor with CPU tables are checked in one Python pass over
-        them (cheaper than the general checks' array calls)."""
-        if (isinstance(indices, torch.Tensor) and indices.dtype == torch.int64
-                and indices.ndim == 1 and indices.device.type == "cpu"
-                and 0 < indices.shape[0] <= 64 and self.device.type == "cpu"):
-            got = indices.tolist()
+        a rank under a process group); ``ValueError(message)`` otherwise (indices on a
+        device: see :attr:`index_checks`). Indices on the host are checked there, before the
+        copy; a few given as a 1-D int64 CPU tensor in one Python pass over them (cheaper
+        than the general checks' array calls)."""
+        t = indices.detach() if isinstance(indices, torch.Tensor) else indices
+        if (isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.ndim == 1
+                and _is_host(t) and 0 < t.shape[0] <= 64):
+            got = t.tolist()
             if min(got) >= 0 and max(got) < self.n_indices and len(set(got)) == len(got):
-                return indices.detach()
-        idx = self.check_indices(indices)
-        if (idx.numel() == 0 and self._group() is None) or not self._distinct(idx):
+                return t.to(self.device)
+        if not isinstance(t, torch.Tensor):
+            t = torch.as_tensor(t)
+        idx = self.check_indices(t)
+        host = t if _is_host(t) else None
+        if (idx.numel() == 0 and self._group() is None) or not self._distinct(idx, message,
+                                                                                host):
             raise ValueError(message)
         return idx
 
@@ -242,9 +282,11 @@ class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
         values = values.expand(indices.shape[0], *table.shape[1:])
         if distinct:
             table.index_copy_(0, indices, values)
-            return
-        pos = _last_occurrence(indices)
-        table.index_copy_(0, indices[pos], values[pos])
+        elif _updates._host(indices):
+            pos = _last_occurrence(indices)
+            table.index_copy_(0, indices[pos], values[pos])
+        else:                   # static shapes: every copy of a row writes the same value
+            table.index_copy_(0, indices, values.index_select(0, _last_source(indices)))
 
     # ------------------------------------------------------------------ step
     @torch.no_grad()
@@ -321,3 +363,22 @@ def _last_occurrence(indices):
     pos = torch.arange(b, device=indices.device)
     last = torch.full((uniq.shape[0],), -1, dtype=torch.int64, device=indices.device)
     return last.scatter_reduce(0, inverse, pos, reduce="amax")
+
+
+def _last_source(indices):
+    """For each position of ``indices`` (1-D int64), the position of the last occurrence of
+    its value: shapes fixed by ``indices`` alone (no ``unique``, no host read)."""
+    b = indices.shape[0]
+    if b < 2:
+        return torch.arange(b, device=indices.device)
+    s, order = torch.sort(indices, stable=True)
+    pos = torch.arange(b, device=indices.device)
+    last = torch.ones(b, dtype=torch.bool, device=indices.device)
+    last[:-1] = s[1:] != s[:-1]
+    run_end = torch.where(last, pos, b).flip(0).cummin(0).values.flip(0)
+    return torch.empty_like(order).index_copy_(0, order, order.index_select(0, run_end))
+
+
+def _is_host(t):
+    """Whether the indices ``t`` are on the host (checked there before the copy)."""
+    return t.device.type == "cpu"
