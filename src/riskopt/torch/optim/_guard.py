@@ -125,6 +125,7 @@ class GuardMixin:
         self._g_on(dev)
         self._g_steps, self._g_reported, self._g_rose = 0, False, 0
         self._g_window = collections.deque(maxlen=check_every or 10)
+        self._g_inputs = []     # (what, step, 0-d bool on a device): read at the next check
         self._compile_kwargs, self._compiled = None, {}
 
     # ------------------------------------------------------------------ compiling
@@ -313,16 +314,36 @@ class GuardMixin:
 
     def _check_input_finite(self, values, what):
         """Raise :class:`DivergenceError` when the gathered ``values`` (a tensor or a NumPy
-        array) are not all finite."""
+        array) are not all finite. On a device (with ``check_every``) the test is a flag
+        on the device, read with the next divergence check (no host sync per step): the
+        error then comes at that check and names the step."""
         if isinstance(values, numpy.ndarray):
             ok = bool(numpy.isfinite(values).all())
+        elif not values.numel():
+            ok = True
+        elif self.check_every and _on_device(values):
+            self._g_inputs.append((what, self._g_steps + 1, torch.isfinite(values).all()))
+            return
         else:
-            ok = not values.numel() or _all_finite(values)
+            ok = _all_finite(values)
         if not ok:
-            raise DivergenceError(
-                f"{type(self).__name__}: non-finite {what} at step {self._g_steps + 1}; the "
-                f"model (or the loss) diverged: lower lr (now {self._lr_text()}) or check the "
-                "data")
+            self._raise_input(what, self._g_steps + 1)
+
+    def _raise_input(self, what, step):
+        raise DivergenceError(
+            f"{type(self).__name__}: non-finite {what} at step {step}; the "
+            f"model (or the loss) diverged: lower lr (now {self._lr_text()}) or check the "
+            "data")
+
+    def _check_inputs_posted(self):
+        """The device flags of :meth:`_check_input_finite` since the previous check (one
+        host read)."""
+        if self._g_inputs:
+            inputs, self._g_inputs = self._g_inputs, []
+            for (what, step, _), ok in zip(inputs, torch.stack(
+                    [f.to(inputs[0][2].device) for *_, f in inputs]).tolist()):
+                if not ok:
+                    self._raise_input(what, step)
 
     # ------------------------------------------------------------------ divergence
     def _lr_text(self):
@@ -343,14 +364,15 @@ class GuardMixin:
         start's scale is ``max(|start|, scale())``."""
         host = isinstance(objective, float)     # (a host path's Python number)
         obj = objective if host else objective.detach()
-        g = self._g_on(_CPU if host else obj.device)
+        host = host or not _on_device(obj)
+        g = self._g_on(_CPU if host else obj.device, tensors=not host)
         if window is not None:
             if not isinstance(window, float) and window.requires_grad:
                 window = window.detach()
             if self._g_steps == 0:
                 self._set_start(g, window, scale)
             self._g_window.append(window)
-        if host or obj.device.type == "cpu":
+        if host:
             v = float(obj)
             fin = math.isfinite(v)
             if math.isnan(g["ref"]):
@@ -400,10 +422,11 @@ class GuardMixin:
                                  torch.full_like(g["first"], self._g_steps + 1), g["first"])
         g["bad"] = g["bad"] | bad
 
-    def _g_on(self, device):
-        """The flags as Python numbers (CPU) or as tensors on ``device``."""
+    def _g_on(self, device, tensors=None):
+        """The flags as Python numbers (CPU) or as tensors on ``device`` (``tensors``: which
+        of the two; default: tensors off the CPU)."""
         g = self._g
-        if device.type == "cpu":
+        if not (device.type != "cpu" if tensors is None else tensors):
             if isinstance(g["ref"], torch.Tensor):
                 self._g = g = {k: _G_TYPES[k][0](v) for k, v in g.items()}
         elif not isinstance(g["ref"], torch.Tensor) or g["ref"].device != device:
@@ -451,6 +474,7 @@ class GuardMixin:
         (once) as ``on_divergence`` says. The objective estimate of the steps since the
         previous check above ``start + rise * scale`` counts when the previous check's was
         above too."""
+        self._check_inputs_posted()
         g = self._g
         tensors = [t for t in self._state_tensors() if t.numel()]
         flags = ([torch.isfinite(t).all() for t in tensors]
@@ -561,6 +585,11 @@ def _merge_host(table, sizes, off, b, k, scalars, rc, rank_value):
     value = None if rank_value is None else torch.tensor(
         float((n_r * v_r).sum()) / max(total, 1e-300), dtype=torch.float64)
     return torch.from_numpy(I), merged, (*local, share, value)
+
+
+def _on_device(t):
+    """Whether ``t`` is off the CPU (its flags stay there: no host read per step)."""
+    return t.device.type != "cpu"
 
 
 def _on_host(t):

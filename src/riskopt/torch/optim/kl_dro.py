@@ -289,7 +289,9 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         else:
             lo, top, loss_max, log_s, w, g_lam, tracked = self._kernel(_updates.scdro_batch)(
                 l64, lam, sc["log_s"], sc["loss_max"], *args)
-        if not (math.isfinite(float(lo)) and math.isfinite(float(top))):
+        if not host:        # (on a device: a flag read with the next check, no sync)
+            self._check_input_finite(l64, "losses")
+        elif not (math.isfinite(float(lo)) and math.isfinite(float(top))):
             self._check_input_finite(l64, "losses")
         sc["loss_max"], sc["log_s"], sc["g_lam"] = loss_max, log_s, g_lam
         # the batch's dual at (w, lambda) (not log s: a moving average over earlier
