@@ -25,7 +25,7 @@ def _checkpoint_lsvrg(code, X, y, sigma, nu, div, W, Wc, qc, Dc, Gc):
     n = X.shape[0]
     losses = np.empty(n)
     _losses_derivs(code, X, y, W, losses, Dc)
-    _risk_weights(losses, sigma, nu, div, qc)
+    _risk_weights(losses, sigma, nu, div, qc)  # (stop 42: no inf * 0 in the chi2 value)
     Wc[:, :] = W
     Gc[:, :] = 0.0
     for i in range(n):

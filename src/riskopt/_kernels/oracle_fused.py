@@ -251,7 +251,9 @@ def _chi2_gathered(order, ls, sigma, nu, q, work, iwork):
             m += d
             e = v - 1.0 / n
             pen += e * e
-    return _clamp_value(top + s - nu * n * pen, top, m, top - ls[0], n, nu)
+    # (nu n overflows, nu >= ~1.8e308 / n: nu (n pen), 0 for uniform weights, not inf * 0 = NaN)
+    pen = nu * n * pen if nu * n < np.inf else nu * (n * pen)
+    return _clamp_value(top + s - pen, top, m, top - ls[0], n, nu)
 
 
 @njit(cache=True)
@@ -297,7 +299,9 @@ def _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork):
         vs[r] = v
     top = ls[n - 1]
     s, m, pen = _chi2_sums(ls, vs, top, 1.0 / n)
-    return _clamp_value(top + s - nu * n * pen, top, m, top - ls[0], n, nu)
+    # (nu n overflows, nu >= ~1.8e308 / n: nu (n pen), 0 for uniform weights, not inf * 0 = NaN)
+    pen = nu * n * pen if nu * n < np.inf else nu * (n * pen)
+    return _clamp_value(top + s - pen, top, m, top - ls[0], n, nu)
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"})

@@ -419,7 +419,8 @@ def _box_chi2_fill(losses, t, A, c, nu, top, span, q):
         w = v - inv_n
         s2 += w * w
         m += d
-    return _clamp_value(top + s1 - nu * n * s2, top, m, span, n, nu)
+    s2 = nu * n * s2 if nu * n < np.inf else nu * (n * s2)  # (as oracle_fused: no inf * 0)
+    return _clamp_value(top + s1 - s2, top, m, span, n, nu)
 
 
 @njit(cache=True)

@@ -224,7 +224,10 @@ def _group_value(uv, first, uq, m, n, nu, div):
                 pen += c * (v * math.log(n * v))
     if nu == 0.0:
         return top + s
-    pen = nu * n * pen if div == 0 else nu * pen
+    if div == 0:  # (nu n overflows: nu (n pen), 0 for uniform weights, not inf * 0 = NaN)
+        pen = nu * n * pen if nu * n < np.inf else nu * (n * pen)
+    else:
+        pen = nu * pen
     return _clamp_value(top + s - pen, top, msum, top - uv[0], n, nu)
 
 
@@ -312,7 +315,7 @@ def equal_risk_weights(losses, sigma, nu, div, q):
         return top
     if div == 0:
         e = v - 1.0 / n
-        pen = nu * n * (n * (e * e))
+        pen = nu * n * (n * (e * e)) if nu * n < math.inf else nu * (n * (n * (e * e)))
     else:
         pen = nu * (n * (v * math.log(n * v))) if v > 0.0 else 0.0
     val = top - pen  # (_clamp_value into [top, top], to 1e-10 |top|)

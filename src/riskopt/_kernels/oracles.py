@@ -221,7 +221,8 @@ def _penalty(q, nu, div):
         for i in range(n):
             d = q[i] - 1.0 / n
             s += d * d
-        return nu * n * s
+        # (nu n overflows, nu >= ~1.8e308 / n: nu (n s), 0 for uniform q, not inf * 0 = NaN)
+        return nu * n * s if nu * n < np.inf else nu * (n * s)
     for i in range(n):
         if q[i] > 0.0:
             s += q[i] * math.log(n * q[i])
@@ -284,7 +285,7 @@ def _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork):
     if nu != 0.0:
         if work.shape[0] >= 3 * n and iwork.shape[0] >= 2 * n:
             if div == CHI2:
-                return _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork)  # (stop 41)
+                return _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork)  # (stop 42)
             v = _kl_gathered(order, ls, sigma, nu, q, work, iwork)  # (NaN: declined)
             if not math.isnan(v):
                 return v

@@ -292,7 +292,8 @@ def _risk_sorted(ls, qs, nu, div):
     if nu == 0.0:
         return v
     if div == 0:
-        pen = nu * n * ((qs - 1.0 / n) ** 2).sum(-1)
+        s2 = ((qs - 1.0 / n) ** 2).sum(-1)  # (nu n overflows: nu (n s2), not inf * 0 = NaN)
+        pen = nu * n * s2 if nu * n < math.inf else nu * (n * s2)
     else:
         pen = nu * torch.xlogy(qs, n * qs).sum(-1)
     v = v - pen
