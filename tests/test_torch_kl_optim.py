@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 
 import riskopt as ro  # noqa: E402
 from reference_impl import scdro as twin  # noqa: E402
-from riskopt.torch.optim import SCDRO  # noqa: E402
+from riskopt.torch.optim import SCDRO, DivergenceError  # noqa: E402
 
 
 def _data(n=64, d=3, seed=0, signal=1.0):
@@ -266,3 +266,69 @@ def test_lr_schedulers_act_on_the_kl_dro_optimizers(name):
     a, b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
     with pytest.raises(ValueError, match="one learning rate"):
         cls([{"params": a.parameters()}, {"params": b.parameters(), "lr": 0.01}], lr=0.1)
+
+
+# ---------------------------------------------------------------- the silent stall (i27d)
+def _stalling(host=True, steps=6, **kw):
+    """The common table's SCDRO row from lambda's floor (lam_init=1e-3): at step 2 lambda
+    has jumped to ~0.2 while log s still holds step 1's max l / 1e-3, so every weight
+    exp(l / lambda - log s) underflows. Returns the per-step gradient norms, the guard's
+    summary and the optimizer."""
+    from riskopt.torch.optim import _drive as D, _updates
+    X, y, _, model = D.make_problem()
+    opt = D.make_optimizer("scdro", model.parameters(), X.shape[0], 4, lam_init=1e-3,
+                           check_every=1, **kw)
+    norms, old = [], _updates.HOST
+    _updates.HOST = host          # False: the tensor code of the update (the GPU path)
+    try:
+        for idx in D.batches(X.shape[0], steps):
+            opt.zero_grad()
+            opt.surrogate(0.5 * (model(X[idx])[:, 0] - y[idx]) ** 2).backward()
+            norms.append(float(sum(p.grad.norm() for p in model.parameters())))
+            opt.step()
+    finally:
+        _updates.HOST = old
+    return norms, D.guard_summary(opt), opt
+
+
+@pytest.mark.parametrize("host", [True, False])
+def test_a_stalled_scdro_run_is_reported_once(host):
+    with pytest.warns(ro.DivergenceWarning) as rec:
+        norms, guard, opt = _stalling(host)
+    stalls = [w for w in rec if "stalled" in str(w.message)]
+    assert len(stalls) == 1                             # once, not at every check
+    step = guard["stall"]
+    assert step > 0 and norms[step - 1] == 0.0         # the reported step's gradient is zero
+    assert all(n > 0 for n in norms[:step - 1])        # and no earlier one was
+    msg = str(stalls[0].message)
+    assert msg.startswith(f"SCDRO stalled at step {step}: lambda = ")
+    for part in ("below log s", "underflowed", "gradient is exactly zero",
+                 "Raise shift_cost", "lower lr relative to beta", "normalise the losses"):
+        assert part in msg
+    # the host path and the tensor path flag the same step (no host read on the latter)
+    with pytest.warns(ro.DivergenceWarning, match="stalled"):
+        other = _stalling(not host)[1]
+    assert other["stall"] == step
+    with pytest.raises(DivergenceError, match="SCDRO stalled"):
+        _stalling(host, on_divergence="raise")
+
+
+def test_the_stall_survives_a_checkpoint():
+    """The flag and its report are state: a run resumed after the report reports nothing new
+    and carries the same step."""
+    with pytest.warns(ro.DivergenceWarning, match="stalled"):
+        _, guard, opt = _stalling()
+    fresh = _stalling(steps=1)[2]
+    fresh.load_state_dict(opt.state_dict())
+    from riskopt.torch.optim import _drive as D
+    assert D.guard_summary(fresh) == guard and guard["stall_reported"]
+    assert fresh.check_divergence()          # (stalled: True; already reported: no warning)
+
+
+def test_an_ordinary_scdro_run_does_not_stall():
+    # the row from lambda = 1 (its default): 40 steps, no flag (the filter turns a warning
+    # into an error)
+    from riskopt.torch.optim import _drive as D
+    info = {}
+    D.run("scdro", 40, info=info, check_every=1)
+    assert info["guard"]["stall"] == -1 and not info["guard"]["stall_reported"]

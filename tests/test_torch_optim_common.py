@@ -41,7 +41,10 @@ RISING, RISE_STEPS = (("scdro", 0.2), ("sonex", 3.0)), 40
 #: variant whose multiplier sits at its floor (l / lambda ~ 500: the ranks' shifts are too
 #: far apart to be rescaled inside the all-reduce, the out-of-range correction runs)
 ATTACH = [n for n in NAMES if hasattr(D.ROWS[n][0], "_finish_posted")]
-ATTACH_CASES = [(n, {}) for n in ATTACH] + [("scdro", dict(lam_init=1e-3))] + [
+# (lambda from its floor: the shifts far apart; that run stalls at step 2 -- lambda jumps
+# to 0.2 while log s holds max l / 1e-3 -- which the guard reports: not asked here)
+ATTACH_CASES = [(n, {}) for n in ATTACH] + [
+    ("scdro", dict(lam_init=1e-3, on_divergence="ignore"))] + [
     (n, dict(dtype=torch.float32)) for n in ("scdro", "pgsmd2")]
 ATTACH_STEPS = 12
 #: rows also run with the tensor code of the gathers and of the updates (on GPUs; eager on
@@ -447,8 +450,9 @@ def test_divergence_flags_same_on_device_path_and_cpu_path(values):
 
 def _flags():
     nan = torch.tensor(float("nan"), dtype=torch.float64)
-    return {"bad": torch.tensor(False), "first": torch.tensor(-1),
-            **{k: nan.clone() for k in ("ref", "start", "scale", "last")}}
+    return {"bad": torch.tensor(False), "first": torch.tensor(-1), "stall": torch.tensor(-1),
+            **{k: nan.clone() for k in ("ref", "start", "scale", "last", "stall_lam",
+                                        "stall_obj", "stall_logs")}}
 
 
 def _guarded_run(values, device_path, floor=None, **kw):
@@ -528,12 +532,16 @@ def test_a_longer_run_at_the_rows_step_is_quiet(name):
 
 @pytest.mark.parametrize("name,lr", RISING)
 def test_a_rising_run_is_reported_the_same_after_a_resume(name, lr):
+    # (SCDRO at lr 0.2 also stalls at step 28 -- every weight underflowed -- which is
+    # reported once as well, before the rise, and resumed with the rest of the guard)
     info, resumed = {}, {}
-    with pytest.warns(riskopt.DivergenceWarning, match="stayed above its start"):
+    with pytest.warns(riskopt.DivergenceWarning) as rec:
         _, _, saved = D.run(name, RISE_STEPS, info=info, lr=lr, check_every=5, save_at=12)
+    assert any("stayed above its start" in str(w.message) for w in rec)
     assert info["guard"]["reported"]
-    with pytest.warns(riskopt.DivergenceWarning, match="stayed above its start"):
+    with pytest.warns(riskopt.DivergenceWarning) as again:
         D.resume(name, RISE_STEPS, _roundtrip(saved), info=resumed, lr=lr, check_every=5)
+    assert [str(w.message) for w in again] == [str(w.message) for w in rec]
     assert resumed["guard"] == info["guard"]
 
 

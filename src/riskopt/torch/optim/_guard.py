@@ -76,10 +76,16 @@ _ON_DIVERGENCE = ("warn", "raise", "ignore")
 #: blow-up reference; ``start`` / ``scale``: the start rule's start and its scale, ``last``:
 #: the last window's estimate; ``lam``: the KL windows' grid exponent for the next check's
 #: bound, see ``_KLWindow._window_estimate``), and their types
+#: ``stall``: the step at which the gradient first vanished for a reason the optimizer names
+#: (SCDRO: every weight underflowed), -1 if never; ``stall_info``: its numbers at that step
+#: (SCDRO: ``lambda``, the batch's tracked dual, ``log s``), for the message
 _G_FRESH = {"bad": False, "first": -1, "ref": math.nan, "start": math.nan,
-            "scale": math.nan, "last": math.nan, "lam": math.nan}
+            "scale": math.nan, "last": math.nan, "lam": math.nan, "stall": -1,
+            "stall_lam": math.nan, "stall_obj": math.nan, "stall_logs": math.nan}
 _G_TYPES = {"bad": (bool, torch.bool), "first": (int, torch.int64),
-            **{k: (float, torch.float64) for k in ("ref", "start", "scale", "last", "lam")}}
+            "stall": (int, torch.int64),
+            **{k: (float, torch.float64) for k in ("ref", "start", "scale", "last", "lam",
+                                                   "stall_lam", "stall_obj", "stall_logs")}}
 _CPU = torch.device("cpu")
 _SKIP = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
          os.path.dirname(os.path.abspath(torch.__file__)))
@@ -124,6 +130,7 @@ class GuardMixin:
         self._g = dict(_G_FRESH)
         self._g_on(dev)
         self._g_steps, self._g_reported, self._g_rose = 0, False, 0
+        self._g_stall_reported = False
         self._g_window = collections.deque(maxlen=check_every or 10)
         self._g_inputs = []     # (what, step, 0-d bool on a device): read at the next check
         self._compile_kwargs, self._compiled = None, {}
@@ -422,6 +429,29 @@ class GuardMixin:
                                  torch.full_like(g["first"], self._g_steps + 1), g["first"])
         g["bad"] = g["bad"] | bad
 
+    def _flag_stall(self, stalled, info):
+        """Record (once: the first) a step whose gradient vanished: ``stalled`` a bool (host
+        path) or a 0-d bool tensor (no host sync), ``info`` the optimizer's three numbers
+        ``(lambda, tracked dual, log s)`` of that step (floats or 0-d tensors); reported at
+        the next check (:meth:`_stall_text`). Call after :meth:`_track`."""
+        g = self._g
+        if not isinstance(g["ref"], torch.Tensor):
+            if stalled and g["stall"] < 0:
+                g["stall"] = self._g_steps + 1
+                g["stall_lam"], g["stall_obj"], g["stall_logs"] = (float(v) for v in info)
+            return
+        new = stalled.to(g["stall"].device) & (g["stall"] < 0)
+        for k, v in zip(("stall_lam", "stall_obj", "stall_logs"), info):
+            g[k] = torch.where(new, torch.as_tensor(v, dtype=torch.float64).to(g[k].device),
+                               g[k])
+        g["stall"] = torch.where(new, torch.full_like(g["stall"], self._g_steps + 1), g["stall"])
+
+    def _stall_text(self, step):
+        """What the report of a stall (see :meth:`_flag_stall`) says (optimizers that flag one
+        override it)."""
+        return (f"{type(self).__name__} stalled at step {step}: its gradient vanished; "
+                f"{self._advice()}")
+
     def _g_on(self, device, tensors=None):
         """The flags as Python numbers (CPU) or as tensors on ``device`` (``tensors``: which
         of the two; default: tensors off the CPU)."""
@@ -495,15 +525,25 @@ class GuardMixin:
             fin = (torch.stack([f.to(dev) for f in flags]).all() if flags
                    else torch.ones((), dtype=torch.bool, device=dev))
             up = torch.zeros((), dtype=torch.bool, device=dev) if above is None else above
-            finite, blew, up = torch.stack([fin, g["bad"], up]).tolist()
+            finite, blew, up, stalled = torch.stack(
+                [fin, g["bad"], up, g["stall"].to(dev) >= 0]).tolist()
         else:       # (NumPy on CPU tensors: fewer small tensor ops)
             finite = all(_all_finite(t) for t in tensors)
-            blew, up = bool(g["bad"]), bool(above)
+            blew, up, stalled = bool(g["bad"]), bool(above), g["stall"] >= 0
         if above is not None:
             self._g_rose = self._g_rose + 1 if up else 0
         rose = self._g_rose >= 2
         if finite and not blew and not rose:
-            return False
+            if not stalled:
+                return False
+            if self._g_stall_reported or self.on_divergence == "ignore":
+                return True
+            self._g_stall_reported = True          # once per run (a checkpoint keeps it)
+            msg = self._stall_text(int(g["stall"]))
+            if self.on_divergence == "raise":
+                raise DivergenceError(msg)
+            warnings.warn(msg, DivergenceWarning, stacklevel=_user_stacklevel())
+            return True
         if self._g_reported or self.on_divergence == "ignore":
             return True
         self._g_reported = True
@@ -538,6 +578,7 @@ class GuardMixin:
     # ------------------------------------------------------------------ checkpoints
     def _guard_state(self):
         return {"steps": self._g_steps, "reported": self._g_reported, "rose": self._g_rose,
+                "stall_reported": self._g_stall_reported,
                 "window": [torch.tensor(t, dtype=torch.float64) if isinstance(t, float)
                            else t.clone() for t in self._g_window],
                 **{k: torch.as_tensor(v, dtype=_G_TYPES[k][1]).clone()
@@ -549,6 +590,7 @@ class GuardMixin:
         dev = self.param_groups[0]["params"][0].device
         self._g_steps, self._g_reported = int(state["steps"]), bool(state["reported"])
         self._g_rose = int(state.get("rose", 0))
+        self._g_stall_reported = bool(state.get("stall_reported", False))
         self._g_window.clear()
         self._g_window.extend(t.to(dev) for t in state.get("window", ()))
         # a checkpoint from before the start rule has no start: the rule stays off

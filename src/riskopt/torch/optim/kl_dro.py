@@ -251,6 +251,8 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
                 losses.numel() == 0 and self._group() is None):
             raise ValueError("surrogate needs the batch's per-sample losses as a non-empty "
                              "1-D tensor (reduction='none')")
+        if losses.dtype.is_floating_point:      # (the weights' dtype in the surrogate)
+            self._stall_tiny = torch.finfo(losses.dtype).tiny
         with torch.no_grad():
             if self._can_post():
                 w_local = self._surrogate_posted(losses)
@@ -297,7 +299,36 @@ class SCDRO(_KLWindow, GuardMixin, torch.optim.Optimizer):
         # the batch's dual at (w, lambda) (not log s: a moving average over earlier
         # lambdas); the start rule gets the batch's losses
         self._track(tracked, window=l64, scale=lambda: l64.abs().mean())
+        # the stall: every weight exp(l / lambda - log s) / b below the losses' smallest
+        # normal number (sum_i w_i = exp(X - log s), X the batch's log-mean-exp of
+        # l / lambda): the surrogate's gradient is zero, lambda's derivative rho + log s > 0
+        # keeps lambda at lambda_0, and log s falls only by log(1 / (1 - beta)) a step
+        tiny = self._stall_tiny
+        if host:
+            self._flag_stall(float(w.numpy().sum()) < tiny, (lam, tracked, log_s))
+        else:
+            self._flag_stall(w.sum() < tiny, (lam, tracked, log_s))
         return w
+
+    _stall_tiny = torch.finfo(torch.float64).tiny
+
+    def _stall_text(self, step):
+        g = self._g
+        lam, obj, log_s = (float(g[k]) for k in ("stall_lam", "stall_obj", "stall_logs"))
+        x = (obj - (lam - self.shift_cost) * self.radius) / lam
+        _, beta = self._schedule()
+        drop = -math.log1p(-beta) if beta < 1 else math.inf
+        floor = (f"at its floor lambda_0 = shift_cost = {self.shift_cost:g}"
+                 if lam <= self.shift_cost else f"lambda_0 = shift_cost = {self.shift_cost:g}")
+        return (f"{type(self).__name__} stalled at step {step}: lambda = {lam:.6g} ({floor}); the "
+                f"batch's log-mean-exp of l / lambda, X = {x:.6g}, is below log s = {log_s:.6g} "
+                f"(a moving average of earlier batches) by {log_s - x:.4g}, so every weight "
+                f"exp(l / lambda - log s) underflowed to 0: the gradient is exactly zero, "
+                f"lambda's derivative (rho + log s > 0) drives it to lambda_0, and log s "
+                f"falls only by {drop:.3g} a step: the model stays frozen (stalled, not "
+                f"converged). Raise shift_cost (lambda_0), lower lr "
+                f"relative to beta (now lr={self._lr_text()}, beta={beta:g}), or normalise "
+                f"the losses (e.g. standardised targets)")
 
     #: how far (in the exponent) a rank's local shift may be from the previous ``log s``
     #: for its gradient to be rescaled inside the all-reduce, by the carrier dtype
