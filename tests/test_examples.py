@@ -149,8 +149,16 @@ def _torchrun_numbers(out):
 def test_torchrun_mlp_one_process(optimizer, tmp_path):
     out = run_example("torchrun_mlp.py", "--optimizer", optimizer, "--epochs", "1",
                       "--checkpoint", str(tmp_path / "ck.pt"))
-    mean, worst, _ = _torchrun_numbers(out)
+    mean, worst, state = _torchrun_numbers(out)
     assert 0 < mean <= worst
+    # it trains: the full data's worst-group (and mean) loss below the printed start; SCDRO's
+    # lambda inside its box, off its floor lambda_0 (the stall of stop 42 froze it there)
+    m = re.search(r"start: mean loss (\S+), worst group loss (\S+)", out)
+    assert m, out
+    assert worst < float(m.group(2)) and mean < float(m.group(1))
+    if optimizer == "scdro":
+        floor = float(re.search(r"lambda_0 = (\S+)\)", out).group(1))
+        assert floor < state
     import torch
     ck = torch.load(tmp_path / "ck.pt", weights_only=True)    # a complete, portable checkpoint
     assert {"model", "optimizer"} <= set(ck)
