@@ -12,6 +12,8 @@ driver's own group means use ``unique``, as a training loop may). The divergence
 every ``check_every`` steps, may read its flags once (documented in ``_guard``): it is switched
 off here (``check_every=0``) and counted on its own below.
 """
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -159,3 +161,41 @@ def test_non_finite_losses_on_the_device_path_raise_at_the_next_check(check_ever
                 opt.step(indices=idx, losses=losses.detach())
             return
         opt.step(indices=idx, losses=losses.detach())
+
+
+@pytest.mark.parametrize("name", ["pgsmd2", "scdro"])
+def test_a_pending_bad_input_survives_a_checkpoint(name, device_path):
+    # device path: a non-finite loss at step 2 is a flag read at the next check (step 3);
+    # a checkpoint taken before that check keeps the flag, so the resumed run reports it
+    X, y, groups, model = D.make_problem()
+    opt = D.make_optimizer(name, model.parameters(), X.shape[0], 4, check_every=3)
+    idx = torch.arange(4)
+
+    def one_step(opt, bad):
+        losses = D._losses(model(X[idx]), y[idx])
+        if bad:
+            losses = losses * torch.tensor([1.0, 1.0, float("nan"), 1.0], dtype=losses.dtype)
+        opt.zero_grad()
+        if hasattr(opt, "weights"):
+            (opt.weights(idx, losses=losses.detach()) * losses).sum().backward()
+            opt.step(indices=idx, losses=losses.detach())
+        else:
+            opt.surrogate(losses).backward()
+            opt.step()
+    one_step(opt, False)
+    clean = copy.deepcopy(opt.state_dict())       # (state_dict shares the state tensors)
+    one_step(opt, True)                 # flagged, not read yet
+    saved = opt.state_dict()
+    guard = saved["guard"] if "guard" in saved else saved["scdro"]["guard"]
+    assert [(s, bool(f)) for _, s, f in guard["inputs"]] == [(1, True), (2, False)]
+    fresh = D.make_optimizer(name, model.parameters(), X.shape[0], 4, check_every=3)
+    fresh.load_state_dict(saved)
+    with pytest.raises(_guard.DivergenceError, match="non-finite .* at step 2"):
+        fresh.check_divergence()
+    # a checkpoint from before the flags were saved loads (nothing pending)
+    guard = clean["guard"] if "guard" in clean else clean["scdro"]["guard"]
+    del guard["inputs"]
+    model.load_state_dict(D.make_problem()[3].state_dict())    # (finite parameters)
+    old = D.make_optimizer(name, model.parameters(), X.shape[0], 4, check_every=3)
+    old.load_state_dict(clean)
+    assert old._g_inputs == [] and old.check_divergence() is False

@@ -577,10 +577,14 @@ class GuardMixin:
 
     # ------------------------------------------------------------------ checkpoints
     def _guard_state(self):
+        # ``inputs``: the input flags of :meth:`_check_input_finite` not read yet (a bad
+        # input between the previous check and this checkpoint is reported after a resume)
         return {"steps": self._g_steps, "reported": self._g_reported, "rose": self._g_rose,
                 "stall_reported": self._g_stall_reported,
                 "window": [torch.tensor(t, dtype=torch.float64) if isinstance(t, float)
                            else t.clone() for t in self._g_window],
+                "inputs": [(what, step, flag.detach().clone())
+                           for what, step, flag in self._g_inputs],
                 **{k: torch.as_tensor(v, dtype=_G_TYPES[k][1]).clone()
                    for k, v in self._g.items()}}
 
@@ -593,6 +597,9 @@ class GuardMixin:
         self._g_stall_reported = bool(state.get("stall_reported", False))
         self._g_window.clear()
         self._g_window.extend(t.to(dev) for t in state.get("window", ()))
+        # (a checkpoint from before the pending input flags were saved: none pending)
+        self._g_inputs = [(str(what), int(step), flag.to(dev, torch.bool).reshape(()))
+                          for what, step, flag in state.get("inputs", ())]
         # a checkpoint from before the start rule has no start: the rule stays off
         self._g = {k: (state[k] if k in state else torch.as_tensor(_G_FRESH[k])).to(
             dev, _G_TYPES[k][1]) for k in _G_FRESH}
