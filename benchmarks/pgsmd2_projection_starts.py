@@ -37,7 +37,8 @@ from pathlib import Path
 
 import torch
 
-from riskopt.bench._io import atomic_write_json, atomic_write_text
+from riskopt.bench._io import write_results
+from riskopt.bench._meta import int_options
 from riskopt.torch.optim import _drive as D
 from riskopt.torch.optim import _updates
 
@@ -169,14 +170,9 @@ def measure(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--d", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--window-calls", type=int, default=300)
+    ap = int_options(argparse.ArgumentParser(description=__doc__.split("\n")[0]),
+                     hidden=256, d=64, batch=256, steps=300, warmup=20, seed=0,
+                     window_calls=300)
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     if args.steps <= args.warmup + 2:
@@ -184,7 +180,6 @@ def main():
     got = measure(args)
     got["window_check_us"] = window_check_cost(args.batch, args.window_calls)
     out = Path(args.out) / f"hidden{args.hidden}"
-    atomic_write_json(out / "results.json", got)
     m = got["meta"]
     hist = lambda h: ", ".join(f"{k}: {v}" for k, v in h.items())   # noqa: E731
     md = [f"# PG-SMD2's KL-ball projection: cold vs warm Newton start "
@@ -208,8 +203,7 @@ def main():
           f"The KL methods' start-rule check (10 batches x {args.batch} losses): the whole "
           f"grid {got['window_check_us']['grid']:.0f} us, the two-column bound "
           f"{got['window_check_us']['bound']:.0f} us CPU per check (median of 5 blocks)."]
-    atomic_write_text(out / "results.md", "\n".join(md) + "\n")
-    print("\n".join(md))
+    write_results(out, got, md)
 
 
 if __name__ == "__main__":

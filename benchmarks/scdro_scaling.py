@@ -23,15 +23,14 @@ asks for <= 1.5x from 1e4 to 1e6). Writes ``results.md``, ``results.json``, ``me
 """
 import argparse
 import os
-import platform
 import time
 
 import numpy as np
 
 import riskopt as ro
 from riskopt._kernels import scdro as ks
-from riskopt.bench._io import atomic_write_json, atomic_write_text
-from riskopt.bench._meta import _git_commit
+from riskopt.bench._io import atomic_write_json, write_results
+from riskopt.bench._meta import int_options, script_metadata
 
 B = 64
 
@@ -75,16 +74,13 @@ KINDS = ("random, no prefetch", "random, prefetch", "sorted within batch", "cont
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    ap.add_argument("--d", type=int, default=20)
-    ap.add_argument("--steps", type=int, default=4000)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = int_options(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
+                     sizes=[10_000, 100_000, 1_000_000], d=20, steps=4000, repeats=5)
     ap.add_argument("--note", default="")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                    "scdro_scaling"))
     args = ap.parse_args()
-    t_start = time.time()
+    t_start = time.perf_counter()
     rng = np.random.default_rng(1)
     rows = []
     for n in args.sizes:
@@ -110,15 +106,11 @@ def main():
         cells = [r for r in rows if r["variant"] == kind]
         lines.append(f"| {kind} | " + " | ".join(
             f"{r['us_per_step']:.2f} ({r['ratio_to_smallest_n']:.2f}x)" for r in cells) + " |")
-    atomic_write_text(os.path.join(args.out, "results.md"), "\n".join(lines) + "\n")
-    atomic_write_json(os.path.join(args.out, "results.json"), rows)
-    atomic_write_json(os.path.join(args.out, "metadata.json"), {
-        "script": "benchmarks/scdro_scaling.py", "sizes": args.sizes, "d": args.d,
-        "steps": args.steps, "repeats": args.repeats, "git_commit": _git_commit(),
-        "machine": platform.platform(), "cpus": os.cpu_count(), "numpy": np.__version__,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "note": args.note,
-        "wall_seconds": round(time.time() - t_start, 1)})
-    print("\n".join(lines))
+    write_results(args.out, rows, lines)
+    atomic_write_json(os.path.join(args.out, "metadata.json"), script_metadata(
+        "benchmarks/scdro_scaling.py", time.perf_counter() - t_start, sizes=args.sizes,
+        d=args.d, steps=args.steps, repeats=args.repeats, numpy=np.__version__,
+        note=args.note))
 
 
 if __name__ == "__main__":

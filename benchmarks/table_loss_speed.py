@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 import riskopt as ro
-from riskopt.bench._io import atomic_write_json, atomic_write_text
-from riskopt.bench._meta import _git_commit, now
+from riskopt.bench._io import atomic_write_json, write_results
+from riskopt.bench._meta import int_options, script_metadata
 from riskopt.torch import TableSpectralRiskLoss
 
 
@@ -66,12 +66,9 @@ def _measure(n, args, risk):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--steps-old", type=int, default=40)
-    p.add_argument("--steps-box", type=int, default=2000)
-    p.add_argument("--repeats", type=int, default=5)
+    p = int_options(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
+                    sizes=[10_000, 100_000, 1_000_000], batch=64, steps_old=40,
+                    steps_box=2000, repeats=5)
     p.add_argument("--out", default="benchmarks/results/table_loss_speed")
     args = p.parse_args()
     started = time.perf_counter()
@@ -103,16 +100,12 @@ def main():
                         "old_first_s": bo, "box_first_s": bb, "value_rel_diff": diff,
                         "old_value_rel_err_fsum": eo, "box_value_rel_err_fsum": eb})
         print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    atomic_write_text(os.path.join(args.out, "results.md"), text)
-    atomic_write_json(os.path.join(args.out, "metadata.json"), {
-        "script": "benchmarks/table_loss_speed.py", "git_commit": _git_commit(),
-        "machine": platform.platform(), "processor": platform.processor(),
-        "cpus": os.cpu_count(), "date": now(),
-        "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
-        "torch": torch.__version__, "args": vars(args), "results": results,
-        "wall_seconds": round(time.perf_counter() - started, 1)})
+    write_results(args.out, None, lines)
+    atomic_write_json(os.path.join(args.out, "metadata.json"), script_metadata(
+        "benchmarks/table_loss_speed.py", time.perf_counter() - started,
+        processor=platform.processor(),
+        openblas_num_threads=os.environ.get("OPENBLAS_NUM_THREADS"),
+        torch=torch.__version__, args=vars(args), results=results))
 
 
 if __name__ == "__main__":

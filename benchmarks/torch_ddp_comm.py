@@ -81,7 +81,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from riskopt.bench._io import atomic_write_json, atomic_write_text
+from riskopt.bench._io import write_results
+from riskopt.bench._meta import int_options
 from riskopt.torch.optim import _drive as D
 
 OUT = Path(__file__).resolve().parent / "results" / "torch_ddp_comm"
@@ -301,9 +302,7 @@ def _worker(rank, path, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=4)
+    int_options(ap, batch=256, steps=10, repeats=4)
     ap.add_argument("--hidden", type=int, nargs="+", default=[256],
                     help="hidden width(s); several: one run each, in OUT/hidden<h>/")
     ap.add_argument("--d", type=int, default=64)
@@ -389,8 +388,6 @@ def report(args, out_dir):
             "ddp_allreduce_bytes_per_step": 4 * n_params, "steps": args.steps,
             "torch": torch.__version__, "load": os.getloadavg(),
             "note": "2 shared CPU cores, loaded machine"}
-    atomic_write_json(out_dir / "results.json", {"meta": meta, "rows": rows,
-                                                 "overlap": paired})
     md = [f"# DDP communication per step (`python benchmarks/torch_ddp_comm.py --batch "
           f"{args.batch} --steps {args.steps} --repeats {args.repeats} --hidden "
           f"{args.hidden}`)", "",
@@ -432,8 +429,7 @@ def report(args, out_dir):
                f"(range {min(w):.2f}-{max(w):.2f}), CPU median {statistics.median(c):.3f}; "
                f"ms / step in the gathers (launch + wait) {r['gather_ms_per_step'][0]:.3f} "
                f"against {r['gather_ms_per_step'][1]:.3f}."]
-    atomic_write_text(out_dir / "results.md", "\n".join(md) + "\n")
-    print("\n".join(md))
+    write_results(out_dir, {"meta": meta, "rows": rows, "overlap": paired}, md)
 
 
 if __name__ == "__main__":

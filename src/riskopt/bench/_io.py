@@ -112,6 +112,19 @@ def atomic_write_json(path, obj):
                                               default=_json_default) + "\n")
 
 
+def write_results(folder, payload, md, json_name="results.json"):
+    """A benchmark script's outputs: ``payload`` as ``folder/json_name`` (skipped when None)
+    and the Markdown lines ``md`` as ``folder/results.md``, both atomically; the Markdown is
+    printed too. Returns the folder."""
+    folder = Path(folder)
+    if payload is not None:
+        atomic_write_json(folder / json_name, payload)
+    text = "\n".join(md) + "\n"
+    atomic_write_text(folder / "results.md", text)
+    print(text, end="")
+    return folder
+
+
 def atomic_write_parquet(path, frame, metadata=None):
     """Write a DataFrame to parquet atomically (pyarrow); ``metadata`` goes in the schema."""
     import pyarrow as pa

@@ -54,6 +54,30 @@ def now():
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+def int_options(parser, **defaults):
+    """Add one integer option ``--name`` per keyword to an ``argparse`` parser (``_`` in the
+    name becomes ``-``; a list default takes one or more values). Returns the parser.
+
+    >>> import argparse
+    >>> p = int_options(argparse.ArgumentParser(), sizes=[10, 100], steps_old=40)
+    >>> vars(p.parse_args(["--steps-old", "3"]))
+    {'sizes': [10, 100], 'steps_old': 3}
+    """
+    for name, default in defaults.items():
+        more = {"nargs": "+"} if isinstance(default, list) else {}
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=default, **more)
+    return parser
+
+
+def script_metadata(script, wall_seconds, **extra):
+    """The provenance a benchmark script writes in its ``metadata.json``: the script, the
+    git commit, the machine, the CPU count and the date, then ``extra``, then the run's wall
+    seconds (rounded to 0.1)."""
+    return {"script": script, "git_commit": _git_commit(), "machine": platform.platform(),
+            "cpus": os.cpu_count(), "date": now(), **extra,
+            "wall_seconds": round(wall_seconds, 1)}
+
+
 
 def metadata(spec, out, result, sizes, fstar, probs, table, selection, summ, started, jobs,
               backend):
