@@ -8,6 +8,8 @@ import math
 
 from numba import njit
 
+from .losses import _exp_normalise
+
 
 @njit(cache=True)
 def group_means(losses, groups, means, counts):
@@ -44,12 +46,7 @@ def online_update(weights, means, adjustment, step_size):
         weights[k] = lg
         if lg > top:
             top = lg
-    s = 0.0
-    for k in range(m):
-        weights[k] = math.exp(weights[k] - top)
-        s += weights[k]
-    for k in range(m):
-        weights[k] /= s
+    _exp_normalise(weights, top, weights)
 
 
 @njit(cache=True)

@@ -53,6 +53,19 @@ def _predict_row(X, i, W, z):
                 z[k] += xij * W[j, k]
 
 
+@njit(cache=True, inline="always")
+def _exp_normalise(x, top, out):
+    """``out = exp(x - top) / sum exp(x - top)`` (``out`` may be ``x``); returns the sum
+    (the softmax of the multinomial loss and of group DRO's weights)."""
+    s = 0.0
+    for k in range(x.shape[0]):
+        out[k] = math.exp(x[k] - top)
+        s += out[k]
+    for k in range(x.shape[0]):
+        out[k] /= s
+    return s
+
+
 @njit(cache=True, _nrt=False)
 def _loss_deriv(code, y, z, dz):
     """Loss value at prediction ``z`` (length K) for target ``y``; writes dloss/dz to ``dz``."""
@@ -80,12 +93,7 @@ def _loss_deriv(code, y, z, dz):
         for k in range(1, K):
             if z[k] > m:
                 m = z[k]
-        s = 0.0
-        for k in range(K):
-            dz[k] = math.exp(z[k] - m)
-            s += dz[k]
-        for k in range(K):
-            dz[k] /= s
+        s = _exp_normalise(z, m, dz)
         dz[c] -= 1.0
         return m + math.log(s) - z[c]
 

@@ -77,18 +77,25 @@ def _scratch(n):
     return ws[1:]
 
 
+def _checked_call(losses, dtype, bits, sigma, nu, div, q):
+    """:func:`_batch_weights` on ``losses`` read as ``bits`` where they are a contiguous
+    vector of ``2 <= n <= sort_keys.RADIX_MAX`` entries of ``dtype``: the value, or None
+    (declined, or not such a vector)."""
+    n = losses.shape[0]
+    if not (2 <= n <= sort_keys.RADIX_MAX and losses.dtype == dtype and losses.ndim == 1
+            and losses.flags.c_contiguous):
+        return None
+    v, ok = _batch_weights(losses, losses.view(bits), sigma, float(nu), int(div), q,
+                           *_scratch(n))
+    return float(v) if ok else None
+
+
 def batch_risk_weights(losses, sigma, nu, div, q):
     """The value of ``oracles.risk_weights(losses, sigma, nu, div, q, radix=True)`` with
     ``q`` written, for ``2 <= n <= sort_keys.RADIX_MAX`` contiguous float64 ``losses`` (bit for bit),
     or None where :func:`_batch_weights` declines or the input is not such a vector (the
     caller then runs its usual path)."""
-    n = losses.shape[0]
-    if not (2 <= n <= sort_keys.RADIX_MAX and losses.dtype == np.float64 and losses.ndim == 1
-            and losses.flags.c_contiguous):
-        return None
-    v, ok = _batch_weights(losses, losses.view(np.uint64), sigma, float(nu), int(div), q,
-                           *_scratch(n))
-    return float(v) if ok else None
+    return _checked_call(losses, np.float64, np.uint64, sigma, nu, div, q)
 
 
 def batch_risk_weights_f32(losses, sigma, nu, div, q):
@@ -102,10 +109,4 @@ def batch_risk_weights_f32(losses, sigma, nu, div, q):
     exactly where the float64 bits are (NaN declines either way), the radix keys are the
     float32 roundings (the losses themselves), and the sorted losses are the float64 values.
     No copy pass, and 64 KiB less memory in the step at n = 8192."""
-    n = losses.shape[0]
-    if not (2 <= n <= sort_keys.RADIX_MAX and losses.dtype == np.float32 and losses.ndim == 1
-            and losses.flags.c_contiguous):
-        return None
-    v, ok = _batch_weights(losses, losses.view(np.uint32), sigma, float(nu), int(div), q,
-                           *_scratch(n))
-    return float(v) if ok else None
+    return _checked_call(losses, np.float32, np.uint32, sigma, nu, div, q)

@@ -56,9 +56,11 @@ def _float_keys(bits, shift, out):
     return True
 
 
-@njit(cache=True)
-def _unpack_float_keys(keys, order, shift, losses, ls):
-    """:func:`_unpack_keys` for the keys of :func:`_float_keys` (sorted as floats)."""
+@njit(cache=True, inline="always")
+def _unpack(keys, order, shift, losses, ls, floats):
+    """The loop of :func:`_unpack_keys` (``floats=False``) and :func:`_unpack_float_keys`
+    (``floats=True``: a key with the sign bit set is a negative float's, its index bits
+    complemented); inlined into both, where ``floats`` is a constant."""
     n = keys.shape[0]
     sign = np.uint64(1) << np.uint64(63)
     lo = (np.uint64(1) << np.uint64(shift)) - np.uint64(1)
@@ -66,13 +68,22 @@ def _unpack_float_keys(keys, order, shift, losses, ls):
     prev = -np.inf
     for r in range(n):
         k = keys[r]
-        i = np.int64(lo - (k & lo)) if k & sign else np.int64(k & lo)
+        if floats and (k & sign) != 0:
+            i = np.int64(lo - (k & lo))
+        else:
+            i = np.int64(k & lo)
         order[r] = i
         x = losses[i]
         ls[r] = x
         disorder |= x < prev
         prev = x
     return disorder
+
+
+@njit(cache=True)
+def _unpack_float_keys(keys, order, shift, losses, ls):
+    """:func:`_unpack_keys` for the keys of :func:`_float_keys` (sorted as floats)."""
+    return _unpack(keys, order, shift, losses, ls, True)
 
 
 @njit(cache=True)
@@ -83,18 +94,7 @@ def _unpack_keys(keys, order, shift, losses, ls):
     values were dropped), which the caller puts in order by value (:func:`sorted_order`;
     a stable sort of the nearly sorted ``ls`` in NumPy, not numba's merge sort, whose
     compilation took a third of a first fit's compile time)."""
-    n = keys.shape[0]
-    lo = (np.uint64(1) << np.uint64(shift)) - np.uint64(1)
-    disorder = False
-    prev = -np.inf
-    for r in range(n):
-        i = np.int64(keys[r] & lo)
-        order[r] = i
-        x = losses[i]
-        ls[r] = x
-        disorder |= x < prev
-        prev = x
-    return disorder
+    return _unpack(keys, order, shift, losses, ls, False)
 
 
 @njit(cache=True)

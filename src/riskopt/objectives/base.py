@@ -52,6 +52,19 @@ from .._validation import check_array, check_positive, design_matrix
 from ..losses import get_loss
 
 
+def shifted_copy(objective, shift_cost, divergence_code=None):
+    """A shallow copy of ``objective`` with the shift cost ``nu = shift_cost`` (and the
+    divergence code ``div`` when given): the same data, nothing copied (the ``with_shift``
+    of the spectral and group-risk objectives)."""
+    import copy
+
+    other = copy.copy(objective)
+    other.nu = float(shift_cost)
+    if divergence_code is not None:
+        other.div = divergence_code
+    return other
+
+
 @dataclass
 class Reference:
     """A reference minimiser: ``coef``, auxiliary variables ``aux`` (a tuple, possibly empty),

@@ -63,7 +63,7 @@ from .._kernels import oracles as _ko
 from .._validation import check_positive
 from ..risks import CVaR, MaxLoss, Mean, _RiskBase, parse_risk
 from ._lbfgs import abnormal_extra, stop_report
-from .base import LinearModelObjective, Reference
+from .base import LinearModelObjective, Reference, shifted_copy
 
 
 def _csr(members):
@@ -337,13 +337,8 @@ class GroupRiskObjective(_FCCOBase):
         return float(gl[min(max(k, 0), self.m - 1)]) if k < self.m else float(gl[-1])
 
     def with_shift(self, shift_cost, divergence_code=None):
-        import copy
-
-        other = copy.copy(self)
-        other.nu = float(shift_cost)
-        if divergence_code is not None:
-            other.div = divergence_code
-        return other
+        """A shallow copy of this objective with another shift cost (same data, no copy)."""
+        return shifted_copy(self, shift_cost, divergence_code)
 
     def reference_solution(self, method="auto", coef0=None, tol=1e-12, max_iter=20000,
                            **options):

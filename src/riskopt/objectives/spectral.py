@@ -28,7 +28,7 @@ import numpy as np
 
 from .._kernels import oracles as _ko
 from ..risks import _RiskBase, parse_risk
-from .base import LinearModelObjective
+from .base import LinearModelObjective, shifted_copy
 
 
 class Objective(LinearModelObjective):
@@ -201,13 +201,7 @@ class Objective(LinearModelObjective):
 
     def with_shift(self, shift_cost, divergence_code=None):
         """A shallow copy of this objective with another shift cost (same data, no copy)."""
-        import copy
-
-        other = copy.copy(self)
-        other.nu = float(shift_cost)
-        if divergence_code is not None:
-            other.div = divergence_code
-        return other
+        return shifted_copy(self, shift_cost, divergence_code)
 
     def sorted_order(self, w):
         """Indices sorting the losses at ``w`` (stable)."""
