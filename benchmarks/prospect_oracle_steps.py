@@ -116,8 +116,11 @@ def load_base(src):
     d = Path(tempfile.mkdtemp(prefix="oracle_steps_")) / "_base_oracles"
     d.mkdir()
     (d / "__init__.py").write_text("")
-    for f in ("rank_oracle.py", "hull_oracle.py"):
-        text = (Path(src) / "riskopt" / "_kernels" / f).read_text()
+    for f in ("chunk_tree.py", "rank_oracle.py", "hull_oracle.py"):
+        path = Path(src) / "riskopt" / "_kernels" / f
+        if not path.exists():  # (chunk_tree.py: split from rank_oracle.py in stop 43)
+            continue
+        text = path.read_text()
         (d / f).write_text(text.replace("from .oracles import",
                                         "from riskopt._kernels.oracles import"))
     sys.path.insert(0, str(d.parent))
