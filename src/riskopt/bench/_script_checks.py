@@ -48,10 +48,24 @@ def _fmt(stats, scale=1.0, digits=4):
                      for k, v in stats.items())
 
 
+def _seeds(last):
+    return ",".join(map(str, sorted(last["seed"].unique())))
+
+
+def _summary(head, parts, outs, tail=""):
+    """``(ours, verdict)`` of a check: ``head``, the ``parts`` and the tally of the outcomes
+    ``outs`` (then ``tail``) and their aggregate; None without outcomes."""
+    from .verdict import aggregate, tally
+
+    if not outs:
+        return None
+    return head + "; ".join(parts) + f"; {tally(outs)}" + tail, aggregate(outs, 1.0)
+
+
 def check_scdro_nonconvex(folder, ours="scdro"):
     """SCDRO paper, non-convex setting: SCDRO has the best training and test accuracy (the
     final epoch, per seed), beyond the noise (2 Welch standard errors, floor 0.1 pp)."""
-    from .verdict import Stat, aggregate, outcome, tally
+    from .verdict import Stat, outcome
 
     path = Path(folder) / "results.json"
     if not path.exists():
@@ -71,11 +85,10 @@ def check_scdro_nonconvex(folder, ours="scdro"):
     n = len(next(iter(res.values()))["curves"])
     div = {m: len(r["curves"]) - len(done[m]) for m, r in res.items()
            if len(r["curves"]) > len(done[m])}
-    ours_text = (f"final accuracy (mean+-std over {n} seeds; noise: 2 Welch standard errors, "
-                 f"floor 0.1 pp): " + "; ".join(parts) + f"; {tally(outs)}"
-                 + "".join(f"; {m}: {d} of {n} seeds diverged (left out)"
-                           for m, d in div.items()))
-    return ours_text, aggregate(outs, 1.0)
+    return _summary(f"final accuracy (mean+-std over {n} seeds; noise: 2 Welch standard "
+                    "errors, floor 0.1 pp): ", parts, outs,
+                    "".join(f"; {m}: {d} of {n} seeds diverged (left out)"
+                            for m, d in div.items()))
 
 
 def check_scdro_rho_nonconvex(folder, ours="scdro", rivals=("pgsmd2", "fastdro")):
@@ -83,7 +96,7 @@ def check_scdro_rho_nonconvex(folder, ours="scdro", rivals=("pgsmd2", "fastdro")
     for every rho -- per ``rho_<value>/results.json`` of ``folder`` (one run of
     ``benchmarks/scdro_nonconvex.py --rho`` each), the final epoch per seed, beyond the noise
     (2 Welch standard errors, floor 0.1 pp). None when no rho folder has all three methods."""
-    from .verdict import Stat, aggregate, outcome, tally
+    from .verdict import Stat, outcome
 
     outs, parts, seeds = [], [], set()
     for path in sorted(Path(folder).glob("rho_*/results.json"),
@@ -98,12 +111,9 @@ def check_scdro_rho_nonconvex(folder, ours="scdro", rivals=("pgsmd2", "fastdro")
         outs.append(o)
         seeds.add(len(res[ours]["curves"]))
         parts.append(f"rho {meta['rho']:g}: {_fmt(st, 100)} % ({o})")
-    if not outs:
-        return None
     n = "/".join(map(str, sorted(seeds)))
-    ours_text = (f"final test accuracy (mean+-std over {n} seeds; noise: 2 Welch standard "
-                 f"errors, floor 0.1 pp): " + "; ".join(parts) + f"; {tally(outs)}")
-    return ours_text, aggregate(outs, 1.0)
+    return _summary(f"final test accuracy (mean+-std over {n} seeds; noise: 2 Welch standard "
+                    "errors, floor 0.1 pp): ", parts, outs)
 
 
 def check_group_dro_mlp(folder, ours_name="sonex", rivals=("sonx", "ooa"), also=()):
@@ -111,7 +121,7 @@ def check_group_dro_mlp(folder, ours_name="sonex", rivals=("sonx", "ooa"), also=
     OOA (per data set, the final objective of the selected setting per seed), beyond the noise
     (2 Welch standard errors). ``also``: columns reported next to it (mean+-std per method,
     e.g. ``test_worst_group_accuracy``), not part of the verdict."""
-    from .verdict import Stat, aggregate, outcome, tally
+    from .verdict import Stat, outcome
 
     df = _parquet(folder)
     if df is None:
@@ -129,13 +139,8 @@ def check_group_dro_mlp(folder, ours_name="sonex", rivals=("sonx", "ooa"), also=
                        + _fmt({m: Stat.of(v[col]) for m, v in g.groupby("method")})
                        for col in also)
         parts.append(f"{name}: {_fmt(st)} ({o}){more}")
-    if not outs:
-        return None
-    seeds = sorted(last["seed"].unique())
-    ours = (f"final training objective CVaR(0.15) over groups (mean+-std over seeds "
-            f"{','.join(map(str, seeds))}; noise: 2 Welch standard errors): "
-            f"{'; '.join(parts)}; {tally(outs)}")
-    return ours, aggregate(outs, 1.0)
+    return _summary(f"final training objective CVaR(0.15) over groups (mean+-std over seeds "
+                    f"{_seeds(last)}; noise: 2 Welch standard errors): ", parts, outs)
 
 
 def check_auc_fairness(folder, ours_name="alexr2", kappa=0.005):
@@ -144,7 +149,7 @@ def check_auc_fairness(folder, ours_name="alexr2", kappa=0.005):
     violation) at matched constraint satisfaction: compared only with the baselines whose
     mean worst training constraint ``max_c |g_c| - kappa`` is within ``kappa`` of ALEXR2's or
     below it; a baseline that meets the constraints while ALEXR2 does not counts against."""
-    from .verdict import Stat, aggregate, outcome, tally
+    from .verdict import Stat, outcome
 
     df = _parquet(folder)
     if df is None:
@@ -167,13 +172,9 @@ def check_auc_fairness(folder, ours_name="alexr2", kappa=0.005):
         parts.append(f"{name}: train AUC {_fmt(auc)}; worst training constraint "
                      + ", ".join(f"{m} {v:+.4f}" for m, v in worst.items())
                      + f" ({outs[-1]})")
-    if not outs:
-        return None
-    seeds = sorted(last["seed"].unique())
-    ours = (f"final training AUC (mean+-std over seeds {','.join(map(str, seeds))}; noise: 2 "
-            f"Welch standard errors, floor 0.001) at matched constraint violation (worst "
-            f"training constraint within kappa = {kappa}): {'; '.join(parts)}; {tally(outs)}")
-    return ours, aggregate(outs, 1.0)
+    return _summary(f"final training AUC (mean+-std over seeds {_seeds(last)}; noise: 2 Welch "
+                    "standard errors, floor 0.001) at matched constraint violation (worst "
+                    f"training constraint within kappa = {kappa}): ", parts, outs)
 
 
 def check_continual(folder, ours_name="sonex", rival="sox", feasible=0.02):
