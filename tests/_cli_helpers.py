@@ -1,6 +1,7 @@
-"""Helpers shared by the CLI fault tests (test_faults_cli, test_faults_round3,
+"""Helpers shared by the CLI tests (test_cli, test_faults_cli, test_faults_round3,
 test_faults_runs): run the CLI and expect one error line, a small training table with the
-models fitted on it, and a folder where nothing can be written."""
+models fitted on it, a folder where nothing can be written, and a stochastic solver for the
+yacht runs."""
 import os
 import re
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import riskopt as ro
 from riskopt.bench import _io
 from riskopt.cli import main
 
@@ -68,3 +70,20 @@ def readonly_dir(tmp_path):
     except _io.OutputError:
         return Path("/sys")
     pytest.skip("no read-only folder available to root here")
+
+
+def solver_for_yacht():
+    """A registered stochastic solver and a shift cost it accepts (None if there is none)."""
+    data = ro.datasets.load("yacht")
+    for name in ["prospect", "lsvrg", "sgd"] + ro.solvers.available():
+        if name == "lbfgs" or name not in ro.solvers.available():
+            continue
+        for nu in (0.5, 0.0):
+            obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=nu), data.X_train[:30],
+                               data.y_train[:30], l2_reg=0.1)
+            try:
+                ro.solvers.get(name, lr=0.01)._check_objective(obj)
+            except ValueError:
+                continue
+            return name, nu
+    return None

@@ -40,6 +40,47 @@ def make_problem(loss="squared", risk=None, n=20, d=3, fit_intercept=False, l2_r
     return ro.Objective(loss, risk, X, y, l2_reg=l2_reg, fit_intercept=fit_intercept)
 
 
+def heavy_tail_data(loss, n, d, seed):
+    """``(X, y)``: a standard normal design and the targets of a random linear model, with
+    t(3) noise (scale 0.3) for the squared / absolute losses, logistic labels, or 3 classes
+    drawn uniformly (the solvers' step-by-step twin tests)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    w = rng.normal(size=d)
+    if loss in ("squared", "absolute"):
+        y = X @ w + 0.3 * rng.standard_t(3, size=n)
+    elif loss == "logistic":
+        y = (X @ w + rng.normal(size=n) > 0).astype(float)
+    else:
+        y = rng.integers(0, 3, size=n).astype(float)
+    return X, y
+
+
+def steps_match_twin(solver, obj, state, twin, indices, check):
+    """The solver one index per update and its NumPy ``twin`` (``twin.step(i)``) in lockstep,
+    ``check(state, twin, obj)`` at the start and after every step; returns the last state."""
+    check(state, twin, obj)
+    for i in indices:
+        state = solver.update(obj, state, indices=[i])
+        twin.step(i)
+        check(state, twin, obj)
+    return state
+
+
+def passes_match_twin(solver, obj, state, twin, check, passes=2):
+    """``passes`` updates on the solver's own draws, the twin stepping through the same
+    indices, ``check(state, twin, obj)`` after each; returns the last state and the draws."""
+    draws = []
+    for _ in range(passes):
+        idx = solver.draw_indices(obj, state)
+        state = solver.update(obj, state, indices=idx)
+        for i in idx:
+            twin.step(i)
+        check(state, twin, obj)
+        draws.append(idx)
+    return state, draws
+
+
 def random_coef(obj, rng, scale=0.5):
     """A random coefficient in the objective's public shape."""
     return scale * rng.normal(size=obj.coef_shape)

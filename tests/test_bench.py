@@ -405,3 +405,29 @@ def test_plots_come_from_the_table_alone(tmp_path, monkeypatch):
     table.to_parquet(tmp_path / "results.parquet")
     with pytest.raises(ValueError, match="no selected configuration"):
         rb.plot_results(tmp_path, x=["passes"], formats=["png"])
+
+
+def test_benchmark_script_helpers(tmp_path, capsys):
+    """The helpers the benchmark scripts share: integer options, the results pair and the
+    provenance of ``metadata.json``."""
+    import argparse
+
+    from riskopt.bench._io import write_results
+    from riskopt.bench._meta import int_options, script_metadata
+
+    ap = int_options(argparse.ArgumentParser(), sizes=[10, 100], steps_old=40)
+    args = ap.parse_args(["--sizes", "5", "7", "--steps-old", "3"])
+    assert (args.sizes, args.steps_old) == ([5, 7], 3)
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--steps-old", "x"])
+    capsys.readouterr()
+    out = write_results(tmp_path / "a" / "b", {"rows": [1.5]}, ["# title", "", "| x |"])
+    assert json.loads((out / "results.json").read_text()) == {"rows": [1.5]}
+    assert (out / "results.md").read_text() == "# title\n\n| x |\n"
+    assert capsys.readouterr().out == "# title\n\n| x |\n"
+    write_results(tmp_path / "c", None, ["only"])
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["results.md"]
+    meta = script_metadata("benchmarks/x.py", 12.345, sizes=[10], note="n")
+    assert list(meta) == ["script", "git_commit", "machine", "cpus", "date", "sizes", "note",
+                          "wall_seconds"]
+    assert meta["script"] == "benchmarks/x.py" and meta["wall_seconds"] == 12.3

@@ -12,28 +12,12 @@ pytest.importorskip("joblib")
 
 import riskopt as ro  # noqa: E402
 from riskopt.cli import main  # noqa: E402
+from _cli_helpers import solver_for_yacht  # noqa: E402
 
 RISKOPT = Path(sys.executable).with_name("riskopt")
 
 
-def _solver_for_yacht():
-    """A registered stochastic solver and a shift cost it accepts (None if there is none)."""
-    data = ro.datasets.load("yacht")
-    for name in ["prospect", "lsvrg", "sgd"] + ro.solvers.available():
-        if name == "lbfgs" or name not in ro.solvers.available():
-            continue
-        for nu in (0.5, 0.0):
-            obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=nu), data.X_train[:30],
-                               data.y_train[:30], l2_reg=0.1)
-            try:
-                ro.solvers.get(name, lr=0.01)._check_objective(obj)
-            except ValueError:
-                continue
-            return name, nu
-    return None
-
-
-SOLVER = _solver_for_yacht()
+SOLVER = solver_for_yacht()
 
 
 def _run(argv, capsys):

@@ -24,31 +24,14 @@ pd = pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")
 pytest.importorskip("joblib")
 
-import riskopt as ro  # noqa: E402
 import riskopt.bench as rb  # noqa: E402
 from riskopt.bench import _io, _lock, _procs, runner  # noqa: E402
 from riskopt.bench._io import OutputError, RecoveryWarning  # noqa: E402
 from riskopt.bench._lock import LOCK_NAME, RunLockError  # noqa: E402
-from _cli_helpers import readonly_dir  # noqa: E402
+from _cli_helpers import readonly_dir, solver_for_yacht  # noqa: E402
 
 
-def _solver_for_yacht():
-    data = ro.datasets.load("yacht")
-    for name in ["prospect", "lsvrg", "sgd"] + ro.solvers.available():
-        if name == "lbfgs" or name not in ro.solvers.available():
-            continue
-        for nu in (0.5, 0.0):
-            obj = ro.Objective("squared", ro.CVaR(0.5, shift_cost=nu), data.X_train[:30],
-                               data.y_train[:30], l2_reg=0.1)
-            try:
-                ro.solvers.get(name, lr=0.01)._check_objective(obj)
-            except ValueError:
-                continue
-            return name, nu
-    return None
-
-
-SOLVER = _solver_for_yacht()
+SOLVER = solver_for_yacht()
 pytestmark = pytest.mark.skipif(SOLVER is None, reason="no stochastic solver is registered")
 SRC = Path(runner.__file__).resolve().parents[2]
 

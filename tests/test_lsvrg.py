@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import riskopt as ro
+from conftest import heavy_tail_data, passes_match_twin, steps_match_twin
 from reference_impl.lsvrg import LSVRGTwin
 
 # Step sizes found by the papers' rule (lowest mean objective over the last ten recorded
@@ -27,15 +28,7 @@ LSVRG_SLOW = {
 
 def make_problem(loss="squared", divergence="chi2", nu=0.5, intercept=True, n=30, d=4,
                  seed=0, risk=ro.ESRM):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    w = rng.normal(size=d)
-    if loss in ("squared", "absolute"):
-        y = X @ w + 0.3 * rng.standard_t(3, size=n)
-    elif loss == "logistic":
-        y = (X @ w + rng.normal(size=n) > 0).astype(float)
-    else:
-        y = rng.integers(0, 3, size=n).astype(float)
+    X, y = heavy_tail_data(loss, n, d, seed)
     r = risk(1.0 if risk is ro.ESRM else 2.0, shift_cost=nu, divergence=divergence)
     return ro.Objective(loss, r, X, y, l2_reg=1.0 / n, fit_intercept=intercept)
 
@@ -70,12 +63,8 @@ def test_kernel_matches_twin_step_by_step(loss, divergence, nu, intercept):
     solver = ro.solvers.LSVRG(lr=0.05, epoch_length=7)
     state = solver.init_state(obj, coef0=W0)
     twin = LSVRGTwin(obj, W0, lr=0.05, epoch_length=7)
-    assert_state_matches(state, twin, obj)
     idx = rng.integers(0, obj.n, size=23)          # crosses three checkpoint refreshes
-    for i in idx:
-        state = solver.update(obj, state, indices=[i])
-        twin.step(i)
-        assert_state_matches(state, twin, obj)
+    steps_match_twin(solver, obj, state, twin, idx, assert_state_matches)
 
 
 @pytest.mark.parametrize("loss, divergence, nu, intercept", CASES[:4])
@@ -85,13 +74,8 @@ def test_full_passes_match_twin(loss, divergence, nu, intercept):
     solver = ro.solvers.LSVRG(lr=0.03, random_state=5)
     state = solver.init_state(obj)
     twin = LSVRGTwin(obj, np.zeros((obj.p, obj.K)), lr=0.03)
-    for _ in range(2):
-        idx = solver.draw_indices(obj, state)
-        assert idx.shape == (obj.n,)
-        state = solver.update(obj, state, indices=idx)
-        for i in idx:
-            twin.step(i)
-        assert_state_matches(state, twin, obj)
+    state, draws = passes_match_twin(solver, obj, state, twin, assert_state_matches)
+    assert [idx.shape for idx in draws] == [(obj.n,)] * 2
     assert state.epoch == 2
 
 

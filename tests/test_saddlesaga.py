@@ -6,6 +6,7 @@ import riskopt as ro
 from riskopt._kernels.saddlesaga import _sort_by
 from riskopt.solvers.saddlesaga import dual_prox
 from reference_impl.saddlesaga import SaddleSAGATwin, prox_chi2, prox_kl
+from conftest import passes_match_twin, steps_match_twin
 from test_lsvrg import BUDGET, RISKS, make_problem, regression_problem
 
 # Primal step sizes (heuristic scheme, dual_lr = lr / (10 n)) found by the papers' rule (lowest
@@ -144,11 +145,8 @@ def test_kernel_matches_twin_step_by_step(loss, divergence, nu, intercept, schem
     solver = ro.solvers.SaddleSAGA(lr=0.05, dual_lr=dual_lr, scheme=scheme)
     state = solver.init_state(obj, coef0=W0)
     twin = SaddleSAGATwin(obj, W0, lr=0.05, dual_lr=solver.dual_step_size(obj))
-    assert_state_matches(state, twin, obj)
-    for i in rng.integers(0, obj.n, size=15):
-        state = solver.update(obj, state, indices=[i])
-        twin.step(i)
-        assert_state_matches(state, twin, obj)
+    steps_match_twin(solver, obj, state, twin, rng.integers(0, obj.n, size=15),
+                     assert_state_matches)
 
 
 @pytest.mark.parametrize("loss, divergence, nu, intercept", CASES[:3])
@@ -157,12 +155,7 @@ def test_full_passes_match_twin(loss, divergence, nu, intercept):
     solver = ro.solvers.SaddleSAGA(lr=0.03, scheme="equal", random_state=5)
     state = solver.init_state(obj)
     twin = SaddleSAGATwin(obj, np.zeros((obj.p, obj.K)), lr=0.03, dual_lr=0.03)
-    for _ in range(2):
-        idx = solver.draw_indices(obj, state)
-        state = solver.update(obj, state, indices=idx)
-        for i in idx:
-            twin.step(i)
-        assert_state_matches(state, twin, obj)
+    passes_match_twin(solver, obj, state, twin, assert_state_matches)
 
 
 def test_init_follows_the_paper():

@@ -462,13 +462,20 @@ def test_incompatible_family_lists_the_solvers_that_fit(name, request):
 
 
 # ------------------------------------------------------------- deterministic (full batch)
-@pytest.mark.parametrize("name", DETERMINISTIC)
-@pytest.mark.parametrize("ru", [False, True], ids=["spectral", "ru_cvar"])
-def test_deterministic_solver_is_deterministic_and_warm_starts(name, ru):
+def _deterministic_case(name, ru):
+    """The problem of the deterministic solvers' tests and the solver (skipped where it does
+    not solve that family)."""
     obj = _problem(ru=ru, n=30)
     solver = ro.solvers.get(name)
     if solver.incompatibility(obj) is not None:
         pytest.skip(f"{name} does not solve this family")
+    return obj, solver
+
+
+@pytest.mark.parametrize("name", DETERMINISTIC)
+@pytest.mark.parametrize("ru", [False, True], ids=["spectral", "ru_cvar"])
+def test_deterministic_solver_is_deterministic_and_warm_starts(name, ru):
+    obj, solver = _deterministic_case(name, ru)
     a, b = solver.run(obj), solver.run(obj)
     np.testing.assert_array_equal(a.coef, b.coef)
     assert a.value == b.value and not a.diverged
@@ -498,10 +505,7 @@ def _assert_near_optimum(obj, res, what, rel=1e-8):
 @pytest.mark.parametrize("name", DETERMINISTIC)
 @pytest.mark.parametrize("ru", [False, True], ids=["spectral", "ru_cvar"])
 def test_deterministic_solver_matches_reference_solution(name, ru):
-    obj = _problem(ru=ru, n=30)
-    solver = ro.solvers.get(name)
-    if solver.incompatibility(obj) is not None:
-        pytest.skip(f"{name} does not solve this family")
+    obj, solver = _deterministic_case(name, ru)
     res = solver.run(obj)
     assert obj.value(res.coef) == pytest.approx(res.value, rel=1e-12, abs=1e-14)
     _assert_near_optimum(obj, res, name)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import riskopt as ro
+from conftest import heavy_tail_data
 from reference_impl import sorel as ref
 from riskopt._kernels import oracles as _ko
 from riskopt._kernels import sorel as _ks
@@ -44,15 +45,7 @@ RISKS = {"cvar": lambda: ro.CVaR(0.5), "extremile": lambda: ro.Extremile(2.0),
 
 
 def make_problem(loss="squared", intercept=True, n=14, d=3, seed=0, risk=None, l2_reg=None):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    w = rng.normal(size=d)
-    if loss in ("squared", "absolute"):
-        y = X @ w + 0.3 * rng.standard_t(3, size=n)
-    elif loss == "logistic":
-        y = (X @ w + rng.normal(size=n) > 0).astype(float)
-    else:
-        y = rng.integers(0, 3, size=n).astype(float)
+    X, y = heavy_tail_data(loss, n, d, seed)
     risk = ro.ESRM(1.0) if risk is None else risk
     return ro.Objective(loss, risk, X, y, l2_reg=1.0 / n if l2_reg is None else l2_reg,
                         fit_intercept=intercept)
