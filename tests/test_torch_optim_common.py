@@ -168,9 +168,14 @@ def ddp(tmp_path_factory):
     """All rows trained on 2 gloo ranks (one launch for the whole table)."""
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available")
-    path = tmp_path_factory.mktemp("ddp")
+    return two_ranks(_worker, tmp_path_factory.mktemp("ddp"), NAMES)
+
+
+def two_ranks(worker, path, *args):
+    """Run ``worker(rank, path, *args)`` on 2 processes (forked where possible); each saves
+    its results to ``path/rank{rank}.pt``: returns them."""
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    torch.multiprocessing.start_processes(_worker, args=(str(path), NAMES), nprocs=2,
+    torch.multiprocessing.start_processes(worker, args=(str(path), *args), nprocs=2,
                                           start_method=method)
     return [torch.load(path / f"rank{r}.pt", weights_only=True) for r in range(2)]
 
@@ -242,12 +247,16 @@ def test_ddp_matches_one_process_run(name, ddp):
 def test_ddp_gathers_tensor_code_matches_the_host_code(name, ddp):
     """The tensor code of the gathers (packing, unpacking and the by-index merge: what runs
     on NCCL) and of the updates gives, on gloo, the one-process run as the host code does,
-    with as many collectives."""
+    with as many collectives (the by-index merges: one a step, the rows padded to
+    ``n_indices + 1``, against one more when a rank's rows outgrow the capacity)."""
     p, s, _ = D.run(name, STEPS)
     (p0, s0, _, calls), (p1, s1, _, _) = ddp[0][f"{name}/tensor"], ddp[1][f"{name}/tensor"]
     assert torch.equal(p0, p1) and torch.equal(s0, s1)
     assert _rel(p0, p) <= 1e-10 and _rel(s0, s) <= 1e-10
-    assert calls == ddp[0][name][3]
+    if D.ROWS[name][2] in ("fcco", "ooa"):
+        assert calls == STEPS < ddp[0][name][3]
+    else:
+        assert calls == ddp[0][name][3]
 
 
 def test_ddp_pgsmd2_with_weights_of_the_indices_alone(ddp):

@@ -65,17 +65,23 @@ def _recorded(rec, method):
     return recorded
 
 
-def _recorded_run(monkeypatch, name, steps, **extra):
-    rec = SyncRecorder()
-    make = D.make_optimizer
-
-    def recording(*args, **kw):
+def recording(rec, make, setup=None):
+    """``make`` (``_drive.make_optimizer``) whose optimizers record into ``rec`` what a
+    training loop calls each step; ``setup(opt)`` first."""
+    def made(*args, **kw):
         opt = make(*args, **kw)
+        if setup is not None:
+            setup(opt)
         for name in ("surrogate", "weights", "step"):   # what a training loop calls
             if hasattr(opt, name):
                 setattr(opt, name, _recorded(rec, getattr(opt, name)))
         return opt
-    monkeypatch.setattr(D, "make_optimizer", recording)
+    return made
+
+
+def _recorded_run(monkeypatch, name, steps, **extra):
+    rec = SyncRecorder()
+    monkeypatch.setattr(D, "make_optimizer", recording(rec, D.make_optimizer))
     D.run(name, steps, **extra)
     return rec
 

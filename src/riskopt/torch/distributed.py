@@ -152,14 +152,26 @@ class ColumnGatherer:
 
     ``calls`` and ``bytes`` count the collectives issued and the bytes each rank received;
     ``seconds`` the wall time spent in them (waiting for the slower rank included).
+
+    Equal batches (``equal=True``): the caller promises that every rank gathers as many
+    rows as this one at every call (what ``DistributedSampler`` gives, with or without
+    ``drop_last``: the same number of samples on every rank, so the same batch sizes at
+    each step). The capacity then grows from this rank's own row count, before the gather
+    (the same on every rank), so each call is one gather, and the row counts are not read
+    back: on the tensor path (NCCL) the gathered counts are checked by a device-side assert
+    (``torch._assert_async``: no host round trip; a broken promise stops the run at the
+    next synchronisation, on every rank), on the host path (gloo) by a ``ValueError``. A
+    broken promise where one rank's batch outgrows the capacity of the others makes the
+    ranks' buffers differ in size: the collective itself fails (gloo aborts the process).
     """
 
     #: gloo (CPU) collectives: pack and unpack in NumPy (:meth:`_host_parts`); False: the
     #: tensor code of the device path (for tests)
     host = True
 
-    def __init__(self, group=None):
+    def __init__(self, group=None, equal=False):
         self.group = group
+        self.equal = equal         # every rank the same row count at each call (promised)
         self.capacity = 0
         self.carried = 0           # bytes carried on DDP's all-reduce (stats_comm_hook)
         self.calls = 0
@@ -184,11 +196,36 @@ class ColumnGatherer:
         the same numbers). Work done between the two (a backward, DDP's all-reduce) overlaps
         the gather; when a rank's rows outgrew the capacity, ``wait`` issues the second
         (blocking) gather. ``seconds`` counts the launch and the wait only."""
-        if _comm_device(self.group).type == "cpu" and self.host:
+        host = _comm_device(self.group).type == "cpu" and self.host
+        if host:
             pack, unpack, k = self._host_parts(columns, device, scalars)
         else:
             pack, unpack, k = self._tensor_parts(columns, device, scalars)
-        return _PendingGather(self, pack, unpack, k)
+        rows = None
+        if self.equal:       # (a shape: no host read) every rank the same, by promise
+            rows = int(columns[0].numel()) if k else 0
+            if k:
+                self.capacity = max(self.capacity, rows)
+        return _PendingGather(self, pack, unpack, k, rows, host)
+
+    def padded(self, columns, device, rows, scalars=None):
+        """One gather (the tensor code) of every rank's rows zero-padded to ``rows``, a
+        bound on every rank's row count (more are cut): the counts are not read. Returns
+        ``(table, heads)`` on ``device``: the ``(W * rows, k)`` float64 table (rank ``r``'s
+        rows from ``r * rows``, its first ``heads[r, 0]`` real) and the ``(W, 1 + s)``
+        headers (row count, then the ``scalars``)."""
+        pack, _, k = self._tensor_parts(columns, device, scalars)
+        ws = dist.get_world_size(self.group)
+        buf = pack(rows)
+        got = torch.empty(ws * buf.numel(), dtype=torch.float64, device=buf.device)
+        t0 = time.perf_counter()
+        _all_gather_single(got, buf, group=self.group)
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        self.bytes += 8 * buf.numel() * ws
+        parts = got.view(ws, buf.numel())
+        h = buf.numel() - rows * k
+        return parts[:, h:].reshape(ws * rows, k).to(device), parts[:, :h].to(device)
 
     def _tensor_parts(self, columns, device, scalars):
         """``(pack, unpack, k)`` of a call in tensor code (the device path)."""
@@ -273,8 +310,9 @@ class _PendingGather:
     """One launched all-gather of a :class:`ColumnGatherer` (see
     :meth:`ColumnGatherer.start`): the buffers stay alive until :meth:`wait`."""
 
-    def __init__(self, gatherer, pack, unpack, k):
+    def __init__(self, gatherer, pack, unpack, k, rows=None, host=True):
         self.gatherer, self.pack, self.unpack, self.k = gatherer, pack, unpack, k
+        self.rows, self.host = rows, host      # rows: every rank's row count (equal)
         self.cap = gatherer.capacity
         self.ws = dist.get_world_size(gatherer.group)
         buf = pack(self.cap)
@@ -295,7 +333,9 @@ class _PendingGather:
         self.work.wait()
         self.gatherer.seconds += time.perf_counter() - t0
         parts = self.got.view(self.ws, self.n)
-        return parts, [int(x) for x in parts[:, 0].tolist()]
+        if self.rows is None:
+            return parts, [int(x) for x in parts[:, 0].tolist()]
+        return parts, _equal_sizes(parts[:, 0], self.rows, self.host)
 
     def wait(self):
         """The gather's result (:meth:`ColumnGatherer.__call__`'s); idempotent."""
@@ -307,6 +347,21 @@ class _PendingGather:
             self.result = self.unpack(parts, sizes)
             self.pack = self.unpack = self.buf = self.got = self.work = None
         return self.result
+
+
+def _equal_sizes(counts, rows, host):
+    """The ranks' row counts under the equal-batches promise (``rows`` each), checked
+    against the gathered ``counts``: on the host (``host``: a ``ValueError``) or by a
+    device-side assert (no host read)."""
+    msg = (f"ddp_batches='equal': the ranks' batches differ in size (this rank has {rows} "
+           "rows); use ddp_batches='any' for unequal per-rank batches")
+    if host:
+        sizes = [int(x) for x in counts.tolist()]
+        if any(s != rows for s in sizes):
+            raise ValueError(f"{msg}: {sizes}")
+    else:
+        torch._assert_async((counts == float(rows)).all(), msg)
+    return [rows] * counts.numel()
 
 
 def _rows(parts, sizes, h, k, cat):
@@ -407,8 +462,11 @@ class Piggyback:
         than the capacity (the rows did not fit)."""
         ws = flat.numel() // slot
         parts = flat.view(ws, slot)
-        sizes = [int(x) for x in parts[:, 0].tolist()]
         k, cap = self.block.shape[1], self.gatherer.capacity
+        if self.gatherer.equal:     # every rank this rank's row count (no host read)
+            sizes = _equal_sizes(parts[:, 0], self.block.shape[0], False)
+        else:
+            sizes = [int(x) for x in parts[:, 0].tolist()]
         if max(sizes) > cap and k:
             return None
         if all(s == cap for s in sizes):          # every rank's rows fill its slot

@@ -110,6 +110,23 @@ class GuardMixin:
     ``_track`` per step, ``_end_step`` at the end of ``step``; ``_guard_state`` /
     ``_load_guard_state`` in the checkpoints."""
 
+    #: the ranks' batches under data parallelism (per instance: ``opt.ddp_batches =
+    #: "equal"``). ``"any"`` (default): per-rank batches of any size (some may be empty);
+    #: each gather reads the ranks' row counts on the host (on a GPU: one synchronisation
+    #: per gather). ``"equal"``: every rank has as many rows as the others at every step
+    #: (what ``DistributedSampler`` gives, with or without ``drop_last``): the row counts
+    #: are known from this rank's own, not read (a device-side assert checks the promise;
+    #: see :class:`~riskopt.torch.distributed.ColumnGatherer`), the same numbers.
+    ddp_batches = "any"
+    #: the per-index merges under data parallelism (SONEX & co, OOA; their rows are the
+    #: distinct indices of each rank's batch, whatever :attr:`ddp_batches`): with
+    #: ``n_indices`` below this, every rank's rows travel padded to ``n_indices + 1`` (a
+    #: bound: its indices are distinct and in range), so the row counts are not read; one
+    #: read a step stays, the number of distinct indices of the global batch (``unique``:
+    #: the size of all that follows). Above it (0: never), the rows travel padded to the
+    #: largest count seen, read once per gather.
+    ddp_pad_indices = 4096
+
     def _init_guard(self, process_group=None, on_divergence="warn", check_every=10,
                     blowup=1e6, rise=1.0):
         if on_divergence not in _ON_DIVERGENCE:
@@ -246,10 +263,18 @@ class GuardMixin:
         """:meth:`_gather` under a group, launched non-blocking: a handle whose ``wait()``
         gives ``(table, sizes, offset)`` (:meth:`~riskopt.torch.distributed.ColumnGatherer.
         start`)."""
-        group = self._group()
+        return self._gatherer_of(self._group()).start(columns, device)
+
+    def _gatherer_of(self, group, by_batch=True):
+        """The :class:`~riskopt.torch.distributed.ColumnGatherer` of ``group`` (made at the
+        first gather), told this step's :attr:`ddp_batches` (``by_batch``: one row per
+        sample of the batch; else per index: never equal)."""
+        if self.ddp_batches not in ("any", "equal"):
+            raise ValueError(f"ddp_batches must be 'any' or 'equal', got {self.ddp_batches!r}")
         if self._gatherer is None or self._gatherer.group is not group:
             self._gatherer = _dist.ColumnGatherer(group)
-        return self._gatherer.start(columns, device)
+        self._gatherer.equal = by_batch and self.ddp_batches == "equal"
+        return self._gatherer
 
     def _gather_by_index(self, idx, counts, values, device, rank_count=None, rank_value=None):
         """Merge the ranks' per-index estimates ``values`` (each of shape ``idx.shape``).
@@ -274,12 +299,8 @@ class GuardMixin:
             c = torch.ones(idx.numel(), dtype=torch.float64, device=device)
         else:
             c = torch.as_tensor(counts).detach().reshape(-1)
-            ok = c.numel() == idx.numel() and (_all_finite(c) and bool(
-                (c.numpy() > 0).all() if _on_host(c) else (c > 0).all()))
-            if not ok:
-                raise ValueError("counts must hold one positive finite count per index")
-        if self._gatherer is None or self._gatherer.group is not group:
-            self._gatherer = _dist.ColumnGatherer(group)
+            _check_counts(c, idx.numel(), getattr(self, "index_checks", "async"))
+        gatherer = self._gatherer_of(group, by_batch=False)
         rc = None
         if rank_count is not None:
             rc = float(rank_count)
@@ -289,30 +310,51 @@ class GuardMixin:
         if rc is not None or rank_value is not None:
             scalars = [1.0 if rc is None else rc,
                        0.0 if rank_value is None else rank_value.detach().reshape(())]
-        got = self._gatherer([idx, c, *vals], device, scalars=scalars)
-        table, sizes, off = got[:3]
-        if table.device.type == "cpu" and self._gatherer.host:
-            return _merge_host(table, sizes, off, idx.numel(), len(vals),
-                               None if scalars is None else got[3], rc, rank_value)
-        gi, gc = table[:, 0].to(torch.int64), table[:, 1]
+        n = getattr(self, "n_indices", None)
+        if (n is not None and n < self.ddp_pad_indices
+                and not (_dist._comm_device(group).type == "cpu" and gatherer.host)):
+            # every rank's rows padded to n + 1 (>= 1 padding row each), counts not read
+            rows = n + 1
+            table, heads = gatherer.padded([idx, c, *vals], device, rows, scalars)
+            ws, b = heads.shape[0], idx.numel()
+            off = torch.distributed.get_rank(group) * rows
+            real = (torch.arange(rows, device=device) < heads[:, :1]).reshape(-1)
+            gi = torch.where(real, table[:, 0].to(torch.int64), -1)
+            sc = heads[:, 1:] if scalars is not None else None
+        else:
+            got = gatherer([idx, c, *vals], device, scalars=scalars)
+            table, sizes, off = got[:3]
+            if table.device.type == "cpu" and gatherer.host:
+                return _merge_host(table, sizes, off, idx.numel(), len(vals),
+                                   None if scalars is None else got[3], rc, rank_value)
+            gi, ws, b, sc = table[:, 0].to(torch.int64), len(sizes), idx.numel(), (
+                got[3] if scalars is not None else None)
+            rows = None
+        gc = table[:, 1]
+        # (the one host read left: the number of distinct indices of the global batch is
+        # the size of everything after, and of the optimizers' updates of their tables)
         I, inv = torch.unique(gi, return_inverse=True)
-        if I.numel() == 0:          # the same on every rank: no rank raises alone
+        pad = 0 if rows is None else 1    # (padded: I[0] = -1, the padding's; dropped)
+        if I.numel() == pad:          # the same on every rank: no rank raises alone
             raise ValueError("the outer indices of a step must be non-empty (on some rank)")
+        # (the padding rows add into their own slot: each index's sums in table order)
         C = torch.zeros(I.numel(), dtype=torch.float64, device=device).index_add_(0, inv, gc)
-        merged = [torch.zeros_like(C).index_add_(0, inv, gc * table[:, 2 + j]) / C
-                  for j in range(len(vals))]
-        loc = slice(off, off + idx.numel())
-        weight = gc[loc] / C[inv[loc]] * len(sizes)
+        merged = [(torch.zeros_like(C).index_add_(0, inv, gc * table[:, 2 + j])[pad:]
+                   / C[pad:]) for j in range(len(vals))]
+        loc = slice(off, off + b)
+        weight = gc[loc] / C[inv[loc]] * ws
+        pos = inv[loc] - pad if pad else inv[loc]
+        I = I[pad:]
         if scalars is None:
-            return I, merged, (inv[loc], weight)
-        n_r, v_r = got[3][:, 0], got[3][:, 1]
+            return I, merged, (pos, weight)
+        n_r, v_r = sc[:, 0], sc[:, 1]
         share = 1.0
-        if rc is not None:
-            total = float(n_r.sum())
-            share = float(len(sizes)) * rc / total if total > 0 else 0.0
+        if rc is not None:       # (a 0-d tensor: no host read; _merge_host's float)
+            total = n_r.sum()
+            share = torch.where(total > 0, float(ws) * rc / total, torch.zeros_like(total))
         value = None if rank_value is None else (
             (n_r * v_r).sum() / n_r.sum().clamp(min=1e-300))
-        return I, merged, (inv[loc], weight, share, value)
+        return I, merged, (pos, weight, share, value)
 
     @property
     def comm_calls(self):
@@ -634,6 +676,24 @@ def _merge_host(table, sizes, off, b, k, scalars, rc, rank_value):
     value = None if rank_value is None else torch.tensor(
         float((n_r * v_r).sum()) / max(total, 1e-300), dtype=torch.float64)
     return torch.from_numpy(I), merged, (*local, share, value)
+
+
+def _check_counts(c, b, checks):
+    """``counts`` of :meth:`GuardMixin._gather_by_index`: one positive finite count per
+    index (``b``): on the host (a ``ValueError``), or on a device by a device-side assert
+    (no host read; ``checks="sync"``, the optimizer's ``index_checks``: the host read and
+    the ``ValueError``)."""
+    msg = "counts must hold one positive finite count per index"
+    if c.numel() != b:
+        raise ValueError(msg)
+    if not c.numel():
+        return
+    if not _on_device(c) or checks == "sync":
+        if not (_all_finite(c) and bool((c.numpy() > 0).all() if _on_host(c)
+                                        else (c > 0).all())):
+            raise ValueError(msg)
+        return
+    torch._assert_async((torch.isfinite(c) & (c > 0)).all(), msg)
 
 
 def _on_device(t):

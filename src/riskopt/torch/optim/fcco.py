@@ -301,7 +301,13 @@ class _FCCOBase(IndexedStateOptimizer):
                 self._pending = 1.0 - y.to(torch.float64).mean()
         if direct is not None:
             share = loc[2] if loc is not None and len(loc) > 2 else 1.0
-            out = out + (direct.reshape(()) * share if share != 1.0 else direct.reshape(()))
+            d = direct.reshape(())
+            if isinstance(share, torch.Tensor):   # (a device number: no read; the
+                # rounding of a Python number's product, float32 / float64 alike)
+                out = out + (d * share.to(d.dtype) if d.dtype in _updates._NP_FLOATS
+                             else (d.float() * share.float()).to(d.dtype))
+            else:
+                out = out + (d * share if share != 1.0 else d)
         return out
 
     def _on_host(self, g_now, g_prev, direct):

@@ -8,7 +8,7 @@ import math
 import torch
 
 from ..._validation import check_positive
-from . import _updates
+from . import _guard, _updates
 from .base import IndexedStateOptimizer
 from .kl_dro import _F32_EXACT, _KLWindow
 
@@ -133,6 +133,21 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         return torch.full((), 1.0 / max(table.shape[0], 1), dtype=torch.float64,
                           device=table.device)
 
+    def _same_batch(self, idx, indices, mine, losses):
+        """``step``'s batch is ``weights()``'s (whose gather it takes): a ``ValueError``
+        otherwise; on a device a device-side assert (no host read; ``index_checks="sync"``:
+        the host read and the ``ValueError``). NaN losses count as equal (the finite-input
+        check names them)."""
+        msg = "PGSMD2.step: indices / losses differ from weights()'s"
+        if idx.shape != indices.shape or mine.shape != losses.shape:
+            raise ValueError(msg)
+        if _guard._on_device(mine) and self.index_checks != "sync":
+            same = (idx == indices.to(idx.device)).all() & (
+                (mine == losses) | (torch.isnan(mine) & torch.isnan(losses))).all()
+            torch._assert_async(same, msg)
+        elif not (torch.equal(idx, indices) and torch.equal(mine, losses)):
+            raise ValueError(msg)
+
     def _update(self, indices, losses=None):
         if losses is None:
             raise ValueError("PGSMD2.step needs losses= (the batch's detached losses)")
@@ -143,14 +158,11 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         gathered, self._gathered = self._gathered, None
         if table is not None:      # the batch rode on the all-reduce with weights()
             mine = posted.block
-            if not (torch.equal(mine[:, 0].to(torch.int64), indices)
-                    and torch.equal(mine[:, 1], losses)):
-                raise ValueError("PGSMD2.step: indices / losses differ from weights()'s")
+            self._same_batch(mine[:, 0].to(torch.int64), indices, mine[:, 1], losses)
         elif gathered is not None and self._group() is not None:   # weights() gathered it
             pending, b_used, idx, mine = gathered
             table, _, _ = pending.wait()
-            if not (torch.equal(idx, indices) and torch.equal(mine, losses)):
-                raise ValueError("PGSMD2.step: indices / losses differ from weights()'s")
+            self._same_batch(idx, indices, mine, losses)
             self._last_b = table.shape[0]
             if b_used != self._last_b:    # weights() took the previous step's batch size
                 ratio = b_used / max(self._last_b, 1)

@@ -1,0 +1,252 @@
+"""The host round trips per step of the torch optimizers under DDP (the DDP twin of
+``test_torch_optim_nosync.py``): 2 gloo ranks on the CPU, forked from the test, the tensor
+code of the device path forced (``ColumnGatherer.host = _updates.HOST = False``, the
+guard's host tests answer "not on the host"), and the same ``TorchDispatchMode`` recorder
+counting the ATen ops that would wait for a GPU (``_local_scalar_dense``: ``.item()``,
+``int(t)``, ``.tolist()``; ``nonzero``, the ``unique`` family, boolean-mask ``index`` ...) in
+the methods a training loop calls each step (``surrogate``, ``weights``, ``step``). gloo on
+the CPU has no device: "a host round trip" here means the ops that would sync on CUDA.
+
+Two ways to feed the ranks:
+
+* ``opt.ddp_batches = "any"`` (default), unequal per-rank batches (``_drive.split``: 7 + 5
+  rows of 12, 9 + 0 of 9 ...) or even ones: each gather of per-sample rows reads the ranks'
+  row counts once (``tolist`` of the headers: what it must know to trim the rows);
+* ``"equal"`` on even batches (what ``DistributedSampler`` gives, with or without
+  ``drop_last``: every rank the same number of rows at each step): the counts are known
+  from this rank's own (no read; a device-side assert checks the promise).
+
+The per-index merges (SONEX & co, OOA) pad every rank's rows to ``n_indices + 1`` and read
+no count in either mode; their one read a step left is ``unique`` (the number of distinct
+indices of the global batch: the size of all that follows). Also left, outside the
+gathers: ASCDRO's ``bool(restart)`` in ``step``, PG-SMD2's eager KL-ball projection (its
+Newton steps' ``tolist``, one process too) and, with ``attach``, SCDRO's out-of-range test
+of the shifts (kl_dro.py).
+
+The numbers are bit for bit those of "any" on the same batches (tensor code, host code,
+``attach``), and equal the one-process run on the concatenated global batch.
+"""
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_torch_optim_common import two_ranks  # noqa: E402
+from test_torch_optim_nosync import SyncRecorder, recording  # noqa: E402
+
+from riskopt.torch.optim import _drive as D  # noqa: E402
+
+NAMES = list(D.ROWS)
+STEPS = 6
+#: even global batches (halves on 2 ranks); their sizes change 4 times in 6 steps
+EVEN = (12, 12, 8, 16, 2)
+#: the rows that merge per-index estimates over the ranks (``_gather_by_index``)
+BY_INDEX = [n for n in NAMES if D.ROWS[n][2] in ("fcco", "ooa")]
+#: ASCDRO's step reads whether the step restarted (``bool(restart)``, kl_dro.py) to skip
+#: the all-reduce of the gradient at the previous iterate: one read a step after the first
+RESTART_READ = [n for n in NAMES if D.ROWS[n][2] == "ascdro"]
+#: PG-SMD2's projection on the KL ball, eager (``_updates._kl_ball_log_host``): its Newton
+#: steps read their three sums (``tolist``), in one process too (compiled: a while_loop,
+#: no read); not a DDP matter, counted apart
+PROJECTION = "tolist@_updates.py"
+#: rows whose statistics can ride on DDP's all-reduce (``opt.attach(ddp_model)``)
+ATTACH = ("scdro", "pgsmd2")
+_batches = D.batches
+
+
+def _even_batches(n, steps, seed=1, sizes=EVEN):
+    return _batches(n, steps, seed, sizes)
+
+
+def _halves(idx, rank, world):
+    b = idx.numel()
+    return idx[rank * b // world:(rank + 1) * b // world]
+
+
+class _Recorder(SyncRecorder):
+    """:class:`SyncRecorder` that also counts ``Tensor.tolist`` (on a CPU tensor it reads
+    the memory without an ATen op; on a GPU it is a copy to the host: a sync), by the
+    module that calls it (``"tolist@distributed.py"``)."""
+    active = None
+
+    def __enter__(self):
+        _Recorder.active = self
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _Recorder.active = None
+        return super().__exit__(*exc)
+
+
+def _counting_tolist(tolist):
+    def counted(self):
+        rec = _Recorder.active
+        if rec is not None:
+            key = "tolist@" + os.path.basename(sys._getframe(1).f_code.co_filename)
+            rec.ops[key] = rec.ops.get(key, 0) + 1
+        return tolist(self)
+    return counted
+
+
+def _counted_run(name, rank, equal, **kw):
+    rec = _Recorder()
+    make = D.make_optimizer
+    D.make_optimizer = recording(rec, make, setup=(
+        lambda opt: setattr(opt, "ddp_batches", "equal")) if equal else None)
+    info = {}
+    try:
+        p, s, _ = D.run(name, STEPS, rank, 2, check_every=1000, info=info,
+                        wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m), **kw)
+    finally:
+        D.make_optimizer = make
+    return p, s, dict(rec.ops), rec.asserts, info["comm_calls"]
+
+
+def _broken_promise(host):
+    """``equal=True`` gathers where the second call's batches differ (6 and 4 rows, within
+    the capacity of 6): the error's type and text, on this rank."""
+    import torch.distributed as dist
+
+    from riskopt.torch.distributed import ColumnGatherer
+    g = ColumnGatherer(dist.group.WORLD, equal=True)
+    g.host = host
+    g([torch.arange(6.0)], torch.device("cpu"))
+    rows = 6 if dist.get_rank() == 0 else 4
+    try:
+        g([torch.arange(float(rows))], torch.device("cpu"))
+    except (ValueError, RuntimeError) as e:
+        return type(e).__name__, str(e)
+    return None
+
+
+def _worker(rank, path):
+    import torch.distributed as dist
+
+    from riskopt.torch.distributed import ColumnGatherer
+    from riskopt.torch.optim import _guard, _updates, base
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank,
+                            world_size=2)
+    out = {"host/broken": _broken_promise(True), "tensor/broken": _broken_promise(False)}
+    batches, split = D.batches, D.split
+    D.batches, D.split = _even_batches, _halves
+    for name in NAMES:      # eager on gloo: the host code (NumPy packing and merges)
+        for equal in (False, True):
+            out[f"{name}/host/{equal}"] = _counted_run(name, rank, equal)[:2]
+    D.batches, D.split = batches, split
+    ColumnGatherer.host = _updates.HOST = False        # the device path's tensor code
+    _guard._on_host = lambda t: False
+    _guard._on_device = lambda t: True
+    base._is_host = lambda t: False                    # indices on the device
+    torch.Tensor.tolist = _counting_tolist(torch.Tensor.tolist)
+    for name in NAMES:
+        out[f"{name}/unequal"] = _counted_run(name, rank, False)
+    D.batches, D.split = _even_batches, _halves
+    for name in NAMES:
+        out[f"{name}/any"] = _counted_run(name, rank, False)
+        out[f"{name}/equal"] = _counted_run(name, rank, True)
+    for name in ATTACH:     # the statistics on DDP's all-reduce (Piggyback.decode)
+        out[f"{name}/attach/any"] = _counted_run(name, rank, False, attach=True)
+        out[f"{name}/attach/equal"] = _counted_run(name, rank, True, attach=True)
+    torch.save(out, f"{path}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory):
+    """Every row on 2 gloo ranks, recorded (one launch for the whole table)."""
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available")
+    return two_ranks(_worker, tmp_path_factory.mktemp("ddp_nosync"))
+
+
+def _rel(a, b):
+    return float((a - b).abs().max() / b.abs().max().clamp(min=1e-300))
+
+
+def _ops(run):
+    """The recorded syncing ops of a run, without the projection's (see PROJECTION)."""
+    return {k: v for k, v in run[2].items() if k != PROJECTION}
+
+
+def _left(name):
+    """The syncing ops that stay in 6 steps with equal batches (see the module docstring)."""
+    left = {}
+    if name in BY_INDEX:
+        left["_unique2"] = STEPS
+    if name in RESTART_READ:
+        left["_local_scalar_dense"] = STEPS - 1
+    return left
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_equal_batches_read_no_row_counts(name, ddp):
+    for r in range(2):
+        ops = _ops(ddp[r][f"{name}/equal"])
+        assert ops == _left(name), f"{name} rank {r}: syncing ops in {STEPS} steps: {ops}"
+        # (the promise and the counts are checked on the device: device-side asserts)
+        assert ddp[r][f"{name}/equal"][3] > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_any_batches_read_the_row_counts_once_per_gather(name, ddp):
+    for r in range(2):
+        for mode in ("unequal", "any"):
+            ops, calls = _ops(ddp[r][f"{name}/{mode}"]), ddp[r][f"{name}/{mode}"][4]
+            # the gatherer's header: one read per collective (the second gather of a
+            # growing batch reads it again); the per-index merges pad to n_indices + 1
+            # and read none
+            reads = ops.pop("tolist@distributed.py", 0)
+            assert reads == (0 if name in BY_INDEX else calls), (name, mode, r)
+            assert ops == _left(name), (name, mode, r, ops)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_equal_batches_give_the_same_numbers(name, ddp, monkeypatch):
+    (p0, s0, *_), (p1, s1, *_) = ddp[0][f"{name}/equal"], ddp[1][f"{name}/equal"]
+    (pa, sa, *_), (pu, su, *_) = ddp[0][f"{name}/any"], ddp[0][f"{name}/unequal"]
+    assert torch.equal(p0, p1) and torch.equal(s0, s1)       # identical on every rank
+    assert torch.equal(p0, pa) and torch.equal(s0, sa)       # = "any", bit for bit
+    monkeypatch.setattr(D, "batches", _even_batches)
+    p, s, _ = D.run(name, STEPS)                             # = the one-process run
+    assert _rel(p0, p) <= 1e-10 and _rel(s0, s) <= 1e-10
+    assert not torch.equal(pu, pa)                           # (other batches: not vacuous)
+
+
+def test_one_gather_per_call_without_reading_the_counts(ddp):
+    for name in NAMES:
+        calls = ddp[0][f"{name}/equal"][4]
+        if name in BY_INDEX:       # padded to n_indices + 1: one gather a step, any batches
+            assert calls == ddp[0][f"{name}/any"][4] == ddp[0][f"{name}/unequal"][4] == STEPS
+        else:     # a batch that outgrows every earlier one: 2 gathers with "any", 1 here
+            assert calls == STEPS < ddp[0][f"{name}/any"][4], (name, calls)
+
+
+@pytest.mark.parametrize("path", ["host", "tensor"])
+def test_a_broken_equal_batches_promise_is_reported(path, ddp):
+    for r in range(2):
+        kind, text = ddp[r][f"{path}/broken"]
+        assert kind == ("ValueError" if path == "host" else "RuntimeError")
+        assert "ranks' batches differ in size" in text
+
+
+@pytest.mark.parametrize("name", ATTACH)
+def test_equal_batches_on_the_all_reduce(name, ddp):
+    """With the statistics on DDP's all-reduce (``attach``) the rows' counts are not read
+    either (the hook's decode), with the same numbers as "any"."""
+    for r in range(2):
+        (p, s, ops, _, calls), (pa, sa, opsa, _, _) = (ddp[r][f"{name}/attach/equal"],
+                                                       ddp[r][f"{name}/attach/any"])
+        assert torch.equal(p, pa) and torch.equal(s, sa)
+        assert "tolist@distributed.py" not in ops and opsa["tolist@distributed.py"] > 0
+    assert torch.equal(ddp[0][f"{name}/attach/equal"][0], ddp[1][f"{name}/attach/equal"][0])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_equal_batches_on_the_host_code(name, ddp):
+    """Eager on gloo (the gathers pack and merge in NumPy): "equal" gives "any"'s numbers."""
+    for r in range(2):
+        (p, s), (pa, sa) = ddp[r][f"{name}/host/True"], ddp[r][f"{name}/host/False"]
+        assert torch.equal(p, pa) and torch.equal(s, sa)
