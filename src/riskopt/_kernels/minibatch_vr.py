@@ -192,7 +192,7 @@ def _epoch_prospect_batch(code, X, y, reg, sigma, nu, div, lr, batches, W, losse
         _merge_changed(order, ls, losses, batches[t], mark, order2, ls2, new)
         order, order2 = order2, order
         ls, ls2 = ls2, ls
-        if nu != 0.0:   # (oracle_fused kernels: in this file's numba cache; bump on change, stop 42)
+        if nu != 0.0:   # (oracle_fused kernels: in this file's numba cache; bump on change, stop 43)
             _risk_weights_gathered(order, ls, sigma, nu, div, q, qs, work, iwork)
         elif t + 1 < nb:
             for s in range(b):

@@ -50,7 +50,7 @@ def _batch_weights(x, bits, sigma, nu, div, q, f32, pk, cnt, tmp, order, ls, wor
     if nu == 0.0:
         return _risk_weights_nu0(order, ls, sigma, q), True
     if div == 0:
-        return _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork), True  # (stop 42)
+        return _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork), True  # (stop 43)
     v = _kl_gathered(order, ls, sigma, nu, q, work, iwork)   # (KL PAV: _kl_pav)
     return v, not math.isnan(v)
 

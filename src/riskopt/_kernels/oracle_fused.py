@@ -35,6 +35,15 @@ _NORMAL_SPAN = np.uint64(0x7FE0000000000000)
 #: ``oracles`` runs :func:`_chi2_runs_gathered` instead of :func:`_chi2_gathered` from this
 #: many losses on (and for the torch batches): below it the first fit's compile time counts.
 RUNS_MIN_N = 1 << 15
+#: :func:`_chi2_runs_gathered` hands a shift cost below this (the smallest normal float64,
+#: 2**-1022) to :func:`_chi2_gathered`. The runs fold ``tnn sigma`` (``tnn = 2 n nu``) into
+#: the loss sums ``Y``, and a weight is ``((l - R) - Y / C) / tnn``: where ``tnn sigma`` is
+#: subnormal its rounding (up to 2**-1075, absolute) becomes ``2**-1075 / tnn`` in a weight,
+#: 5 % of the weights' sum at ``nu = 5e-324``, n = 1000 (stop 42). From this ``nu`` on that
+#: is at most ``2**-54 / n``. The compact PAV keeps the spectrum sums apart (weights
+#: ``mean sigma + (loss part) / tnn``), as the general PAV does (stop 43:
+#: ``tests/test_faults_logspace.py::test_chi2_weights_at_subnormal_shift_costs``).
+RUNS_MIN_NU = 2.2250738585072014e-308
 
 
 @njit(cache=True)
@@ -279,7 +288,9 @@ def _chi2_runs_gathered(order, ls, sigma, nu, q, work, iwork):
     big = iwork.shape[0] >= 2 * n
     mark = iwork[n:2 * n] if big else np.empty(n, dtype=np.int64)
     tnn = 2.0 * n * nu
-    if not tnn < np.inf:  # 2 n nu overflows (NaN weights here): the compact PAV handles it
+    if not (tnn < np.inf and nu >= RUNS_MIN_NU):
+        # 2 n nu overflows (NaN weights here), or nu is subnormal (the products tnn sigma
+        # folded into Y lose their bits): the compact PAV handles both
         return _chi2_gathered(order, ls, sigma, nu, q, work, iwork)
     nb = _chi2_pav_runs(R, Y, C, E, _chi2_runs(ls, sigma, tnn, R, Y, C, E))
     _block_marks(E, nb, n, mark)

@@ -457,6 +457,20 @@ def _bubble(order, rank, losses, i):
 
 
 # ------------------------------------------------------------------ incremental (Prospect)
+@njit(cache=True, inline="always")
+def _resume_scale(n, nu):
+    """``(a, h)`` of :func:`_pav_chi2_resume`'s values ``h l - a sigma``: ``(2 n nu, 1)``
+    (``l * 1.0`` is ``l``: the same bits as ``l - 2 n nu sigma``), or ``(nu, 1 / (2 n))``
+    where ``2 n nu`` overflows (``nu >= ~1.8e308 / n``). A weight is ``(h l - block mean)
+    / a``. (The other end, ``nu`` tiny next to ``|l|``, is a limit of this form: the values
+    keep no reference loss, so ``a sigma`` is lost in ``l``; strict xfail in
+    ``tests/test_faults_logspace.py``.)"""
+    a = 2.0 * n * nu
+    if a < np.inf:
+        return a, 1.0
+    return nu, 1.0 / (2.0 * n)
+
+
 @njit(cache=True)
 def _pav_chi2_resume(ls, sigma, nu, r0, sums, cnt, ends, snap_sum, snap_cnt):
     """Chi-square PAV on sorted ``ls`` reusing the blocks of an unchanged prefix ``ls[:r0]``.
@@ -468,9 +482,12 @@ def _pav_chi2_resume(ls, sigma, nu, r0, sums, cnt, ends, snap_sum, snap_cnt):
     blocks)), and PAV resumes at ``r0``. Identical, operation for operation, to a full run.
     Returns the number of blocks; block ``b`` covers ranks ``[ends[b] - cnt[b], ends[b])`` and
     has value ``sums[b] / cnt[b]``. Call with ``r0 = 0`` first.
+
+    The values pooled are ``l - 2 n nu sigma``, or ``l / (2 n) - nu sigma`` (the same blocks)
+    where ``2 n nu`` overflows (:func:`_resume_scale`; before stop 43 that gave NaN weights).
     """
     n = ls.shape[0]
-    a = 2.0 * n * nu
+    a, h = _resume_scale(n, nu)
     nb = 0
     r = r0 - 1
     while r >= 0:
@@ -487,7 +504,7 @@ def _pav_chi2_resume(ls, sigma, nu, r0, sums, cnt, ends, snap_sum, snap_cnt):
     k = nb - 1
     for i in range(r0, n):
         k += 1
-        sums[k] = ls[i] - a * sigma[i]
+        sums[k] = ls[i] * h - a * sigma[i]
         cnt[k] = 1
         ends[k] = i + 1
         while k >= 1 and sums[k - 1] * cnt[k] >= sums[k] * cnt[k - 1]:
@@ -511,20 +528,21 @@ def _chi2_weight_at(ls, nu, r, sums, cnt, ends, nb):
             hi = mid
         else:
             lo = mid + 1
-    n = ls.shape[0]
-    v = (ls[r] - sums[lo] / cnt[lo]) / (2.0 * n * nu)
+    a, h = _resume_scale(ls.shape[0], nu)
+    v = (ls[r] * h - sums[lo] / cnt[lo]) / a
     return v if v > 0.0 else 0.0
 
 
 @njit(cache=True)
 def _chi2_weights_from_blocks(ls, nu, sums, cnt, nb, qs):
     """All weights (sorted order) from the blocks of ``_pav_chi2_resume``."""
-    inv = 1.0 / (2.0 * ls.shape[0] * nu)
+    a, h = _resume_scale(ls.shape[0], nu)
+    inv = 1.0 / a
     pos = 0
     for b in range(nb):
         c = sums[b] / cnt[b]
         for _ in range(cnt[b]):
-            v = (ls[pos] - c) * inv
+            v = (ls[pos] * h - c) * inv
             qs[pos] = v if v > 0.0 else 0.0
             pos += 1
 

@@ -267,7 +267,7 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
             L0 = _ipav_build(ls, sigma, nu, div, S)
             mode = 3 if L0 == L0 else 2
         elif div == CHI2:
-            mode = 1
+            mode = 1  # (the resume's oracles kernels: in this file's numba cache; stop 43)
             ends = np.empty(n, dtype=np.int64)
             snap_sum = np.empty(n)
             snap_cnt = np.empty(n, dtype=np.int64)
