@@ -9,7 +9,8 @@ a top-decile step, as ``prospect_incremental.py``) without and with a chi2 / KL 
 (squared Gaussian residuals) and on the same rounded to 2 decimals (many ties). Each timed
 against ``np.sort(losses)`` (medians over ``--repeats`` calls, all in one process, the
 calls of a row interleaved with ``np.sort`` of the same vector, so the ratios compare even
-on a loaded machine; CPU time of the process, ``time.process_time``):
+on a loaded machine, in a random order each round (from stop 43: no column is always the
+one after ``np.sort``); CPU time of the process, ``time.process_time``):
 
 * sorting oracle: ``oracles.risk_weights``: on heavily tied losses (a sample predicts at most
   n / 4 values) ``oracle_ties`` (``np.sort`` of the values, the PAV on the distinct values, a
@@ -60,15 +61,28 @@ from prospect_incremental import user_spectrum  # noqa: E402
 EPS = np.finfo(float).eps
 
 
+def round_orders(m, repeats, seed=0):
+    """The order of the ``m`` calls in each of ``repeats`` rounds: a fresh random permutation
+    per round (seeded, so a run repeats its schedule). Stop 42 (notes/stop42/i28.md) saw the
+    column timed right after ``np.sort`` in a fixed order read unchanged code 3-10 % apart
+    from the same code in another column; here no call is systematically second, nor
+    systematically after the same call."""
+    rng = np.random.default_rng(seed)
+    return [rng.permutation(m) for _ in range(repeats)]
+
+
 def interleaved_medians(fs, repeats):
     """Median CPU time of each callable in ``fs`` (None: NaN), the calls interleaved (one
-    of each per round), so a burst of load on a shared machine hits all of them alike."""
+    of each per round, in an order drawn afresh each round: :func:`round_orders`), so a
+    burst of load on a shared machine hits all of them alike and none always runs in the
+    same place."""
     live = [f for f in fs if f is not None]
     for f in live:
         f()
     ts = [[] for _ in live]
-    for _ in range(repeats):
-        for j, f in enumerate(live):
+    for order in round_orders(len(live), repeats):
+        for j in order:
+            f = live[j]
             t0 = time.process_time()
             f()
             ts[j].append(time.process_time() - t0)
@@ -246,7 +260,8 @@ def main():
              f"Medians over {args.repeats} calls (CPU time of the process). Ratio = time / "
              "np.sort time of the same vector. All columns of a row, and all rows, are "
              "measured in the same process, so the ratios stay comparable when the machine is "
-             "loaded (absolute times are noisy then). Issue 31 asks for <= 3x np.sort."
+             "loaded (absolute times are noisy then); the calls of a row run in a random "
+             "order each round. Issue 31 asks for <= 3x np.sort."
              + (f" Before = {args.base_src} (loaded side by side)." if base else "")
              + (f" {args.note}" if args.note else ""), "",
              "| losses | risk | np.sort ms | before ms (ratio) | objective path ms (ratio) | "
