@@ -122,25 +122,11 @@ def _accumulate(W, W_avg, alpha, alpha_avg, t):
 
 
 @njit(cache=True)
-def _epoch_sgm(code, X, y, reg, inv_tail, lr, decreasing, idx, W, W_avg, alpha, alpha_avg, t):
-    """SGM (Algorithm 1) over the sample sequence ``idx``; step ``lr c_t``."""
-    p, K = W.shape
-    z = np.empty(K)
-    dz = np.empty(K)
-    V = np.empty((p, K))
-    for s in range(idx.shape[0]):
-        ell = _sample_subgradient(code, X, y, idx[s], W, z, dz, V)
-        scale = 1.0 / math.sqrt(t + 1.0) if decreasing else 1.0
-        alpha = _sgm_step(W, alpha, ell, V, reg, inv_tail, lr * scale)
-        t += 1
-        alpha_avg = _accumulate(W, W_avg, alpha, alpha_avg, t)
-    return alpha, alpha_avg, t
-
-
-@njit(cache=True)
-def _epoch_spl(code, X, y, reg, inv_tail, lr_theta, lr_alpha, decreasing, idx, W, W_avg, alpha,
-               alpha_avg, t):
-    """SPL / SPL+ (Lemma 1, Algorithm 2) over ``idx``; steps ``lr_theta c_t``, ``lr_alpha c_t``.
+def _epoch(code, X, y, reg, inv_tail, lr_theta, lr_alpha, decreasing, prox, idx, W, W_avg, alpha,
+           alpha_avg, t):
+    """SGM (Algorithm 1, ``prox=False``: step ``lr_theta c_t``) or SPL / SPL+ (Lemma 1,
+    Algorithm 2, ``prox=True``: steps ``lr_theta c_t``, ``lr_alpha c_t``) over the sample
+    sequence ``idx``; ``c_t = 1 / sqrt(t + 1)`` when ``decreasing``, else 1.
 
     SPL: ``lr_theta = lr_alpha = lr``; SPL+: ``lr_theta = lr / l0``, ``lr_alpha = lr l0``.
     """
@@ -151,8 +137,11 @@ def _epoch_spl(code, X, y, reg, inv_tail, lr_theta, lr_alpha, decreasing, idx, W
     for s in range(idx.shape[0]):
         ell = _sample_subgradient(code, X, y, idx[s], W, z, dz, V)
         scale = 1.0 / math.sqrt(t + 1.0) if decreasing else 1.0
-        alpha, _ = _prox_linear_step(W, alpha, ell, V, reg, inv_tail, lr_theta * scale,
-                                     lr_alpha * scale)
+        if prox:
+            alpha, _ = _prox_linear_step(W, alpha, ell, V, reg, inv_tail, lr_theta * scale,
+                                         lr_alpha * scale)
+        else:
+            alpha = _sgm_step(W, alpha, ell, V, reg, inv_tail, lr_theta * scale)
         t += 1
         alpha_avg = _accumulate(W, W_avg, alpha, alpha_avg, t)
     return alpha, alpha_avg, t

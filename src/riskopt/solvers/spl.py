@@ -196,9 +196,10 @@ class SGM(_RUSolver):
         self._store(locals())
 
     def _kernel(self, objective, X, y, state, indices, W, W_avg):
-        return _ks._epoch_sgm(objective.loss.code, X, y, objective.reg, objective.inv_tail,
-                              float(self.lr), self.schedule == "decreasing", indices, W, W_avg,
-                              float(state.alpha), float(state.alpha_avg), int(state.t))
+        lr = float(self.lr)
+        return _ks._epoch(objective.loss.code, X, y, objective.reg, objective.inv_tail, lr, lr,
+                          self.schedule == "decreasing", False, indices, W, W_avg,
+                          float(state.alpha), float(state.alpha_avg), int(state.t))
 
 
 @register
@@ -236,9 +237,9 @@ class SPL(_RUSolver):
 
     def _kernel(self, objective, X, y, state, indices, W, W_avg):
         lr_theta, lr_alpha = self._steps(state)
-        return _ks._epoch_spl(objective.loss.code, X, y, objective.reg, objective.inv_tail,
-                              lr_theta, lr_alpha, self.schedule == "decreasing", indices, W,
-                              W_avg, float(state.alpha), float(state.alpha_avg), int(state.t))
+        return _ks._epoch(objective.loss.code, X, y, objective.reg, objective.inv_tail,
+                          lr_theta, lr_alpha, self.schedule == "decreasing", True, indices, W,
+                          W_avg, float(state.alpha), float(state.alpha_avg), int(state.t))
 
 
 @register
