@@ -1,24 +1,13 @@
 """``benchmarks/oracle_speed.py``'s timing schedule: the calls of a row run in a random order
 each round (stop 43), so no column is systematically the one after ``np.sort``."""
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "oracle_speed.py"
+from conftest import load_benchmark
 
 
 def _module():
-    sys.path.insert(0, str(BENCH.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("oracle_speed", BENCH)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(BENCH.parent))
-    return mod
+    return load_benchmark("oracle_speed")
 
 
 def test_round_orders_spread_every_call_over_every_place():
