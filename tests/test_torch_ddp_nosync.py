@@ -26,15 +26,13 @@ of the shifts (kl_dro.py).
 The numbers are bit for bit those of "any" on the same batches (tensor code, host code,
 ``attach``), and equal the one-process run on the concatenated global batch.
 """
-import os
-import sys
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from test_torch_optim_common import two_ranks  # noqa: E402
-from test_torch_optim_nosync import SyncRecorder, recording  # noqa: E402
+from test_torch_optim_nosync import (  # noqa: E402
+    PROJECTION, SyncRecorder, counting_tolist, recording)
 
 from riskopt.torch.optim import _drive as D  # noqa: E402
 
@@ -47,10 +45,6 @@ BY_INDEX = [n for n in NAMES if D.ROWS[n][2] in ("fcco", "ooa")]
 #: ASCDRO's step reads whether the step restarted (``bool(restart)``, kl_dro.py) to skip
 #: the all-reduce of the gradient at the previous iterate: one read a step after the first
 RESTART_READ = [n for n in NAMES if D.ROWS[n][2] == "ascdro"]
-#: PG-SMD2's projection on the KL ball, eager (``_updates._kl_ball_log_host``): its Newton
-#: steps read their three sums (``tolist``), in one process too (compiled: a while_loop,
-#: no read); not a DDP matter, counted apart
-PROJECTION = "tolist@_updates.py"
 #: rows whose statistics can ride on DDP's all-reduce (``opt.attach(ddp_model)``)
 ATTACH = ("scdro", "pgsmd2")
 _batches = D.batches
@@ -65,33 +59,8 @@ def _halves(idx, rank, world):
     return idx[rank * b // world:(rank + 1) * b // world]
 
 
-class _Recorder(SyncRecorder):
-    """:class:`SyncRecorder` that also counts ``Tensor.tolist`` (on a CPU tensor it reads
-    the memory without an ATen op; on a GPU it is a copy to the host: a sync), by the
-    module that calls it (``"tolist@distributed.py"``)."""
-    active = None
-
-    def __enter__(self):
-        _Recorder.active = self
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        _Recorder.active = None
-        return super().__exit__(*exc)
-
-
-def _counting_tolist(tolist):
-    def counted(self):
-        rec = _Recorder.active
-        if rec is not None:
-            key = "tolist@" + os.path.basename(sys._getframe(1).f_code.co_filename)
-            rec.ops[key] = rec.ops.get(key, 0) + 1
-        return tolist(self)
-    return counted
-
-
 def _counted_run(name, rank, equal, **kw):
-    rec = _Recorder()
+    rec = SyncRecorder()
     make = D.make_optimizer
     D.make_optimizer = recording(rec, make, setup=(
         lambda opt: setattr(opt, "ddp_batches", "equal")) if equal else None)
@@ -140,7 +109,7 @@ def _worker(rank, path):
     _guard._on_host = lambda t: False
     _guard._on_device = lambda t: True
     base._is_host = lambda t: False                    # indices on the device
-    torch.Tensor.tolist = _counting_tolist(torch.Tensor.tolist)
+    torch.Tensor.tolist = counting_tolist(torch.Tensor.tolist)
     for name in NAMES:
         out[f"{name}/unequal"] = _counted_run(name, rank, False)
     D.batches, D.split = _even_batches, _halves
