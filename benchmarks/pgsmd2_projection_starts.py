@@ -4,7 +4,7 @@ step's multiplier ``a``, and the projection's share of the step's CPU time.
 
 PG-SMD2 is run as in ``torch_step_phases.py`` (the common driver's row: radius 0.5,
 dual_lr 0.05, gamma 10; MLP ``d``-``hidden``-1 float32, batch ``b``, ``n = 16 b``, one
-thread). Each projection's input is intercepted (``_updates._kl_ball_log_host``); the
+thread). Each projection's input is intercepted (``_updates_kl._kl_ball_log_host``); the
 library's projection runs on it as usual (its evaluations counted by its ``torch.mv``
 calls, its CPU time measured), and a copy of the same safeguarded Newton loop started at
 the previous step's ``a`` (the bracket ``[0, a_prev]`` or, when ``KL(a_prev) < rho``,
@@ -40,7 +40,7 @@ import torch
 from riskopt.bench._io import write_results
 from riskopt.bench._meta import int_options
 from riskopt.torch.optim import _drive as D
-from riskopt.torch.optim import _updates
+from riskopt.torch.optim import _updates_kl
 
 OUT = Path(__file__).resolve().parent / "results" / "pgsmd2_projection_starts"
 
@@ -109,7 +109,7 @@ def measure(args):
     gen = torch.Generator().manual_seed(args.seed)
     opt = D.make_optimizer("pgsmd2", module.parameters(), n, 4, lr=1e-4,
                            on_divergence="ignore")
-    library, mv = _updates._kl_ball_log_host, torch.mv
+    library, mv = _updates_kl._kl_ball_log_host, torch.mv
     rows, side = [], [0.0]
 
     def counted_mv(*a, **k):
@@ -136,7 +136,7 @@ def measure(args):
         side[0] += time.process_time() - t
         return out
 
-    _updates._kl_ball_log_host = intercepted
+    _updates_kl._kl_ball_log_host = intercepted
     try:
         step_cpu = []
         for i in range(args.steps):
@@ -145,7 +145,7 @@ def measure(args):
             D.drive_step("pgsmd2", opt, module, module, X, y, groups, idx)
             step_cpu.append(time.process_time() - t - side[0])
     finally:
-        _updates._kl_ball_log_host = library
+        _updates_kl._kl_ball_log_host = library
     keep = args.warmup
     rows, step_cpu = rows[keep:], step_cpu[keep:]
     both = [r for r in rows if "warm_evals" in r]

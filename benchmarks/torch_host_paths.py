@@ -3,7 +3,7 @@ piece, in one process (no collective): what each saves per call.
 
 The pieces: the by-index merge of a gathered table (``_guard._merge_host`` against the
 tensor merge of ``GuardMixin._gather_by_index``: 2 ranks x 4 groups, 4 columns, as SONEX's
-under DDP) and OOA's batch and group step (``_updates.ooa_batch`` / ``ooa_update``: 4
+under DDP) and OOA's batch and group step (``_updates_fcco.ooa_batch`` / ``ooa_update``: 4
 groups, no parameters), and PG-SMD2's KL-ball projection against stop 39's code (its
 Newton statistics by ``logsumexp``), and ASCDRO's batch statistics in a step without a
 restart (the restart's estimators skipped on the host). (A host path for SCDRO's 0-d statistics was measured here too,
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from riskopt.bench._io import atomic_write_json, atomic_write_text
-from riskopt.torch.optim import _guard, _updates
+from riskopt.torch.optim import _guard, _updates, _updates_fcco, _updates_kl
 
 OUT = Path(__file__).resolve().parent / "results" / "torch_host_paths"
 
@@ -96,23 +96,24 @@ def pieces():
     L = torch.rand(4, generator=g, dtype=torch.float64)
 
     def ooa():
-        _updates.ooa_batch(p_tab, I, L, 0.5, 1.0)
-        _updates.ooa_update([], p_tab, I, L, 0.1, 0.5)
+        _updates_fcco.ooa_batch(p_tab, I, L, 0.5, 1.0)
+        _updates_fcco.ooa_update([], p_tab, I, L, 0.1, 0.5)
     # PG-SMD2's dual table after a projection and one batch's ascent step (n = 4096, the
     # DDP benchmark's dataset), projected again
     n = 4096
     logp = _kl_ball_log_stop39(3.0 * torch.randn(n, generator=g, dtype=torch.float64), 0.5)
     logp.index_add_(0, torch.randint(0, n, (512,), generator=g),
                     0.05 * n / 512 * torch.rand(512, generator=g, dtype=torch.float64))
-    kl_ball = (lambda: _updates.kl_ball_log(logp, 0.5), lambda: _kl_ball_log_stop39(logp, 0.5))
+    kl_ball = (lambda: _updates_kl.kl_ball_log(logp, 0.5),
+               lambda: _kl_ball_log_stop39(logp, 0.5))
     # ASCDRO's batch statistics in a step without a restart (2 ranks x 256 losses, float64)
     l64 = torch.rand(512, generator=g, dtype=torch.float64)
     lp64 = l64 + 0.01 * torch.rand(512, generator=g, dtype=torch.float64)
     one = torch.ones((), dtype=torch.float64)
     asc_args = (l64, lp64, one, one, one.clone(), -one, torch.zeros((), dtype=torch.float64),
                 512, math.log(512), 0.5, True, 0.5, 0.0)
-    assert not bool(_updates.ascdro_batch(*asc_args)[6])        # (no restart)
-    asc = lambda: _updates.ascdro_batch(*asc_args)           # noqa: E731
+    assert not bool(_updates_kl.ascdro_batch(*asc_args)[6])        # (no restart)
+    asc = lambda: _updates_kl.ascdro_batch(*asc_args)           # noqa: E731
     return {"by-index merge (SONEX, SONX, SOX, ALEXR2, OOA under DDP)": merge,
             "ASCDRO's batch statistics, no restart (host: the restart's estimators skipped "
             "after a host read of the flag)": (asc, asc),

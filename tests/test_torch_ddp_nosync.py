@@ -42,7 +42,7 @@ STEPS = 6
 EVEN = (12, 12, 8, 16, 2)
 #: the rows that merge per-index estimates over the ranks (``_gather_by_index``)
 BY_INDEX = [n for n in NAMES if D.ROWS[n][2] in ("fcco", "ooa")]
-#: ASCDRO's step reads whether the step restarted (``bool(restart)``, kl_dro.py) to skip
+#: ASCDRO's step reads whether the step restarted (``bool(restart)``, ascdro.py) to skip
 #: the all-reduce of the gradient at the previous iterate: one read a step after the first
 RESTART_READ = [n for n in NAMES if D.ROWS[n][2] == "ascdro"]
 #: rows whose statistics can ride on DDP's all-reduce (``opt.attach(ddp_model)``)

@@ -174,7 +174,7 @@ def test_project_capped_simplex_exact(seed, m, r):
 def test_capped_simplex_host_code_is_the_tensor_code(seed, m, r):
     """OOA's eager CPU step projects in NumPy; the tensor code (compile, GPUs) does the
     same operations: the same numbers, bit for bit, ties and a cap above 1 included."""
-    from riskopt.torch.optim import _updates
+    from riskopt.torch.optim import _updates_fcco as _updates
     rng = np.random.default_rng(seed)
     x = rng.normal(size=m) * rng.choice([0.01, 1.0, 30.0])
     if seed % 2:

@@ -661,7 +661,7 @@ def _kl_checks(name, lr, monkeypatch, bound):
     """A 40-step run checked every 5 steps; each check's (returned value, full grid's
     estimate, limit, start, whether the grid was skipped). ``bound=False``: the guard's
     plain estimate (the whole grid)."""
-    from riskopt.torch.optim import kl_dro
+    from riskopt.torch.optim import _kl_window as kl_dro     # (the window's module)
     from riskopt.torch.optim._guard import GuardMixin
 
     inner = kl_dro._KLWindow._window_estimate if bound else GuardMixin._window_estimate

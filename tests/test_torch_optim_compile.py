@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 import riskopt.torch.optim as topt  # noqa: E402
 from riskopt.torch.optim import _drive as D  # noqa: E402
-from riskopt.torch.optim import _updates  # noqa: E402
+from riskopt.torch.optim import _updates, _updates_fcco, _updates_kl  # noqa: E402
 
 STEPS = 4
 #: one row per optimizer class (the default suite); every row runs in the slow test
@@ -95,9 +95,9 @@ def test_kl_ball_projection_compiles_and_meets_its_stopping_rule(rho):
     1e-13 (p = softmax(a logp), 0 < a < 1) or is the input when inside the ball."""
     g = torch.Generator().manual_seed(3)
     logp = 3.0 * torch.randn(300, generator=g, dtype=torch.float64)
-    eager = _updates.kl_ball_log(logp, rho)
+    eager = _updates_kl.kl_ball_log(logp, rho)
     torch._dynamo.reset()
-    comp = torch.compile(_updates.kl_ball_log, fullgraph=True, backend="eager")(logp, rho)
+    comp = torch.compile(_updates_kl.kl_ball_log, fullgraph=True, backend="eager")(logp, rho)
     assert _rel(comp, eager) <= 1e-12
     p = torch.exp(eager)
     assert abs(float(p.sum()) - 1.0) <= 1e-13
@@ -106,7 +106,7 @@ def test_kl_ball_projection_compiles_and_meets_its_stopping_rule(rho):
     d = logp - logp.max()
     a = (eager[1:] - eager[:1]) / (d[1:] - d[:1])     # the common slope a of log p in d
     assert float(a.max() - a.min()) <= 1e-9 and 0.0 < float(a.mean()) < 1.0
-    inside = _updates.kl_ball_log(0.01 * logp, 10.0)
+    inside = _updates_kl.kl_ball_log(0.01 * logp, 10.0)
     assert _rel(inside, torch.log_softmax(0.01 * logp, 0)) <= 1e-13
 
 
@@ -155,14 +155,14 @@ def test_ascdro_host_code_is_the_tensor_code_to_rounding(name, monkeypatch):
     only in a step that restarts) and its step's scalars in Python floats; the branch-free
     tensor code (compile, GPUs) forced instead gives the same iterates and state to rounding
     (NumPy's exp / log / sums are not ATen's), over 30 steps with and without restarts."""
-    seen, batch = [], _updates.ascdro_batch_host
+    seen, batch = [], _updates_kl.ascdro_batch_host
 
     def spy(*args):
         out = batch(*args)
         seen.append(out[6])
         return out
 
-    monkeypatch.setattr(_updates, "ascdro_batch_host", spy)
+    monkeypatch.setattr(_updates_kl, "ascdro_batch_host", spy)
     p0, s0, _ = D.run(name, 30)
     assert len(seen) == 30 and any(seen) and not all(seen)      # both branches ran
     monkeypatch.setattr(_updates, "HOST", False)
@@ -190,9 +190,9 @@ def test_ascdro_batch_statistics_on_the_host_match_the_tensor_code(scale):
             cases += 1
             m = m * scale / lam if math.isfinite(m) else m
             args = (37, math.log(37), 0.3, started, 0.5, 1e-3)
-            t = _updates.ascdro_batch(l, lp if started else None, f64(lam), f64(1.1 * lam),
+            t = _updates_kl.ascdro_batch(l, lp if started else None, f64(lam), f64(1.1 * lam),
                                       f64(s), f64(-0.2), f64(m), *args)
-            h = _updates.ascdro_batch_host(l.numpy(), lp.numpy() if started else None, lam,
+            h = _updates_kl.ascdro_batch_host(l.numpy(), lp.numpy() if started else None, lam,
                                            1.1 * lam, s, -0.2, m, *args)
             assert bool(t[6]) == h[6]
             restarts += h[6]
@@ -228,11 +228,11 @@ def test_ascdro_step_on_the_host_is_the_tensor_code(dtype):
             args = (0.05, 0.4, mu)
             tail = (0.5, 1e-3, 5.0)
             Pt, prevt = [p.clone() for p in P], [q.clone() for q in prev]
-            vt, lt = _updates.ascdro_update(
+            vt, lt = _updates_kl.ascdro_update(
                 Pt, prevt, G, GP, [None if v is None else v.clone() for v in voss],
                 *map(f64, sc), *args, torch.tensor(restart), started, *tail)
             versions = [t._version for t in P + prev]
-            vh, lh = _updates.ascdro_update_host(
+            vh, lh = _updates_kl.ascdro_update_host(
                 P, prev, G, GP, [None if v is None else v.clone() for v in voss], *sc,
                 *args, restart, started, *tail)
             # (in place, NumPy or torch: autograd sees the writes)
@@ -270,9 +270,9 @@ def test_scdro_lambda_step_on_the_host_is_the_tensor_code_bit_for_bit():
             for started in (False, True):
                 for hi in (None, 1.5):
                     args = (0.1, 0.5, mu, None, started, 1e-3, hi, 0.5)
-                    tu, tl = _updates.scdro_update([], [], [], [], f64(u), f64(g_lam),
+                    tu, tl = _updates_kl.scdro_update([], [], [], [], f64(u), f64(g_lam),
                                                    f64(lam), f64(loss_max), *args)
-                    hu, hl = _updates.scdro_lambda_host(u, g_lam, lam, loss_max, 0.1, 0.5, mu,
+                    hu, hl = _updates_kl.scdro_lambda_host(u, g_lam, lam, loss_max, 0.1, 0.5, mu,
                                                         started, 1e-3, hi, 0.5)
                     for t, h in ((tu, hu), (tl, hl)):
                         assert torch.equal(t, f64(h)) or (math.isnan(h) and torch.isnan(t))
@@ -291,10 +291,10 @@ def test_scdro_batch_statistics_on_the_host_match_the_tensor_code(scale):
     for lam in (1e-3, 0.7, 50.0):
         for started in (False, True):
             args = (math.log(37), math.log1p(-0.3), math.log(0.3), started, 0.5, 1e-3)
-            t = _updates.scdro_batch(l, torch.tensor(lam, dtype=torch.float64),
+            t = _updates_kl.scdro_batch(l, torch.tensor(lam, dtype=torch.float64),
                                      torch.tensor(0.2, dtype=torch.float64),
                                      torch.tensor(0.1, dtype=torch.float64), *args)
-            h = _updates.scdro_batch_host(l.numpy(), lam, 0.2, 0.1, *args)
+            h = _updates_kl.scdro_batch_host(l.numpy(), lam, 0.2, 0.1, *args)
             assert [float(t[k]) for k in (0, 1, 2)] == list(h[:3])
             for k in (3, 5, 6):
                 assert abs(float(t[k]) - h[k]) <= 1e-13 * max(1.0, abs(h[k]))
@@ -360,7 +360,7 @@ def test_an_outer_function_without_numpy_code_runs_its_torch_code():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_fcco_track_kernel_is_the_numpy_code(dtype):
     """The one numba call of the compositional methods' host path (tracking + a built-in
-    outer function, ``_updates.fcco_track_host``) gives the NumPy code's table, outer
+    outer function, ``_updates_fcco.fcco_track_host``) gives the NumPy code's table, outer
     gradients and value sum bit for bit: every outer function, smoothing zero, positive or
     below float32's range, with and without the previous estimate, first visits and revisits,
     at the kinks, at NaN and infinity. A subclass runs its own ``grad_value_numpy``."""
@@ -377,9 +377,9 @@ def test_fcco_track_kernel_is_the_numpy_code(dtype):
             s = np.asarray(dtype(0.3)) if f.has_threshold else None
             gp = 0.0 if prev is None else 0.2
             ut, st = u0.copy(), seen.copy()
-            _, y, value = _updates.fcco_track_numpy(ut, st, idx, now, prev, 0.1, gp, f, lam, s)
+            _, y, value = _updates_fcco.fcco_track_numpy(ut, st, idx, now, prev, 0.1, gp, f, lam, s)
             ut2, st2 = u0.copy(), seen.copy()
-            y2, total = _updates.fcco_track_host(ut2, st2, idx, now, prev, 0.1, gp, f, lam, s)
+            y2, total = _updates_fcco.fcco_track_host(ut2, st2, idx, now, prev, 0.1, gp, f, lam, s)
             assert y2.dtype == y.dtype == dtype
             for a, b in ((ut, ut2), (y, y2), (st, st2)):
                 assert np.array_equal(a, b, equal_nan=True)
@@ -395,6 +395,6 @@ def test_fcco_track_kernel_is_the_numpy_code(dtype):
             return super().grad_value_numpy(u, lam, s)
 
     assert O.kernel_code(Mine()) is None
-    y, _ = _updates.fcco_track_host(u0.copy(), seen.copy(), idx, now, None, 0.1, 0.0, Mine(),
+    y, _ = _updates_fcco.fcco_track_host(u0.copy(), seen.copy(), idx, now, None, 0.1, 0.0, Mine(),
                                     0.01, None)
     assert calls == [1] and y.dtype == dtype

@@ -34,9 +34,9 @@ SYNCING = {"_local_scalar_dense", "nonzero", "nonzero_static", "_unique", "_uniq
            "item", "equal", "is_nonzero", "_assert_scalar"}
 
 
-#: PG-SMD2's projection on the KL ball, eager (``_updates._kl_ball_log_host``): its Newton
+#: PG-SMD2's projection on the KL ball, eager (``_updates_kl._kl_ball_log_host``): its Newton
 #: steps read their three sums (``tolist``; compiled: a while_loop, no read): known, left
-PROJECTION = "tolist@_updates.py"
+PROJECTION = "tolist@_updates_kl.py"
 
 
 class SyncRecorder(TorchDispatchMode):

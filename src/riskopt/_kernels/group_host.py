@@ -3,7 +3,7 @@ SOX, SONEX, ALEXR2; :meth:`riskopt.torch.optim.fcco._FCCOBase._surrogate_host`):
 update of the tracked inner values of a batch's groups, written into their table, and the
 built-in outer function's gradient and value there.
 
-The arithmetic is the NumPy code's (``riskopt.torch.optim._updates.fcco_track_numpy`` and
+The arithmetic is the NumPy code's (``riskopt.torch.optim._updates_fcco.fcco_track_numpy`` and
 the outer functions' ``grad_value_numpy``), operation for operation in the table's dtype:
 the scalars arrive already rounded to that dtype (as NumPy rounds a Python float meeting a
 float32 array), no literal constant enters a float32 expression (numba would promote it to
@@ -101,7 +101,7 @@ def track_outer(ut, st, idx, now, prev, par, kind, y):
 # ------------------------------------------------------------------------------------ OOA
 @njit(cache=True)
 def ooa_terms(L, cap, p, idx, n_over_k, w):
-    """OOA's batch (``riskopt.torch.optim._updates.ooa_batch``'s NumPy code, the same
+    """OOA's batch (``riskopt.torch.optim._updates_fcco.ooa_batch``'s NumPy code, the same
     operations): returns the terms ``clip(1 - j cap, 0, cap) top_j`` of the group losses
     ``L`` sorted descending (the caller sums them with NumPy's ``sum``: its pairwise order),
     and writes the surrogate's weights ``w[j] = p[idx[j]] * n_over_k``."""
@@ -132,7 +132,7 @@ def _count_le(a, tau):
 @njit(cache=True, error_model="numpy")
 def ooa_project(table, idx, L, dual_coef, cap):
     """OOA's ascent step in place: ``table <- Proj(table + dual_coef L e_idx)`` onto the
-    capped simplex ``{0 <= p <= cap, sum p = 1}`` (``riskopt.torch.optim._updates.
+    capped simplex ``{0 <= p <= cap, sum p = 1}`` (``riskopt.torch.optim._updates_fcco.
     _capped_simplex_host``'s operations: the breakpoints ``a``, ``a - cap`` of the sorted
     ``a``, the piecewise-linear mass ``phi`` at each, and ``tau`` interpolated between the
     last breakpoint with mass >= 1 and the next)."""

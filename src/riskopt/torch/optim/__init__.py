@@ -1,7 +1,8 @@
 """PyTorch optimizers whose per-sample or per-group state is indexed by dataset indices.
 
 :class:`IndexedStateOptimizer` is the base class of the stochastic DRO / compositional
-optimizers (SCDRO / ASCDRO in :mod:`~riskopt.torch.optim.kl_dro`, PG-SMD2 in
+optimizers (SCDRO in :mod:`~riskopt.torch.optim.kl_dro`, ASCDRO in
+:mod:`~riskopt.torch.optim.ascdro`, PG-SMD2 in
 :mod:`~riskopt.torch.optim.pgsmd2`; SONEX / SONX /
 SOX / ALEXR2 in :mod:`~riskopt.torch.optim.fcco`, their outer functions in
 :mod:`~riskopt.torch.optim.outer`; OOA in :mod:`~riskopt.torch.optim.ooa`): a
@@ -13,7 +14,8 @@ from .base import IndexedStateOptimizer
 from .fcco import ALEXR2, SONEX, SONX, SOX
 from .outer import AbsHinge, GroupCVaR, Hinge, SquaredHinge
 from .ooa import OOA, project_capped_simplex
-from .kl_dro import ASCDRO, SCDRO
+from .kl_dro import SCDRO
+from .ascdro import ASCDRO
 from .pgsmd2 import PGSMD2
 
 #: every optimizer of this package, by name (the common test table has a row for each)

@@ -13,7 +13,8 @@ import torch
 from .fcco import ALEXR2, SONEX, SONX, SOX
 from .outer import GroupCVaR, Hinge, SquaredHinge
 from .ooa import OOA
-from .kl_dro import ASCDRO, SCDRO
+from .ascdro import ASCDRO
+from .kl_dro import SCDRO
 from .pgsmd2 import PGSMD2
 
 __all__ = ["ROWS", "make_problem", "make_optimizer", "drive_step", "split", "run",

@@ -84,7 +84,7 @@ import numpy
 import torch
 
 from ..._validation import check_int, check_positive
-from . import _updates
+from . import _updates, _updates_fcco
 from .base import IndexedStateOptimizer
 from .outer import AbsHinge, GroupCVaR, Hinge, SquaredHinge  # noqa: F401  (re-exported)
 
@@ -279,7 +279,7 @@ class _FCCOBase(IndexedStateOptimizer):
             now = merged[0].to(table.dtype)
             prev = merged[1].to(table.dtype) if use_prev else None
             s_now = None if self._s is None else self._s.detach().to(table.dtype)
-            _, y, est = self._kernel(_updates.fcco_track)(
+            _, y, est = self._kernel(_updates_fcco.fcco_track)(
                 table, self.indexed_state("seen"), I, now, prev, self.gamma, self._gp(),
                 self.outer, self.smoothing, s_now)
             # the objective estimate, judged against the start: direct + mean outer value
@@ -304,7 +304,7 @@ class _FCCOBase(IndexedStateOptimizer):
             d = direct.reshape(())
             if isinstance(share, torch.Tensor):   # (a device number: no read; the
                 # rounding of a Python number's product, float32 / float64 alike)
-                out = out + (d * share.to(d.dtype) if d.dtype in _updates._NP_FLOATS
+                out = out + (d * share.to(d.dtype) if d.dtype in _updates_fcco._NP_FLOATS
                              else (d.float() * share.float()).to(d.dtype))
             else:
                 out = out + (d * share if share != 1.0 else d)
@@ -314,11 +314,11 @@ class _FCCOBase(IndexedStateOptimizer):
         """Whether this step's surrogate runs on the host path (:meth:`_surrogate_host`):
         eager (no :meth:`compile`) on the CPU, float32 / float64 estimates and table, and an
         outer function with NumPy code; chosen once per step."""
-        table = self.indexed_state("u")
+        table, floats = self.indexed_state("u"), _updates_fcco._NP_FLOATS
         return (self._compile_kwargs is None and _updates._host(table, g_now)
-                and table.dtype in _updates._NP_FLOATS and g_now.dtype in _updates._NP_FLOATS
+                and table.dtype in floats and g_now.dtype in floats
                 and (g_prev is None or (g_prev.device.type == "cpu"
-                                        and g_prev.dtype in _updates._NP_FLOATS))
+                                        and g_prev.dtype in floats))
                 and (direct is None or direct.device.type == "cpu")
                 and getattr(self.outer, "grad_value_numpy", None) is not None)
 
@@ -349,7 +349,7 @@ class _FCCOBase(IndexedStateOptimizer):
         # (float32 -> float64 -> the table's dtype, as the tensor code: one rounding at most)
         now, prev = [v.astype(dt, copy=False) for v in merged] + [None] * (2 - len(merged))
         s_now = None if self._s is None else self._s.detach().numpy().astype(dt)
-        y, total = _updates.fcco_track_host(
+        y, total = _updates_fcco.fcco_track_host(
             ut, self._indexed["seen"].numpy(), I.numpy(), now, prev, self.gamma, self._gp(),
             self.outer, self.smoothing, s_now)
         k = y.size
@@ -484,7 +484,7 @@ class SONEX(_FCCOBase):
             merged.setdefault(key, []).extend(group["params"])
         for (lr, beta, wd), params in merged.items():
             st = [self.state[p] for p in params]
-            self._kernel(_updates.fcco_moments)(
+            self._kernel(_updates_fcco.fcco_moments)(
                 params, [s["prev"] for s in st] if self._keep_prev else None,
                 [p.grad for p in params], [s["v"] for s in st], [s.get("m2") for s in st],
                 lr, beta, wd, adam, *self._corrections(beta, self._t), self.betas2, self.eps)
@@ -612,7 +612,7 @@ class ALEXR2(_FCCOBase):
         for group in self.param_groups:
             params = group["params"]
             st = [self.state[p] for p in params]
-            self._kernel(_updates.alexr2_inner)(
+            self._kernel(_updates_fcco.alexr2_inner)(
                 params, [s["prev"] for s in st], [s["anchor"] for s in st],
                 [p.grad for p in params], group["inner_lr"], self.nu, group["weight_decay"])
         self._k += 1
@@ -623,7 +623,7 @@ class ALEXR2(_FCCOBase):
             for group in self.param_groups:
                 params = group["params"]
                 st = [self.state[p] for p in params]
-                self._kernel(_updates.alexr2_outer)(
+                self._kernel(_updates_fcco.alexr2_outer)(
                     params, [s["prev"] for s in st], [s["anchor"] for s in st],
                     [s["v"] for s in st], [s.get("m2") for s in st], group["lr"],
                     group["beta"], self.nu, adam, *self._corrections(group["beta"], self._t),

@@ -5,7 +5,7 @@ paper, Sec. 6), and the exact projection on the capped simplex that it uses. Spl
 import torch
 
 from ..._validation import check_int, check_positive
-from . import _updates
+from . import _updates_fcco
 from .base import IndexedStateOptimizer
 from .fcco import _unit
 
@@ -28,7 +28,7 @@ def project_capped_simplex(x, cap):
         raise ValueError("x must be a non-empty 1-D tensor")
     if not cap * m >= 1.0 - 1e-12:
         raise ValueError(f"the capped simplex is empty: cap * m = {cap * m} < 1")
-    return _updates.capped_simplex(x, cap)
+    return _updates_fcco.capped_simplex(x, cap)
 
 
 def _cvar(L, cap):
@@ -40,7 +40,7 @@ def _cvar(L, cap):
     >>> float(_cvar(torch.tensor([1.0, 4.0, 2.0, 3.0]), 0.5))
     3.5
     """
-    return _updates.cvar_of(L, cap)
+    return _updates_fcco.cvar_of(L, cap)
 
 
 class OOA(IndexedStateOptimizer):
@@ -114,14 +114,14 @@ class OOA(IndexedStateOptimizer):
         with torch.no_grad():
             I, (Lm,), loc = self._gather_by_index(idx, counts, [L], self.device)
             self._check_input_finite(Lm, "group losses")
-            est, w = self._kernel(_updates.ooa_batch)(
+            est, w = self._kernel(_updates_fcco.ooa_batch)(
                 self.indexed_state("p"), I, Lm, self.cap * self.n_indices / I.numel(),
                 self.n_indices / I.numel())
             self._track(est, window=est, scale=lambda: Lm.abs().mean())
             if loc is not None:
                 w = w[loc[0]] * loc[1]
         self._pending = (I, Lm)
-        if L.dtype in _updates._NP_FLOATS:
+        if L.dtype in _updates_fcco._NP_FLOATS:
             # (one op; L's gradient is w, as (w * L).sum()'s: the same weights)
             return torch.dot(L, w.to(L.dtype))
         return (w.to(L.dtype) * L).sum()
@@ -138,7 +138,7 @@ class OOA(IndexedStateOptimizer):
         for group in self.param_groups:
             live = [p for p in group["params"] if p.grad is not None]
             groups.append((live, [p.grad for p in live], group["lr"], group["weight_decay"]))
-        self._kernel(_updates.ooa_update)(
+        self._kernel(_updates_fcco.ooa_update)(
             groups, self.indexed_state("p"), idx, L,
             self.dual_lr * (self.n_indices / idx.numel()), self.cap)
         self._pending = None

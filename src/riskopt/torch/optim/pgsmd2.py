@@ -8,9 +8,9 @@ import math
 import torch
 
 from ..._validation import check_positive
-from . import _guard, _updates
+from . import _guard, _updates_kl
 from .base import IndexedStateOptimizer
-from .kl_dro import _F32_EXACT, _KLWindow
+from ._kl_window import _F32_EXACT, _KLWindow
 
 __all__ = ["PGSMD2"]
 
@@ -116,7 +116,7 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
                     b = self._last_b = pending.wait()[0].shape[0]
                 self._gathered = (pending, b, idx, mine)
             scale = float(self.world())
-        return self._kernel(_updates.pgsmd2_weights)(
+        return self._kernel(_updates_kl.pgsmd2_weights)(
             self.indexed_state("log_p"), idx, self.n_indices * scale, max(b, 1),
             self._default_dtype())
 
@@ -182,7 +182,7 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         for p, _ in live:
             if self.gamma is not None and "center" not in self.state[p]:
                 self.state[p]["center"] = p.detach().clone()
-        tracked = self._kernel(_updates.pgsmd2_update)(
+        tracked = self._kernel(_updates_kl.pgsmd2_update)(
             [p for p, _ in live], [p.grad for p, _ in live],
             [self.state[p].get("center") for p, _ in live], [lr for _, lr in live],
             self.gamma, self.indexed_state("log_p"), indices, losses, self.n_indices, b,
