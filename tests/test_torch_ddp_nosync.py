@@ -59,11 +59,17 @@ def _halves(idx, rank, world):
     return idx[rank * b // world:(rank + 1) * b // world]
 
 
-def _counted_run(name, rank, equal, **kw):
+def _counted_run(name, rank, equal, pad=True, **kw):
+    """Row ``name`` on this rank, recorded; ``equal``: ``ddp_batches="equal"``, ``pad``
+    False: ``ddp_pad_indices=0`` (the per-index rows padded to the largest count seen)."""
     rec = SyncRecorder()
     make = D.make_optimizer
-    D.make_optimizer = recording(rec, make, setup=(
-        lambda opt: setattr(opt, "ddp_batches", "equal")) if equal else None)
+
+    def setup(opt):
+        opt.ddp_batches = "equal" if equal else "any"
+        if not pad:
+            opt.ddp_pad_indices = 0
+    D.make_optimizer = recording(rec, make, setup=setup)
     info = {}
     try:
         p, s, _ = D.run(name, STEPS, rank, 2, check_every=1000, info=info,
@@ -112,6 +118,8 @@ def _worker(rank, path):
     torch.Tensor.tolist = counting_tolist(torch.Tensor.tolist)
     for name in NAMES:
         out[f"{name}/unequal"] = _counted_run(name, rank, False)
+    for name in BY_INDEX:
+        out[f"{name}/unequal/nopad"] = _counted_run(name, rank, False, pad=False)
     D.batches, D.split = _even_batches, _halves
     for name in NAMES:
         out[f"{name}/any"] = _counted_run(name, rank, False)
@@ -219,3 +227,17 @@ def test_equal_batches_on_the_host_code(name, ddp):
     for r in range(2):
         (p, s), (pa, sa) = ddp[r][f"{name}/host/True"], ddp[r][f"{name}/host/False"]
         assert torch.equal(p, pa) and torch.equal(s, sa)
+
+
+@pytest.mark.parametrize("name", BY_INDEX)
+def test_per_index_merges_without_the_padding(name, ddp):
+    """``ddp_pad_indices = 0`` (what ``n_indices >= ddp_pad_indices`` takes): the rows padded
+    to the largest count seen, read once per gather (a second gather when they outgrow
+    it); the padded merge's numbers, bit for bit."""
+    for r in range(2):
+        p, s, ops, _, calls = ddp[r][f"{name}/unequal/nopad"]
+        pp, sp, _, _, calls_pad = ddp[r][f"{name}/unequal"]
+        assert torch.equal(p, pp) and torch.equal(s, sp)
+        ops = dict(ops)
+        assert ops.pop("tolist@distributed.py") == calls > calls_pad == STEPS
+        assert ops == {"_unique2": STEPS}
