@@ -92,9 +92,9 @@ def main():
     for v in versions:
         res["versions"][v]["summary"] = _summary(res["versions"][v]["runs"])
     res["load_average"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
+    if args.out:                       # the data first: a formatting error keeps them
+        write_results(args.out, res, lambda: _markdown(res))
     print(_markdown(res))
-    if args.out:
-        write_results(args.out, res, _markdown(res))
 
 
 if __name__ == "__main__":

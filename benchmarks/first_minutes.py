@@ -285,18 +285,19 @@ def main():
             print(v, r["case"], f"ratio cpu {r['ratio_cpu']:.2f} wall {r['ratio_wall']:.2f}",
                   r["solver"], r["n_iter"], flush=True)
     res["load_average"] = [round(load0, 1), round(os.getloadavg()[0], 1)]
-    write_results(args.out, res, _markdown(res))
+    write_results(args.out, res, lambda: _markdown(res))
 
 
 def write_results(out, res, markdown):
-    """``results.json`` (``res``) and ``results.md`` (``markdown``) into the folder ``out``,
-    atomically."""
+    """``results.json`` (``res``) and ``results.md`` (``markdown``, or a function of no
+    arguments that returns it, called after the JSON is written: a formatting error keeps
+    the data) into the folder ``out``, atomically."""
     from riskopt.bench._io import atomic_write_json, atomic_write_text
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "results.json", res)
-    atomic_write_text(out / "results.md", markdown)
+    atomic_write_text(out / "results.md", markdown() if callable(markdown) else markdown)
     print(f"wrote {out / 'results.md'}")
 
 

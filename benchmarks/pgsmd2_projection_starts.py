@@ -180,6 +180,12 @@ def main():
     got = measure(args)
     got["window_check_us"] = window_check_cost(args.batch, args.window_calls)
     out = Path(args.out) / f"hidden{args.hidden}"
+    # the JSON first: a formatting error keeps the measured data
+    write_results(out, got, lambda: markdown(args, got))
+
+
+def markdown(args, got):
+    """The Markdown lines of ``results.md``."""
     m = got["meta"]
     hist = lambda h: ", ".join(f"{k}: {v}" for k, v in h.items())   # noqa: E731
     md = [f"# PG-SMD2's KL-ball projection: cold vs warm Newton start "
@@ -203,7 +209,7 @@ def main():
           f"The KL methods' start-rule check (10 batches x {args.batch} losses): the whole "
           f"grid {got['window_check_us']['grid']:.0f} us, the two-column bound "
           f"{got['window_check_us']['bound']:.0f} us CPU per check (median of 5 blocks)."]
-    write_results(out, got, md)
+    return md
 
 
 if __name__ == "__main__":

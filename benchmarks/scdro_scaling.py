@@ -95,6 +95,16 @@ def main():
     for r in rows:
         r["ratio_to_smallest_n"] = r["us_per_step"] / base[r["variant"]]
         r["ratio_to_no_prefetch_same_n"] = r["us_per_step"] / nopf[r["n"]]
+    atomic_write_json(os.path.join(args.out, "metadata.json"), script_metadata(
+        "benchmarks/scdro_scaling.py", time.perf_counter() - t_start, sizes=args.sizes,
+        d=args.d, steps=args.steps, repeats=args.repeats, numpy=np.__version__,
+        note=args.note))
+    # the JSON first: a formatting error keeps the measured data
+    write_results(args.out, rows, lambda: markdown(args, rows))
+
+
+def markdown(args, rows):
+    """The Markdown lines of ``results.md``."""
     lines = [f"# SCDRO time per step vs n (d = {args.d}, batch {B}, logistic, KL radius 0.2)",
              "", f"CPU time per step, median of {args.repeats} runs of {args.steps:,} steps, "
              "all in one process. Ratio = the variant's time at n over its time at the "
@@ -106,11 +116,7 @@ def main():
         cells = [r for r in rows if r["variant"] == kind]
         lines.append(f"| {kind} | " + " | ".join(
             f"{r['us_per_step']:.2f} ({r['ratio_to_smallest_n']:.2f}x)" for r in cells) + " |")
-    write_results(args.out, rows, lines)
-    atomic_write_json(os.path.join(args.out, "metadata.json"), script_metadata(
-        "benchmarks/scdro_scaling.py", time.perf_counter() - t_start, sizes=args.sizes,
-        d=args.d, steps=args.steps, repeats=args.repeats, numpy=np.__version__,
-        note=args.note))
+    return lines
 
 
 if __name__ == "__main__":

@@ -100,12 +100,13 @@ def main():
                         "old_first_s": bo, "box_first_s": bb, "value_rel_diff": diff,
                         "old_value_rel_err_fsum": eo, "box_value_rel_err_fsum": eb})
         print(lines[-1], flush=True)
-    write_results(args.out, None, lines)
+    # the measured rows (in metadata.json) before the Markdown
     atomic_write_json(os.path.join(args.out, "metadata.json"), script_metadata(
         "benchmarks/table_loss_speed.py", time.perf_counter() - started,
         processor=platform.processor(),
         openblas_num_threads=os.environ.get("OPENBLAS_NUM_THREADS"),
         torch=torch.__version__, args=vars(args), results=results))
+    write_results(args.out, None, lines)
 
 
 if __name__ == "__main__":

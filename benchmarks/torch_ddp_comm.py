@@ -331,6 +331,12 @@ def report(args, out_dir):
         torch.multiprocessing.start_processes(_worker, args=(path, args), nprocs=WORLD,
                                               start_method=method)
         out = torch.load(f"{path}/out.pt", weights_only=True)
+    write_report(args, out_dir, out)
+
+
+def write_report(args, out_dir, out):
+    """The rows from the ranks' timings ``out``: ``results.json`` first (atomically), then
+    the Markdown (:func:`markdown`), so that a formatting error keeps the measured data."""
     n_params = args.d * args.hidden + 2 * args.hidden + 1
     sgd = out["sgd"]
 
@@ -388,6 +394,13 @@ def report(args, out_dir):
             "ddp_allreduce_bytes_per_step": 4 * n_params, "steps": args.steps,
             "torch": torch.__version__, "load": os.getloadavg(),
             "note": "2 shared CPU cores, loaded machine"}
+    write_results(out_dir, {"meta": meta, "rows": rows, "overlap": paired},
+                  lambda: markdown(args, meta, rows, paired, sgd, solo_sgd))
+
+
+def markdown(args, meta, rows, paired, sgd, solo_sgd):
+    """The Markdown lines of ``results.md``."""
+    n_params = args.d * args.hidden + 2 * args.hidden + 1
     md = [f"# DDP communication per step (`python benchmarks/torch_ddp_comm.py --batch "
           f"{args.batch} --steps {args.steps} --repeats {args.repeats} --hidden "
           f"{args.hidden}`)", "",
@@ -429,7 +442,7 @@ def report(args, out_dir):
                f"(range {min(w):.2f}-{max(w):.2f}), CPU median {statistics.median(c):.3f}; "
                f"ms / step in the gathers (launch + wait) {r['gather_ms_per_step'][0]:.3f} "
                f"against {r['gather_ms_per_step'][1]:.3f}."]
-    write_results(out_dir, {"meta": meta, "rows": rows, "overlap": paired}, md)
+    return md
 
 
 if __name__ == "__main__":

@@ -295,8 +295,6 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         src = archive_src(args.before, tmp) if args.before else args.base_src
         got, blocks, ops = measure(args, load_base(src) if src else None)
-    total = {k: sum(v[p]["cpu_ms"] for p in PHASES) for k, v in got.items()}
-    tops = {k: sum(v[p]["ops"] for p in PHASES) for k, v in got.items()}
     before = args.before or args.base_src
     meta = {"model": f"MLP {args.d}-{args.hidden}-1 float32", "hidden": args.hidden,
             "d": args.d, "batch": args.batch, "threads": torch.get_num_threads(),
@@ -304,7 +302,21 @@ def main(argv=None):
             "phases": args.phases,
             "before": before, "sgd_cpu_ms": 1e3 * statistics.median(blocks["sgd"]),
             "torch": torch.__version__, "load": os.getloadavg()}
-    payload = {"meta": meta, "phases": got}
+    payload, sgd = {"meta": meta, "phases": got}, None
+    if before:
+        payload["rows"], sgd = paired_rows(args.rows, blocks, ops)
+    out = Path(args.out) / (f"hidden{args.hidden}" + (f"_d{args.d}" if args.d != 64 else ""))
+    # the JSON first: a formatting error keeps the measured data
+    write_results(out, payload, lambda: markdown(args, payload, sgd))
+
+
+def markdown(args, payload, sgd=None):
+    """The Markdown lines of ``results.md`` (``sgd``: SGD's CPU seconds per step of the paired
+    rows, with a before tree)."""
+    meta, got = payload["meta"], payload["phases"]
+    before = meta["before"]
+    total = {k: sum(v[p]["cpu_ms"] for p in PHASES) for k, v in got.items()}
+    tops = {k: sum(v[p]["ops"] for p in PHASES) for k, v in got.items()}
     cmd = (f"OMP_NUM_THREADS=1 python benchmarks/torch_step_phases.py --hidden {args.hidden} "
            f"--d {args.d} --steps {args.steps} --repeats {args.repeats} --rows "
            + " ".join(args.rows) + (f" --before {args.before}" if args.before else "")
@@ -323,14 +335,12 @@ def main(argv=None):
                   + " | ".join(f"{v[p]['cpu_ms']:.2f} / {v[p]['ops']:.0f}" for p in PHASES)
                   + " |")
     if before:
-        payload["rows"], sgd = paired_rows(args.rows, blocks, ops)
         md += ["", f"Before ({before}) and after: CPU time per step (median over blocks) as a "
                f"ratio to SGD's ({1e3 * sgd:.2f} ms). after / before: the median of the "
                "per-block ratios (min - max). Saved: the median over blocks of before - "
                "after, CPU us per step. Ops: ATen operations per step.", ""]
         md += paired_md(payload["rows"])
-    out = Path(args.out) / (f"hidden{args.hidden}" + (f"_d{args.d}" if args.d != 64 else ""))
-    write_results(out, payload, md)
+    return md
 
 
 if __name__ == "__main__":

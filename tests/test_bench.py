@@ -431,3 +431,63 @@ def test_benchmark_script_helpers(tmp_path, capsys):
     assert list(meta) == ["script", "git_commit", "machine", "cpus", "date", "sizes", "note",
                           "wall_seconds"]
     assert meta["script"] == "benchmarks/x.py" and meta["wall_seconds"] == 12.3
+
+
+def test_write_results_json_before_markdown(tmp_path, capsys):
+    """The measured data are on disk before the Markdown is formatted: a Markdown step that
+    raises leaves ``results.json`` (and no ``results.md``)."""
+    from riskopt.bench._io import write_results
+
+    def broken():
+        raise KeyError("a formatting bug")
+
+    with pytest.raises(KeyError, match="formatting"):
+        write_results(tmp_path / "x", {"rows": [2.5]}, broken)
+    assert json.loads((tmp_path / "x" / "results.json").read_text()) == {"rows": [2.5]}
+    assert not (tmp_path / "x" / "results.md").exists()
+    write_results(tmp_path / "y", {"rows": []}, lambda: ["# ok"])   # the callable's lines
+    assert (tmp_path / "y" / "results.md").read_text() == "# ok\n"
+    assert capsys.readouterr().out == "# ok\n"
+
+
+def _ddp_comm_timings(ddp):
+    """A fake ``out`` of ``torch_ddp_comm``'s ranks for the rows ``ddp.ROWS[:1]``."""
+    def ex(t):
+        return {"calls": 1.0, "bytes": 64.0, "gather_s": 1e-4, "time": t, "median": t,
+                "cpu": t, "walls": [t, t], "cpus": [t, t], "skew_s": 1e-5, "coll_s": 2e-5}
+    name = ddp.ROWS[0]
+    return {"sgd": ex(1e-3), "bare": ex(1e-4), "sgd/solo": ex(5e-4), "floor/gather": ex(2e-3),
+            f"{name}/local": ex(3e-3), f"{name}/exact": ex(4e-3), f"{name}/solo": ex(2e-3),
+            f"{name}/overlap": ex(3.5e-3)}
+
+
+def test_torch_ddp_comm_keeps_json_when_markdown_fails(tmp_path, monkeypatch, capsys):
+    """``benchmarks/torch_ddp_comm.py`` writes ``results.json`` before it formats the
+    Markdown: with the Markdown step patched to raise, the JSON (rows and the overlap pairs)
+    is still there; unpatched, both files are written from the same timings."""
+    import argparse
+
+    from conftest import load_benchmark
+
+    ddp = load_benchmark("torch_ddp_comm")
+    args = argparse.Namespace(batch=8, steps=2, repeats=2, hidden=4, d=3, rows=ddp.ROWS[:1])
+    out = _ddp_comm_timings(ddp)
+
+    def broken(*a, **k):
+        raise ValueError("a formatting bug")
+
+    monkeypatch.setattr(ddp, "markdown", broken)
+    with pytest.raises(ValueError, match="formatting"):
+        ddp.write_report(args, tmp_path / "a", out)
+    got = json.loads((tmp_path / "a" / "results.json").read_text())
+    name = ddp.ROWS[0]   # SGD, the bare gather, one floor, the row and its overlapped twin
+    assert len(got["rows"]) == 5 and got["rows"][0]["optimizer"] == "SGD (plain DDP)"
+    assert got["rows"][3]["optimizer"] == name
+    assert got["rows"][3]["ratio_exact_to_local"] == pytest.approx(4 / 3)
+    assert got["overlap"][0]["wall_ratio_per_block"] == [pytest.approx(3.5 / 4)] * 2
+    assert not (tmp_path / "a" / "results.md").exists()
+    monkeypatch.undo()
+    ddp.write_report(args, tmp_path / "b", out)
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["rows"] == got["rows"]
+    assert "| SGD (plain DDP) |" in (tmp_path / "b" / "results.md").read_text()
+    capsys.readouterr()

@@ -115,10 +115,18 @@ def atomic_write_json(path, obj):
 def write_results(folder, payload, md, json_name="results.json"):
     """A benchmark script's outputs: ``payload`` as ``folder/json_name`` (skipped when None)
     and the Markdown lines ``md`` as ``folder/results.md``, both atomically; the Markdown is
-    printed too. Returns the folder."""
+    printed too. Returns the folder.
+
+    The JSON is written first. ``md`` may be a function of no arguments that returns the
+    lines: it is called only after the JSON is on disk. A formatting error then loses the
+    Markdown only and keeps the measured data, so scripts should pass their Markdown step
+    this way.
+    """
     folder = Path(folder)
     if payload is not None:
         atomic_write_json(folder / json_name, payload)
+    if callable(md):
+        md = md()
     text = "\n".join(md) + "\n"
     atomic_write_text(folder / "results.md", text)
     print(text, end="")
