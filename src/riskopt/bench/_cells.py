@@ -64,3 +64,31 @@ def cell_labels(spec, c, labels=None):
             "solver": sol.display, "solver_name": sol.name, "config": config_label(c.config),
             "lr": float(c.config["lr"]), "params": json.dumps(params, sort_keys=True),
             "seed": int(c.seed), "budget": int(c.passes)}
+
+
+def run_order(spec, sizes):
+    """The sort key of the order the runner starts runs in: seed by seed (the spec's order of
+    ``seeds``), and within one seed the costliest problem first (``n_train`` x budget; ties in
+    spec order), each problem's runs (every solver and configuration) one after another.
+
+    A run cut part-way (Ctrl-C, a time limit, ``max_cells``) therefore leaves whole groups
+    that can be compared across methods: every (data set, objective) of the finished seeds
+    with all its solvers and configurations, and within the seed in progress whole problems
+    but the one being run. Ordering by cost alone (largest first, what the runner did up to
+    stop 42) left every seed of the large data sets done and the small ones not started.
+    Within a seed the long runs still start first, which is what keeps the parallel
+    (``jobs``) schedule from ending on a long straggler; across seeds a long run of the next
+    seed starts once the previous seed's runs are handed out (joblib dispatches in order).
+    A data set's folds are data sets (``law_school/fold1of5``, ...): one group each.
+
+    ``sizes``: ``{dataset: {"n_train": ...}}`` (:func:`riskopt.bench.runner.prepare`). Use
+    with a stable sort on cells in spec order (:func:`enumerate_cells`).
+    """
+    seed_rank = {s: i for i, s in enumerate(spec.seeds)}
+    data_rank = {d: i for i, d in enumerate(spec.datasets)}
+
+    def key(c):
+        return (seed_rank.get(c.seed, len(seed_rank)), -sizes[c.dataset]["n_train"] * c.passes,
+                data_rank.get(c.dataset, len(data_rank)), c.objective_index)
+
+    return key

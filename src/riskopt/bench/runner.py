@@ -23,6 +23,14 @@ Output folder (default ``results/<spec name>``)::
     figure.png           suboptimality vs passes (figure_time.png vs solver wall time), and the
                          other figures of the spec's ``analyses`` (riskopt.bench.figures)
 
+Order: the pending cells run seed by seed, and within a seed the costliest (data set,
+objective) first (``n_train`` x budget), each problem's solvers and configurations together
+(:func:`riskopt.bench._cells.run_order`). A run cut part-way (Ctrl-C, a time limit,
+``max_cells``) leaves whole comparable groups: every problem of the finished seeds with all
+its methods, and whole problems of the seed in progress but the one it was in. Within a seed
+the long runs start first, which keeps the parallel schedule's benefit of cost ordering.
+Finished cells are skipped, so a resumed run continues in the same order.
+
 Every file is written atomically and durably (temporary file, ``fsync``, ``os.replace``,
 ``fsync`` of the folder; :mod:`riskopt.bench._io`) with the umask's permissions. Rerunning
 the same command skips finished cells; ``fresh=True`` (``--fresh``) deletes this spec's cells
@@ -72,7 +80,8 @@ import numpy as np
 
 from . import (_fingerprint, _io, _lock, _meta, _paths, _procs, _record, _state, _view,
                problems, record_metrics)
-from ._cells import CELL_FORMAT, Cell, cell_labels, config_label, enumerate_cells  # noqa: F401
+from ._cells import (CELL_FORMAT, Cell, cell_labels, config_label,  # noqa: F401
+                     enumerate_cells, run_order)
 from ._execute import (_compute_fstar, _fstar_task, _run_cell, _warm_up,  # noqa: F401
                        record_passes, record_steps)
 from .spec import SpecError, load_spec
@@ -238,16 +247,14 @@ def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plo
             n_reused = len(done)
         pending = [c for c in cells if c.id not in done]
 
-        def cost(c):
-            return -sizes[c.dataset]["n_train"] * c.passes
-
+        order = run_order(spec, sizes)  # seed by seed, the costliest problem first
+        pending.sort(key=order)
         if max_cells is not None:
-            pending.sort(key=cost)
             pending = pending[: max(0, int(max_cells) - n_run)]
         say(f"spec {spec.name}: {len(cells)} runs, {len(done)} already finished, "
             f"{len(pending)} to run (jobs={jobs})")
         n_run += _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, jobs,
-                          backend, progress, say, errors, cost, fps)
+                          backend, progress, say, errors, order, fps)
 
         finished = {c.id for c in cells if (cells_dir / f"{c.id}.parquet").exists()}
         n_err = sum(1 for c in cells if (cells_dir / f"{c.id}.error.json").exists())
@@ -309,9 +316,10 @@ def _run_locked(spec, out, sizes, jobs, backend, progress, max_cells, fresh, plo
 
 def _compute(spec, cells, pending, probs, fstar, fstar_path, cells_dir, jobs, backend,
              progress, say, errors, cost, fps):
-    """f* of the problems without one, then the pending cells of the problems with one; each
-    result is written the moment it arrives, with the fingerprint of its data (``fps``).
-    Returns the number of cells run."""
+    """f* of the problems without one, then the pending cells of the problems with one, in
+    the order of the sort key ``cost`` (the runner's: :func:`run_order`); each result is
+    written the moment it arrives, with the fingerprint of its data (``fps``). Returns the
+    number of cells run."""
     from joblib import delayed
 
     labels = spec.objective_labels()
