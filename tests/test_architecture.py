@@ -35,8 +35,8 @@ Rules
         useless-model check), ``torch``, ``bench`` (users of solvers), ``_fair`` and
         ``_estimator_params`` (the estimators' fairness glue and parameter constraints)
   6     ``_cli_fit``, ``_cli_table`` (its input table), ``_cli_evaluate``, ``_cli_fair``,
-        ``_warmup``, ``cli``, ``model_io`` (model files), ``riskopt/__init__`` (entry points
-        and re-exports)
+        ``_warmup``, ``cli``, ``model_io`` (model files), ``__main__`` (``python -m
+        riskopt``), ``riskopt/__init__`` (entry points and re-exports)
   ====  ==============================================================================
 
   The top-level package ``riskopt/__init__`` re-exports from every layer, so it sits on top;
@@ -64,7 +64,7 @@ LAYERS = [
     ("estimators", "_estimator_solve", "_degenerate", "torch", "bench", "_fair",
      "_estimator_params"),
     ("_cli_fit", "_cli_table", "_cli_evaluate", "_cli_progress", "_warmup", "cli", "riskopt",
-     "_cli_fair", "model_io"),
+     "_cli_fair", "model_io", "__main__"),
 ]
 MAX_LINES = 800
 GENERIC_MODULES = ["bench/runner.py", "bench/spec.py", "bench/plotting.py", "bench/figures.py",

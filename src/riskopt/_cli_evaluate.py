@@ -16,7 +16,8 @@ the file's extension ``.md``/``.csv``/``.json`` unless ``--format`` says otherwi
   or mean loss for regression), mean loss, and the worst group;
 * fairness gaps for each ``--sensitive`` column (:mod:`riskopt.metrics`): classification --
   equal opportunity difference, demographic parity difference, absolute mean difference of the
-  predicted positive probability; regression -- absolute mean difference and statistical
+  predicted positive probability, equalized odds difference and ratio, demographic parity
+  ratio; regression -- absolute mean difference and statistical
   parity (KS distance) of the predictions. A gap that is undefined on the rows given (e.g. equal
   opportunity where a group has no positive example) is reported as "undefined" with why (and
   one ``riskopt: warning:`` line); the rest of the report is printed as usual.
@@ -88,11 +89,17 @@ def evaluate(model, df, groups=(), sensitive=(), pos_label=None, where="data"):
                "mean_loss": float(np.mean(losses)), "max_loss": float(np.max(losses))}
     if task == "regression":
         r = pred - y
+        ss_tot = float(np.sum((y - y.mean()) ** 2))
+        # R^2 is undefined on a constant target (one row included): "undefined", not the
+        # -1e294 of a division by a floor
         overall.update(rmse=float(np.sqrt(np.mean(r ** 2))), mae=float(np.mean(np.abs(r))),
-                       r2=float(1 - np.sum(r ** 2) / max(np.sum((y - y.mean()) ** 2), 1e-300)))
+                       r2=float(1 - np.sum(r ** 2) / ss_tot) if ss_tot > 0 else float("nan"))
     else:
         overall.update(accuracy=float(np.mean(pred == y)))
     out = {"overall": overall, "groups": [], "fairness": []}
+    if (groups or sensitive) and len(y) < 2:
+        raise FitError(f"{where} has {len(y)} row: the per-group table and fairness gaps "
+                       "(--group / --sensitive) need at least 2 rows")
     for col in list(dict.fromkeys([*groups, *sensitive])):
         what = "group" if col in groups else "sensitive"
         g = check_complete(df, col, what, where).astype(str).to_numpy()
@@ -203,9 +210,12 @@ def cmd_evaluate(args):
     model = load_model(args.model, trust=args.trust)
     df = read_table(args.data)
     if args.out:
-        check_output(args.out)
+        check_output(args.out, inputs=(("model", args.model), ("data", args.data)))
     result = evaluate(model, df, groups=args.group or (), sensitive=args.sensitive or (),
                       pos_label=args.pos_label, where=str(args.data))
+    if result["overall"].get("r2", 0.0) != result["overall"].get("r2", 0.0):
+        print("riskopt: warning: r2 is undefined: the target is constant on these rows",
+              file=sys.stderr, flush=True)
     for r in result["fairness"]:
         if r.get("note"):
             print(f"riskopt: warning: {r['metric']} for {r['column']!r} is {r['note']}",
@@ -238,10 +248,11 @@ the file's extension .md/.csv/.json unless --format says otherwise):
   per group  for each --group / --sensitive column: size, error (classification
              error, or mean loss for regression), mean loss, and the worst group;
   fairness   for each --sensitive column: equal opportunity difference, demographic
-             parity difference and the absolute mean difference of the predicted
-             positive probability (classification); the absolute mean difference
+             parity difference, the absolute mean difference of the predicted
+             positive probability, equalized odds difference and ratio and the
+             demographic parity ratio (classification); the absolute mean difference
              and the statistical parity (KS distance) of the predictions
-             (regression).
+             (regression). A gap undefined on these rows is "undefined", with why.
 
 """ + MODEL_FILES
 

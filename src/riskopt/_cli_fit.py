@@ -140,6 +140,10 @@ def cmd_fit(args):
     progress_mode = "off" if args.quiet else "on" if args.progress else "auto"
     df = read_table(args.data)
     y_raw = check_complete(df, args.target, "target", args.data)
+    if y_raw.nunique() < 2:  # one row, or a constant column: any model is that constant
+        raise FitError(f"target column {args.target!r} has the single value {y_raw.iloc[0]} "
+                       f"in its {len(y_raw)} row(s) of {args.data}: there is nothing to learn; "
+                       "check the column or the file")
     exclude = {args.target, *(args.drop or [])}
     groups = None
     if args.group_dro and not args.group:
@@ -209,7 +213,7 @@ def cmd_fit(args):
     else:
         est = RiskClassifier(**common)
         y = check_label_types(y_raw, args.target, "target").to_numpy()
-    check_output(args.out)
+    check_output(args.out, inputs=(("data", args.data),))
     reg = est
     if prep is not None:
         from sklearn.pipeline import Pipeline
@@ -289,7 +293,7 @@ def cmd_predict(args):
     if args.proba and not hasattr(est, "predict_proba"):
         raise FitError("--proba needs a classification model")
     if args.out:
-        check_output(args.out)
+        check_output(args.out, inputs=(("model", args.model), ("data", args.data)))
     ids = {}
     for col in args.id_column or []:
         if col not in df.columns:

@@ -239,10 +239,22 @@ def write_output(path, write, flag="--out"):
         raise FitError(f"{flag}: {_io.describe_os_error(exc)}") from None
 
 
-def check_output(path, flag="--out"):
-    """Refuse a bad output file before any work (one line naming it and the fix)."""
+def check_output(path, flag="--out", inputs=()):
+    """Refuse a bad output file before any work (one line naming it and the fix), and one
+    that is one of the command's ``inputs`` (``(what, path)`` pairs: the model or the data
+    it reads), which the write would destroy."""
+    import os
+
     from .bench import _io
 
+    for what, src in inputs:
+        try:
+            same = os.path.exists(path) and os.path.samefile(path, src)
+        except OSError:  # the input is missing: reported by its own check
+            same = False
+        if same:
+            raise FitError(f"{flag} {path} is the {what} file the command reads; writing "
+                           "there would destroy it: choose another path")
     try:
         _io.check_output_file(path, flag)
     except _io.OutputError as exc:

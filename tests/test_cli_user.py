@@ -1,0 +1,100 @@
+"""The command line as a user meets it (stop 43): ``python -m riskopt``, an ``--out`` that is one
+of the command's inputs, a constant or one-row target, and ``evaluate`` on one row."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from riskopt.cli import main
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.fixture
+def table(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 120
+    df = pd.DataFrame(rng.normal(size=(n, 2)), columns=["a", "b"])
+    df["g"] = np.where(rng.random(n) < 0.5, "u", "v")
+    df["y"] = df["a"] - 2 * df["b"] + 0.1 * rng.normal(size=n)
+    df["label"] = (df["y"] > 0).astype(int)
+    path = tmp_path / "train.csv"
+    df.to_csv(path, index=False)
+    return path, df
+
+
+def _error(capsys, argv):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "Traceback" not in err
+    return err
+
+
+def test_python_dash_m_riskopt_runs_the_cli():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(SRC), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-m", "riskopt", "--help"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "usage: " in out.stdout and "fit" in out.stdout and "evaluate" in out.stdout
+
+
+def test_out_that_is_an_input_is_refused_and_the_input_kept(table, tmp_path, capsys):
+    path, _ = table
+    before = path.read_bytes()
+    err = _error(capsys, ["fit", str(path), "--target", "y", "--drop", "label", "--quiet",
+                          "--out", str(path)])
+    assert "is the data file" in err
+    assert path.read_bytes() == before
+    model = tmp_path / "m.skops"
+    assert main(["fit", str(path), "--target", "y", "--drop", "label", "--quiet",
+                 "--out", str(model)]) == 0
+    capsys.readouterr()
+    saved = model.read_bytes()
+    # the same file through another spelling of its path
+    other = str(tmp_path / "." / "m.skops")
+    err = _error(capsys, ["predict", str(model), str(path), "--out", other])
+    assert "is the model file" in err
+    err = _error(capsys, ["evaluate", str(model), str(path), "--out", str(path)])
+    assert "is the data file" in err
+    assert model.read_bytes() == saved and path.read_bytes() == before
+    # a new file still works
+    assert main(["predict", str(model), str(path), "--out", str(tmp_path / "p.csv")]) == 0
+    assert len(pd.read_csv(tmp_path / "p.csv")) == len(pd.read_csv(path))
+
+
+@pytest.mark.parametrize("rows", [1, 50])
+def test_a_constant_target_is_refused_before_the_fit(table, tmp_path, capsys, rows):
+    path, df = table
+    one = df.iloc[:rows].assign(y=3.5)
+    p = tmp_path / "const.csv"
+    one.to_csv(p, index=False)
+    out = tmp_path / "m.skops"
+    err = _error(capsys, ["fit", str(p), "--target", "y", "--quiet", "--out", str(out)])
+    assert "single value 3.5" in err and f"{rows} row(s)" in err
+    assert not out.exists()
+
+
+def test_evaluate_on_one_row(table, tmp_path, capsys):
+    path, df = table
+    model = tmp_path / "m.skops"
+    assert main(["fit", str(path), "--target", "y", "--drop", "label", "--quiet",
+                 "--out", str(model)]) == 0
+    one = tmp_path / "one.csv"
+    df.iloc[:1].to_csv(one, index=False)
+    capsys.readouterr()
+    err = _error(capsys, ["evaluate", str(model), str(one), "--sensitive", "g"])
+    assert "at least 2 rows" in err
+    # without groups: the overall table, R^2 undefined (not -1e294), said on stderr
+    rep = tmp_path / "r.json"
+    assert main(["evaluate", str(model), str(one), "--out", str(rep)]) == 0
+    assert "r2 is undefined" in capsys.readouterr().err
+    overall = json.loads(rep.read_text())["overall"]
+    assert overall["rows"] == 1 and overall["r2"] is None
+    assert overall["rmse"] == pytest.approx(overall["mae"])
