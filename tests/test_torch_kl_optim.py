@@ -268,12 +268,13 @@ def test_lr_schedulers_act_on_the_kl_dro_optimizers(name):
         cls([{"params": a.parameters()}, {"params": b.parameters(), "lr": 0.01}], lr=0.1)
 
 
-# ---------------------------------------------------------------- the silent stall (i27d)
+# ---------------------------------------------------------------- the silent stall (i27d, kl)
 def _stalling(host=True, steps=6, **kw):
     """The common table's SCDRO row from lambda's floor (lam_init=1e-3): at step 2 lambda
     has jumped to ~0.2 while log s still holds step 1's max l / 1e-3, so every weight
-    exp(l / lambda - log s) underflows. Returns the per-step gradient norms, the guard's
-    summary and the optimizer."""
+    exp(l / lambda - log s) underflows. Steps 2-5 stall, step 6 does not, and every step from
+    7 on stalls (to step 200 at least: benchmarks/scdro_stall_lengths.py). Returns the
+    per-step gradient norms, the guard's summary and the optimizer."""
     from riskopt.torch.optim import _drive as D, _updates
     X, y, _, model = D.make_problem()
     opt = D.make_optimizer("scdro", model.parameters(), X.shape[0], 4, lam_init=1e-3,
@@ -291,36 +292,78 @@ def _stalling(host=True, steps=6, **kw):
     return norms, D.guard_summary(opt), opt
 
 
+#: the stalled steps of the first 11 (:func:`_stalling`)
+STALLED = [2, 3, 4, 5, 7, 8, 9, 10, 11]
+
+
 @pytest.mark.parametrize("host", [True, False])
 def test_a_stalled_scdro_run_is_reported_once(host):
+    # stall_steps=5: the run from step 7 is the first of 5 stalled steps (steps 2-5: 4)
     with pytest.warns(ro.DivergenceWarning) as rec:
-        norms, guard, opt = _stalling(host)
+        norms, guard, opt = _stalling(host, steps=14, stall_steps=5)
     stalls = [w for w in rec if "stalled" in str(w.message)]
     assert len(stalls) == 1                             # once, not at every check
-    step = guard["stall"]
-    assert step > 0 and norms[step - 1] == 0.0         # the reported step's gradient is zero
-    assert all(n > 0 for n in norms[:step - 1])        # and no earlier one was
+    assert [k + 1 for k, n in enumerate(norms[:11]) if n == 0.0] == STALLED
+    assert guard["stall"] == 7 and guard["stall_run"] == 8      # (and stalling still)
     msg = str(stalls[0].message)
-    assert msg.startswith(f"SCDRO stalled at step {step}: lambda = ")
-    for part in ("below log s", "underflowed", "gradient is exactly zero",
-                 "Raise shift_cost", "lower lr relative to beta", "normalise the losses"):
+    assert msg.startswith("SCDRO stalled at step 7: lambda = ")
+    for part in ("below log s", "underflowed", "at this step and the 4 after it "
+                 "(stall_steps=5)", "gradient is exactly zero", "Raise shift_cost",
+                 "lower lr relative to beta", "normalise the losses"):
         assert part in msg
     # the host path and the tensor path flag the same step (no host read on the latter)
-    with pytest.warns(ro.DivergenceWarning, match="stalled"):
-        other = _stalling(not host)[1]
-    assert other["stall"] == step
-    with pytest.raises(DivergenceError, match="SCDRO stalled"):
-        _stalling(host, on_divergence="raise")
+    with pytest.warns(ro.DivergenceWarning, match="stalled at step 7"):
+        other = _stalling(not host, steps=14, stall_steps=5)[1]
+    assert (other["stall"], other["stall_run"]) == (7, 8)
+    with pytest.raises(DivergenceError, match="SCDRO stalled at step 7"):
+        _stalling(host, steps=14, stall_steps=5, on_divergence="raise")
+    # stall_steps=1: the first stalled step (stop 42's rule)
+    with pytest.warns(ro.DivergenceWarning, match="stalled at step 2: .* at this step "
+                      r"\(stall_steps=1\)"):
+        assert _stalling(host, steps=3, stall_steps=1)[1]["stall"] == 2
+
+
+@pytest.mark.parametrize("host", [True, False])
+def test_a_stall_shorter_than_stall_steps_is_not_reported(host):
+    # steps 2-5 and 7-10 stall, 4 steps each: below stall_steps=5, nothing is reported (a
+    # DivergenceWarning is an error here) and the count stands at the current run's 4
+    norms, guard, _ = _stalling(host, steps=10, stall_steps=5)
+    assert [k + 1 for k, n in enumerate(norms) if n == 0.0] == STALLED[:-1]
+    assert guard["stall"] == -1 and guard["stall_run"] == 4 and not guard["stall_reported"]
+    # step 11 makes the second run 5 long: reported, naming its first step
+    with pytest.warns(ro.DivergenceWarning, match="SCDRO stalled at step 7"):
+        assert _stalling(host, steps=11, stall_steps=5)[1]["stall"] == 7
+    # the default (20 steps) is quiet over 14 steps
+    assert _stalling(host, steps=14)[1]["stall"] == -1
+
+
+def test_stall_steps_is_checked():
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    for bad in (0, -1, 2.5, True, "20"):
+        with pytest.raises(ValueError, match="stall_steps must be an int >= 1"):
+            SCDRO(p, stall_steps=bad)
+    assert SCDRO(p).stall_steps == 20
 
 
 def test_the_stall_survives_a_checkpoint():
-    """The flag and its report are state: a run resumed after the report reports nothing new
-    and carries the same step."""
-    with pytest.warns(ro.DivergenceWarning, match="stalled"):
-        _, guard, opt = _stalling()
-    fresh = _stalling(steps=1)[2]
-    fresh.load_state_dict(opt.state_dict())
+    """The flag, the count of the current run and the report are state: a run saved in the
+    middle of a stalled run and resumed reports the same step at the same step, once; a run
+    resumed after the report reports nothing new and carries the same step."""
     from riskopt.torch.optim import _drive as D
+    kw = dict(lam_init=1e-3, stall_steps=5, check_every=1)
+    info, resumed = {}, {}
+    with pytest.warns(ro.DivergenceWarning) as rec:
+        _, _, saved = D.run("scdro", 12, info=info, save_at=9, **kw)
+    assert saved[1]["scdro"]["guard"]["stall_run"] == 3       # (steps 7-9)
+    with pytest.warns(ro.DivergenceWarning) as again:
+        D.resume("scdro", 12, saved, info=resumed, **kw)
+    assert [str(w.message) for w in again] == [str(w.message) for w in rec]
+    assert len(rec) == 1 and "stalled at step 7" in str(rec[0].message)
+    assert resumed["guard"] == info["guard"] and info["guard"]["stall_run"] == 6
+    with pytest.warns(ro.DivergenceWarning, match="stalled"):
+        _, guard, opt = _stalling(steps=11, stall_steps=5)
+    fresh = _stalling(steps=1, stall_steps=5)[2]
+    fresh.load_state_dict(opt.state_dict())
     assert D.guard_summary(fresh) == guard and guard["stall_reported"]
     assert fresh.check_divergence()          # (stalled: True; already reported: no warning)
 
@@ -330,5 +373,63 @@ def test_an_ordinary_scdro_run_does_not_stall():
     # into an error)
     from riskopt.torch.optim import _drive as D
     info = {}
-    D.run("scdro", 40, info=info, check_every=1)
+    D.run("scdro", 40, info=info, check_every=1, stall_steps=1)
     assert info["guard"]["stall"] == -1 and not info["guard"]["stall_reported"]
+
+
+# ------------------------------------------ ASCDRO / RASCDRO / RECOVER: no silent stall (kl)
+@pytest.mark.parametrize("gap", [10.0, 700.0, 760.0, 1e4])
+def test_ascdros_weights_never_all_underflow(gap):
+    """Why ASCDRO has no stall report. SCDRO shifts the batch's exponentials by ``log s``, a
+    moving average of earlier batches: when that sits more than ~708 above the batch's
+    log-mean-exp of ``l / lambda``, every weight underflows (a stall). ASCDRO shifts them by
+    the batch's own largest ``l / lambda`` at the two iterates, ``M``, and restarts its
+    estimators on the batch alone (shifted by its own maximum) when the weights at the
+    current iterate sum to 0: its largest coefficient is then exactly ``1 / (b lambda)``.
+    Here the previous iterate's losses sit ``gap`` above the current ones in ``l / lambda``
+    (and the old estimators' shift too)."""
+    import math
+    from riskopt.torch.optim import _updates_kl as U
+    f64 = lambda v: torch.tensor(v, dtype=torch.float64)         # noqa: E731
+    l = torch.rand(16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    lam, b = 1e-3, 16
+    lp = l + gap * lam
+    m = float(lp.max()) / lam
+    args = (b, math.log(b), 0.5, True, 0.1, 1e-3)
+    h = U.ascdro_batch_host(l.numpy(), lp.numpy(), lam, lam, 1.0, -1.0, m, *args)
+    t = U.ascdro_batch(l, lp, f64(lam), f64(lam), f64(1.0), f64(-1.0), f64(m), *args)
+    for coef, restart in ((h[4], h[6]), (t[4].numpy(), bool(t[6]))):
+        assert coef.max() > 0                              # never every weight
+        assert restart == (gap > 745)                      # (exp(-745) rounds to 0)
+        if restart:
+            assert coef.max() == pytest.approx(1.0 / (b * lam), rel=1e-15)
+    # SCDRO in the same place (log s from the earlier batch, gap above): its weights vanish
+    w = U.scdro_batch_host(l.numpy(), lam, m, 1.0, math.log(b), math.log(0.5),
+                           math.log(0.5), True, 0.1, 1e-3)[4]
+    assert (w.sum() < torch.finfo(torch.float64).tiny) == (gap > 708)
+
+
+@pytest.mark.parametrize("host", [True, False])
+def test_recover_at_lambdas_floor_does_not_freeze(host):
+    """SCDRO's stalling case (the table's problem with lambda at its floor 1e-3: every step
+    from 7 on stalls, see _stalling) run by RECOVER, whose lambda is fixed at 1e-3: the
+    parameters move at every step and the gradient at the current iterate is never zero
+    (benchmarks/ascdro_stall_probe.py: 2,036 steps at lambda's floor in 96 runs of ASCDRO /
+    RASCDRO / RECOVER, none frozen; 38 runs end in non-finite losses, a loud error)."""
+    from riskopt.torch.optim import _drive as D, _updates
+    X, y, groups, model = D.make_problem()
+    opt = D.make_optimizer("recover", model.parameters(), X.shape[0], 4, shift_cost=1e-3,
+                           check_every=1, on_divergence="ignore")
+    old, _updates.HOST = _updates.HOST, host
+    grads = []
+    try:
+        for idx in D.batches(X.shape[0], 12):
+            before = [p.detach().clone() for p in model.parameters()]
+            D.drive_step("ascdro", opt, model, model, X, y, groups, idx)
+            assert not all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+            grads.append(any(bool(p.grad.any()) for p in model.parameters()
+                             if p.grad is not None))
+            assert opt.lam == 1e-3
+    finally:
+        _updates.HOST = old
+    assert all(grads) and len(grads) == 12

@@ -41,12 +41,16 @@ RISING, RISE_STEPS = (("scdro", 0.2), ("sonex", 3.0)), 40
 #: variant whose multiplier sits at its floor (l / lambda ~ 500: the ranks' shifts are too
 #: far apart to be rescaled inside the all-reduce, the out-of-range correction runs)
 ATTACH = [n for n in NAMES if hasattr(D.ROWS[n][0], "_finish_posted")]
-# (lambda from its floor: the shifts far apart; that run stalls at step 2 -- lambda jumps
-# to 0.2 while log s holds max l / 1e-3 -- which the guard reports: not asked here)
+# (lambda from its floor: the shifts far apart; that run stalls from step 2 -- lambda jumps
+# to 0.2 while log s holds max l / 1e-3 -- which the guard would report after stall_steps
+# consecutive stalled steps: not asked here)
 ATTACH_CASES = [(n, {}) for n in ATTACH] + [
     ("scdro", dict(lam_init=1e-3, on_divergence="ignore"))] + [
     (n, dict(dtype=torch.float32)) for n in ("scdro", "pgsmd2")]
 ATTACH_STEPS = 12
+#: SCDRO from lambda's floor: steps 2-5 stall, then every step from 7 (stall_steps=5: the
+#: run from step 7 is reported, at step 11)
+STALL_STEPS, STALL_KW = 12, dict(lam_init=1e-3, stall_steps=5, check_every=1)
 #: rows also run with the tensor code of the gathers and of the updates (on GPUs; eager on
 #: the CPU the gathers pack and merge in NumPy, and the updates take their host paths)
 HOST_PATH_ROWS = ("scdro", "sonex", "sonx", "ooa", "pgsmd2")
@@ -79,6 +83,12 @@ def _worker(rank, path, names):
             D.run(name, RISE_STEPS, rank, 2, info=info, lr=lr, check_every=5,
                   wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))
         out[f"{name}/rising"] = info["guard"]
+    info = {}       # a stall: counted on the gathered batch, so reported on every rank alike
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        D.run("scdro", STALL_STEPS, rank, 2, info=info, **STALL_KW,
+              wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))
+    out["scdro/stall"] = (info["guard"], [str(w.message) for w in rec])
     from riskopt.torch.distributed import ColumnGatherer
     from riskopt.torch.optim import _updates
     ColumnGatherer.host = _updates.HOST = False   # the device path's tensor code, on gloo
@@ -460,6 +470,7 @@ def test_divergence_flags_same_on_device_path_and_cpu_path(values):
 def _flags():
     nan = torch.tensor(float("nan"), dtype=torch.float64)
     return {"bad": torch.tensor(False), "first": torch.tensor(-1), "stall": torch.tensor(-1),
+            "stall_run": torch.tensor(0),
             **{k: nan.clone() for k in ("ref", "start", "scale", "last", "stall_lam",
                                         "stall_obj", "stall_logs")}}
 
@@ -541,8 +552,9 @@ def test_a_longer_run_at_the_rows_step_is_quiet(name):
 
 @pytest.mark.parametrize("name,lr", RISING)
 def test_a_rising_run_is_reported_the_same_after_a_resume(name, lr):
-    # (SCDRO at lr 0.2 also stalls at step 28 -- every weight underflowed -- which is
-    # reported once as well, before the rise, and resumed with the rest of the guard)
+    # (SCDRO at lr 0.2 also stalls from step 28 on, every weight underflowed, for runs of
+    # 1-3 steps in these 40: below stall_steps, not reported; a report would be resumed with
+    # the rest of the guard)
     info, resumed = {}, {}
     with pytest.warns(riskopt.DivergenceWarning) as rec:
         _, _, saved = D.run(name, RISE_STEPS, info=info, lr=lr, check_every=5, save_at=12)
@@ -552,6 +564,18 @@ def test_a_rising_run_is_reported_the_same_after_a_resume(name, lr):
         D.resume(name, RISE_STEPS, _roundtrip(saved), info=resumed, lr=lr, check_every=5)
     assert [str(w.message) for w in again] == [str(w.message) for w in rec]
     assert resumed["guard"] == info["guard"]
+
+
+def test_a_stall_is_reported_on_every_rank_alike(ddp):
+    info = {}
+    with pytest.warns(riskopt.DivergenceWarning, match="SCDRO stalled at step 7") as rec:
+        D.run("scdro", STALL_STEPS, info=info, **STALL_KW)
+    (g0, m0), (g1, m1) = ddp[0]["scdro/stall"], ddp[1]["scdro/stall"]
+    assert g0 == g1 and m0 == m1 and len(m0) == len(rec) == 1     # once, the same words
+    assert m0[0].startswith("SCDRO stalled at step 7: ")
+    one = info["guard"]
+    assert (g0["stall"], g0["stall_run"], g0["stall_reported"]) == (
+        one["stall"], one["stall_run"], one["stall_reported"]) == (7, 6, True)
 
 
 @pytest.mark.parametrize("name,lr", RISING)

@@ -185,7 +185,8 @@ def guard_summary(opt):
     """The divergence guard's decision and numbers (for comparisons across ranks / runs)."""
     g = opt._g
     return {"reported": opt._g_reported, "rose": opt._g_rose, "steps": opt._g_steps,
-            "stall": int(g["stall"]), "stall_reported": opt._g_stall_reported,
+            "stall": int(g["stall"]), "stall_run": int(g["stall_run"]),
+            "stall_reported": opt._g_stall_reported,
             **{k: float(g[k]) for k in ("start", "scale", "last")}}
 
 

@@ -76,14 +76,16 @@ _ON_DIVERGENCE = ("warn", "raise", "ignore")
 #: blow-up reference; ``start`` / ``scale``: the start rule's start and its scale, ``last``:
 #: the last window's estimate; ``lam``: the KL windows' grid exponent for the next check's
 #: bound, see ``_KLWindow._window_estimate``), and their types
-#: ``stall``: the step at which the gradient first vanished for a reason the optimizer names
-#: (SCDRO: every weight underflowed), -1 if never; ``stall_info``: its numbers at that step
-#: (SCDRO: ``lambda``, the batch's tracked dual, ``log s``), for the message
+#: ``stall``: the first step of the first run of ``stall_steps`` consecutive steps whose
+#: gradient vanished for a reason the optimizer names (SCDRO: every weight underflowed), -1
+#: if none yet; ``stall_run``: how many consecutive steps up to now have stalled;
+#: ``stall_info``: the numbers at the first step of that run (until a stall is recorded: of
+#: the current run) (SCDRO: ``lambda``, the batch's tracked dual, ``log s``), for the message
 _G_FRESH = {"bad": False, "first": -1, "ref": math.nan, "start": math.nan,
             "scale": math.nan, "last": math.nan, "lam": math.nan, "stall": -1,
-            "stall_lam": math.nan, "stall_obj": math.nan, "stall_logs": math.nan}
+            "stall_run": 0, "stall_lam": math.nan, "stall_obj": math.nan, "stall_logs": math.nan}
 _G_TYPES = {"bad": (bool, torch.bool), "first": (int, torch.int64),
-            "stall": (int, torch.int64),
+            "stall": (int, torch.int64), "stall_run": (int, torch.int64),
             **{k: (float, torch.float64) for k in ("ref", "start", "scale", "last", "lam",
                                                    "stall_lam", "stall_obj", "stall_logs")}}
 _CPU = torch.device("cpu")
@@ -472,22 +474,34 @@ class GuardMixin:
                                  torch.full_like(g["first"], self._g_steps + 1), g["first"])
         g["bad"] = g["bad"] | bad
 
-    def _flag_stall(self, stalled, info):
-        """Record (once: the first) a step whose gradient vanished: ``stalled`` a bool (host
-        path) or a 0-d bool tensor (no host sync), ``info`` the optimizer's three numbers
-        ``(lambda, tracked dual, log s)`` of that step (floats or 0-d tensors); reported at
-        the next check (:meth:`_stall_text`). Call after :meth:`_track`."""
+    def _flag_stall(self, stalled, info, persist=1):
+        """Count a step whose gradient vanished: ``stalled`` a bool (host path) or a 0-d
+        bool tensor (no host sync), ``info`` the optimizer's three numbers ``(lambda, tracked
+        dual, log s)`` of that step (floats or 0-d tensors). Once ``persist`` consecutive
+        steps have stalled, the stall is recorded (once: the first such run), with the first
+        step of the run and its numbers, and reported at the next check
+        (:meth:`_stall_text`); a shorter run is forgotten. Call after :meth:`_track`, at
+        every step (a step that does not stall ends the run)."""
         g = self._g
+        step = self._g_steps + 1
         if not isinstance(g["ref"], torch.Tensor):
-            if stalled and g["stall"] < 0:
-                g["stall"] = self._g_steps + 1
-                g["stall_lam"], g["stall_obj"], g["stall_logs"] = (float(v) for v in info)
+            run = g["stall_run"] + 1 if stalled else 0
+            g["stall_run"] = run
+            if g["stall"] < 0:
+                if run == 1:        # a run starts: its numbers (kept if it lasts)
+                    g["stall_lam"], g["stall_obj"], g["stall_logs"] = (float(v) for v in info)
+                if run >= persist:
+                    g["stall"] = step + 1 - run
             return
-        new = stalled.to(g["stall"].device) & (g["stall"] < 0)
+        stalled = stalled.to(g["stall"].device)
+        run = torch.where(stalled, g["stall_run"] + 1, torch.zeros_like(g["stall_run"]))
+        open_ = g["stall"] < 0
+        new = open_ & (run == 1)
         for k, v in zip(("stall_lam", "stall_obj", "stall_logs"), info):
             g[k] = torch.where(new, torch.as_tensor(v, dtype=torch.float64).to(g[k].device),
                                g[k])
-        g["stall"] = torch.where(new, torch.full_like(g["stall"], self._g_steps + 1), g["stall"])
+        g["stall_run"] = run
+        g["stall"] = torch.where(open_ & (run >= persist), (step + 1) - run, g["stall"])
 
     def _stall_text(self, step):
         """What the report of a stall (see :meth:`_flag_stall`) says (optimizers that flag one
