@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from riskopt.cli import main
+from test_cli_fit import _error  # one error line, exit status 2, no traceback
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -26,14 +27,6 @@ def table(tmp_path):
     path = tmp_path / "train.csv"
     df.to_csv(path, index=False)
     return path, df
-
-
-def _error(capsys, argv):
-    rc = main(argv)
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    assert "Traceback" not in err
-    return err
 
 
 def test_python_dash_m_riskopt_runs_the_cli():
