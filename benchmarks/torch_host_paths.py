@@ -1,7 +1,7 @@
 """The eager CPU host paths of the torch optimizers against their tensor code, piece by
 piece, in one process (no collective): what each saves per call.
 
-The pieces: the by-index merge of a gathered table (``_guard._merge_host`` against the
+The pieces: the by-index merge of a gathered table (``_comm._merge_host`` against the
 tensor merge of ``GuardMixin._gather_by_index``: 2 ranks x 4 groups, 4 columns, as SONEX's
 under DDP) and OOA's batch and group step (``_updates_fcco.ooa_batch`` / ``ooa_update``: 4
 groups, no parameters), and PG-SMD2's KL-ball projection against stop 39's code (its
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from riskopt.bench._io import atomic_write_json, atomic_write_text
-from riskopt.torch.optim import _guard, _updates, _updates_fcco, _updates_kl
+from riskopt.torch.optim import _comm, _updates, _updates_fcco, _updates_kl
 
 OUT = Path(__file__).resolve().parent / "results" / "torch_host_paths"
 
@@ -89,7 +89,7 @@ def pieces():
     table = torch.stack([ids, torch.randint(20, 40, (8,), generator=g).double(),
                          torch.rand(8, generator=g, dtype=torch.float64),
                          torch.rand(8, generator=g, dtype=torch.float64)], 1)
-    merge = (lambda: _guard._merge_host(table, [4, 4], 0, 4, 2, None, None, None),
+    merge = (lambda: _comm._merge_host(table, [4, 4], 0, 4, 2, None, None, None),
              lambda: _tensor_merge(table, [4, 4], 0, 4, 2))
     p_tab = torch.full((4,), 0.25, dtype=torch.float64)
     I = torch.arange(4)

@@ -100,7 +100,7 @@ def _worker(rank, path):
     import torch.distributed as dist
 
     from riskopt.torch.distributed import ColumnGatherer
-    from riskopt.torch.optim import _guard, _updates, base
+    from riskopt.torch.optim import _comm, _updates, base
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous", rank=rank,
                             world_size=2)
@@ -112,8 +112,8 @@ def _worker(rank, path):
             out[f"{name}/host/{equal}"] = _counted_run(name, rank, equal)[:2]
     D.batches, D.split = batches, split
     ColumnGatherer.host = _updates.HOST = False        # the device path's tensor code
-    _guard._on_host = lambda t: False
-    _guard._on_device = lambda t: True
+    _comm._on_host = lambda t: False
+    _comm._on_device = lambda t: True
     base._is_host = lambda t: False                    # indices on the device
     torch.Tensor.tolist = counting_tolist(torch.Tensor.tolist)
     for name in NAMES:

@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from riskopt.torch.optim import _drive as D  # noqa: E402
-from riskopt.torch.optim import _guard, _updates, base  # noqa: E402
+from riskopt.torch.optim import _comm, _guard, _updates, base  # noqa: E402
 
 #: ATen ops that force a device -> host synchronisation
 SYNCING = {"_local_scalar_dense", "nonzero", "nonzero_static", "_unique", "_unique2",
@@ -86,8 +86,8 @@ def counting_tolist(tolist):
 def device_path(monkeypatch):
     """The tensor code of the device path, on the CPU."""
     monkeypatch.setattr(_updates, "HOST", False)
-    monkeypatch.setattr(_guard, "_on_host", lambda t: False)
-    monkeypatch.setattr(_guard, "_on_device", lambda t: True)
+    monkeypatch.setattr(_comm, "_on_host", lambda t: False)
+    monkeypatch.setattr(_comm, "_on_device", lambda t: True)
     return monkeypatch
 
 

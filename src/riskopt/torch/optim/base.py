@@ -65,7 +65,8 @@ class IndexedStateOptimizer(GuardMixin, torch.optim.Optimizer):
         Number of rows of the indexed tables: the dataset size for per-sample state, the
         number of groups for per-group state; ``step`` accepts indices in ``[0, n_indices)``.
     process_group, on_divergence, check_every, blowup, rise
-        Data parallelism and the divergence check (:mod:`riskopt.torch.optim._guard`).
+        Data parallelism (:mod:`riskopt.torch.optim._comm`) and the divergence check
+        (:mod:`riskopt.torch.optim._guard`).
         A subclass that keeps tables under DDP gathers its batch with ``self._gather``
         and updates the tables from the gathered rows on every rank.
 

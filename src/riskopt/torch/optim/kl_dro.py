@@ -102,7 +102,8 @@ class SCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
     mu : float >= 0, default 0
         The ``mu |x|^2 / 2`` of Algorithm 3 (parameters and ``lambda``).
     process_group, on_divergence, check_every, blowup, rise
-        Data parallelism and the divergence check (:mod:`riskopt.torch.optim._guard`):
+        Data parallelism (:mod:`riskopt.torch.optim._comm`) and the divergence check
+        (:mod:`riskopt.torch.optim._guard`):
         under DDP the batch's losses are all-gathered (one collective per step) and
         ``lambda``, ``log s`` and ``u`` are identical on every rank.
     stall_steps : int >= 1, default 20

@@ -8,7 +8,7 @@ import math
 import torch
 
 from ..._validation import check_positive
-from . import _guard, _updates_kl
+from . import _comm, _updates_kl
 from .base import IndexedStateOptimizer
 from ._kl_window import _F32_EXACT, _KLWindow
 
@@ -141,7 +141,7 @@ class PGSMD2(_KLWindow, IndexedStateOptimizer):
         msg = "PGSMD2.step: indices / losses differ from weights()'s"
         if idx.shape != indices.shape or mine.shape != losses.shape:
             raise ValueError(msg)
-        if _guard._on_device(mine) and self.index_checks != "sync":
+        if _comm._on_device(mine) and self.index_checks != "sync":
             same = (idx == indices.to(idx.device)).all() & (
                 (mine == losses) | (torch.isnan(mine) & torch.isnan(losses))).all()
             torch._assert_async(same, msg)
