@@ -186,6 +186,65 @@ def test_a_cold_default_fit_compiles_only_its_own_oracle_cases(tmp_path):
     assert not set(out["classifier"]) & {"_few_values", "_risk_weights_nu0"}, out
 
 
+_CLI_AFTER_WARMUP = """
+    import json, sys
+    import numpy as np, pandas as pd
+    from numba.core import event
+    from riskopt import _runtime, cli
+    from riskopt._warmup import CLI_RISKS
+
+    names = []
+    class Names(event.Listener):
+        def on_start(self, ev):
+            if _runtime._is_ours(ev):
+                names.append(ev.data["dispatcher"].py_func.__qualname__)
+        def on_end(self, ev):
+            pass
+    event.register("numba:compile", Names())
+
+    rng = np.random.default_rng(7)     # a table unlike warmup's: text categories, integers
+    n = 3000
+    df = pd.DataFrame({"age": rng.integers(18, 80, size=n), "sex": rng.choice(["f", "m"], n),
+                       "race": rng.choice(["a", "b", "c", "d", "e"], n),
+                       "priors": rng.poisson(3.0, size=n), "charge": rng.choice(["F", "M"], n),
+                       "score": rng.normal(size=n).round(2)})
+    z = 0.03 * (df["age"] - 40) + 0.2 * df["priors"] + (df["charge"] == "F") + df["score"]
+    df["label"] = (z + rng.logistic(size=n) > 1).astype(int)
+    df["y"] = (z + rng.normal(size=n)).round(1)
+    df.to_csv(sys.argv[1], index=False)
+    start, failed = _runtime.compiled_count(), []
+    for risk in CLI_RISKS:
+        for target, drop in (("label", "y"), ("y", "label")):
+            rc = cli.main(["fit", sys.argv[1], "--target", target, "--drop", drop, "--risk",
+                           risk, "--quiet", "--out", sys.argv[2]])
+            if rc:
+                failed.append([risk, target, rc])
+            if names:
+                failed.append([risk, target, names[:]])
+                names.clear()
+    print(json.dumps({"compiled": _runtime.compiled_count() - start, "failed": failed}))
+"""
+
+
+@pytest.mark.slow
+def test_cli_fits_compile_nothing_after_warmup(tmp_path):
+    """``riskopt warmup`` (no spec) in an empty numba cache, then ``riskopt fit`` with each of
+    the documented ``--risk`` values (``_warmup.CLI_RISKS``) on a regression and a
+    classification target of a table with text categories and integer columns (tied losses):
+    no fit compiles a kernel (stop 40: ``--risk cvar:0.2`` on a classification target
+    compiled ~27 s after ``make demo``)."""
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    r = _python("from riskopt._warmup import warmup; print(warmup(log=lambda m: None))",
+                env=env, timeout=1800)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.split()[-1]) > 0          # the cache was empty: warmup compiled
+    r = _python(_CLI_AFTER_WARMUP, str(tmp_path / "t.csv"), str(tmp_path / "m.skops"),
+                env=env, timeout=1200)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"compiled": 0, "failed": []}, out
+
+
 def test_validated_parameters_are_not_validated_again(monkeypatch):
     """A second fit with the same parameter values skips scikit-learn's parameter validation
     (``_estimator_params.validate_once``), also for a class that lacks one of the shared

@@ -248,3 +248,22 @@ def test_the_newton_loss_pass_is_the_objective_loss_pass_bit_for_bit(name):
            "logistic": (np.logaddexp(0.0, z) - y * z, 0.5 * (1.0 + np.tanh(0.5 * z)) - y)}
     np.testing.assert_allclose(ell, ref[name][0], rtol=1e-13, atol=1e-300)
     np.testing.assert_allclose(der, ref[name][1], rtol=1e-13, atol=1e-15)
+
+
+def test_read_only_targets_are_copied_to_one_kernel_type():
+    """A read-only ``y`` (pandas 3: ``df["y"].to_numpy()`` of a float64 column is a read-only
+    view) is stored writable, so the kernels that take ``y`` see one numba type and are not
+    compiled a second time (``riskopt fit`` on a float target after ``riskopt warmup``, stop
+    43); a writable ``y`` is not copied, and the numbers are the same bit for bit."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 3))
+    y = make_targets("squared", X, rng).astype(np.float64)
+    frozen = y.copy()
+    frozen.setflags(write=False)
+    a = ro.Objective("squared", ro.CVaR(0.3), X, y)
+    b = ro.Objective("squared", ro.CVaR(0.3), X, frozen)
+    assert a.y is y and b.y.flags.writeable and not frozen.flags.writeable
+    W = random_coef(a, rng)
+    fa, ga = a.value_grad(W)
+    fb, gb = b.value_grad(W)
+    assert fa == fb and np.array_equal(ga, gb)

@@ -386,8 +386,10 @@ def build_parser():
     p_warm = sub.add_parser(
         "warmup", help="compile the numba kernels once (first run only)",
         description="Compile and cache the numba kernels of the default fits (RiskRegressor, "
-                    "RiskClassifier, binary and multiclass) and of the solvers of the named "
-                    "bench specs, so that the first real run starts fast. The kernels are "
+                    "RiskClassifier, binary and multiclass), of 'riskopt fit' with each "
+                    "documented --risk on a regression and a classification target, and of "
+                    "the solvers of the named bench specs, so that the first real run starts "
+                    "fast. The kernels are "
                     "cached on disk (NUMBA_CACHE_DIR); a second warmup has nothing to do.")
     p_warm.add_argument("specs", nargs="*", metavar="SPEC",
                         help="bench specs whose solvers to compile too (e.g. quick)")

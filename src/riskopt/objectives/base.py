@@ -190,7 +190,10 @@ class LinearModelObjective(ObjectiveBase):
             raise ValueError(f"X and y have mismatched numbers of rows: {X.shape[0]} != "
                              f"{y.shape[0]}")
         self.l2_reg = check_positive("l2_reg", l2_reg, allow_zero=True)
-        self.y = np.ascontiguousarray(self.loss.prepare_targets(y), dtype=np.float64)
+        y = np.ascontiguousarray(self.loss.prepare_targets(y), dtype=np.float64)
+        # a read-only y (pandas 3's to_numpy of a float64 column is a read-only view) is
+        # another numba type: every kernel that takes y would compile again for it
+        self.y = y if y.flags.writeable else y.copy()
         self.n_features = X.shape[1] - self.fit_intercept
         self.X = X
         self.n, self.p = self.X.shape
