@@ -377,13 +377,17 @@ def kl_ball_log(logp, rho):
     """``log`` of the KL-Bregman projection of ``softmax(logp)`` on ``{KL(p||1/n) <= rho}``
     (``p ~ softmax(a logp)``, ``a`` in ``(0, 1]`` by safeguarded Newton on ``log KL``,
     stopping at ``|KL - rho| <= 1e-13 max(1, rho)`` or a bracket of relative width
-    ``4e-16``, at most 200 steps: a ``while_loop`` under compile, no host read); float64, on
-    ``logp``'s device."""
+    ``4e-16``, at most 200 steps: a ``while_loop`` under compile, no host read; eagerly on
+    the CPU a host loop, :func:`_kl_ball_log_host`; eagerly elsewhere a fixed number of
+    steps, :func:`_kl_ball_log_device`, no host read either); float64, on ``logp``'s
+    device."""
     d = (logp - logp.max()).double()
     logn = math.log(logp.numel())
     tol = 1e-13 * max(1.0, rho)
     if not torch.compiler.is_compiling():
-        return _kl_ball_log_host(d, logn, rho, tol)
+        if _host(d):
+            return _kl_ball_log_host(d, logn, rho, tol)
+        return _kl_ball_log_device(d, logn, rho)
 
     def stats(a):
         z = a * d
@@ -476,6 +480,61 @@ def _kl_ball_log_host(d, logn, rho, tol):
             step = math.nan
         a = step if lo < step < hi else 0.5 * (lo + hi)
     return d * a - lse
+
+
+#: :func:`_kl_ball_log_device`'s rounds, points a round and Newton steps: ``16**12`` sections
+#: of at most 745 in ``log a`` (``a >= exp(-745)``, the smallest double), a bracket of
+#: width ``3e-12`` in ``log a``, that three Newton steps take to the rounding
+_ROUNDS, _POINTS, _POLISH = 12, 15, 3
+
+
+def _kl_ball_log_device(d, logn, rho):
+    """:func:`kl_ball_log` eagerly on a device, without a host read: the root ``a`` of
+    ``KL(softmax(a d) || 1/n) = rho`` (``KL`` increasing in ``a``) bracketed in ``log a`` by a
+    fixed number of rounds, each evaluating ``KL`` at ``_POINTS`` equispaced points of the
+    bracket at once (a ``(_POINTS, n)`` matrix ``z = a d``: ``KL = S1 / S0 - log S0 + log n``
+    with ``S0 = sum exp z``, ``S1 = sum z exp z``; ``d <= 0`` with maximum 0: no shift), then
+    polished by ``_POLISH`` Newton steps on ``KL`` in ``a`` inside the bracket (``a KL'(a) =
+    var(z)``: the step ``a (1 - err / var z)``, no ``d^2`` to overflow); the evaluated point
+    nearest to ``rho`` is kept. The bracket starts at ``[sqrt(8 rho) / R, 1]``, ``R = -min
+    d``: ``KL(a) = int_0^a s var_s(d) ds <= a^2 R^2 / 8`` (a variable in ``[-R, 0]`` has
+    variance at most ``R^2 / 4``). A NaN ``KL`` counts as below ``rho`` (as in the host
+    loop)."""
+    one = torch.ones((), dtype=torch.float64, device=d.device)
+    e = torch.exp(d)
+    s0 = e.sum()
+    lse1 = torch.log(s0)
+    inside = (e * d).sum() / s0 - (lse1 - logn) <= rho
+    lo = (0.5 * math.log(8.0 * rho) - torch.log(-d.min())).clamp(-745.0, 0.0)
+    hi = 0.0 * one
+    frac = torch.arange(1, _POINTS + 1, dtype=torch.float64, device=d.device) / (_POINTS + 1)
+    for _ in range(_ROUNDS):
+        t = lo + (hi - lo) * frac
+        z = torch.exp(t)[:, None] * d
+        e = torch.exp(z)
+        s0 = e.sum(1)
+        below = ~(z.mul_(e).sum(1) / s0 - (torch.log(s0) - logn) > rho)
+        lo = torch.maximum(lo, torch.where(below, t, -math.inf).amax())
+        hi = torch.minimum(hi, torch.where(below, math.inf, t).amin())
+    lo, hi = torch.exp(lo), torch.exp(hi)
+    a = lo
+    best, best_a, best_lse = math.inf * one, a, lse1
+    for _ in range(_POLISH):
+        z = a * d
+        e = torch.exp(z)
+        s0, s1, s2 = torch.stack([e, e * z, e * z * z]).sum(1)
+        lse, mu = torch.log(s0), s1 / s0
+        err = mu - (lse - logn) - rho
+        better = err.abs() < best
+        best = torch.where(better, err.abs(), best)
+        best_a, best_lse = torch.where(better, a, best_a), torch.where(better, lse, best_lse)
+        up = err > 0
+        hi = torch.where(up, torch.minimum(hi, a), hi)
+        lo = torch.where(up, lo, torch.maximum(lo, a))
+        var = (s2 / s0 - mu * mu).clamp(min=0.0)
+        step = a * (1.0 - err / torch.where(var > 0, var, one))
+        a = torch.where((var > 0) & (lo < step) & (step < hi), step, 0.5 * (lo + hi))
+    return torch.where(inside, d - lse1, best_a * d - best_lse)
 
 
 def pgsmd2_weights(logp, indices, n, b, dtype):
