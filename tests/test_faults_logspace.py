@@ -405,22 +405,64 @@ def test_incremental_chi2_pav_at_extreme_shift_costs(nu):
     assert np.all(np.isfinite(qs)) and np.max(np.abs(qs - q)) <= 1e-9
 
 
-@pytest.mark.xfail(strict=True, reason="the torch oracle of the device path "
-                   "(torch._oracles._sorted_shift) pools d - 2 n nu sigma (d = l - max l) "
-                   "without a reference loss per block: nu << |d| eps loses the weights "
-                   "(found stop 43; the numba host oracle is right, test above)")
-@pytest.mark.parametrize("nu", [1e-300, 1e-20])
-def test_torch_device_chi2_oracle_at_tiny_shift_costs(nu):
-    """Stop 43: on 1000 losses of scale 1, CVaR 0.3, ``q`` sums to 0.0033 at ``nu`` = 1e-300
-    or 1e-20 (1.33 at 1e-16, 1 + 8e-8 at 1e-12, 1 + 2e-14 at 1e-3) on the tensor program
-    that ``SpectralRiskLoss`` runs on a GPU, under ``torch.compile`` and with
-    ``oracle="torch"`` (its gradient sums the same; run here on CPU tensors)."""
+def _torch_weights(l, risk):
+    """``(value, q)`` by the torch tensor oracle (``torch._oracles.spectral_weights``, CPU
+    tensors), the spectrum and its zero prefix given."""
     from riskopt.torch._oracles import spectral_weights
 
-    l = np.random.default_rng(1).exponential(size=1000)
-    sig = torch.tensor(np.ascontiguousarray(ro.CVaR(0.3).spectrum(l.size)))
-    q = spectral_weights(torch.tensor(l), sig, nu, 0)[1].numpy()
-    assert np.all(q >= 0) and abs(q.sum() - 1) <= 1e-12
+    sig = np.ascontiguousarray(risk.spectrum(l.size))
+    v, q = spectral_weights(torch.tensor(l), torch.tensor(sig), float(risk.shift_cost),
+                            risk.div_code, int(np.argmax(sig > 0)))
+    return float(v), q.numpy()
+
+
+@pytest.mark.parametrize("div", ["chi2", "kl"])
+@pytest.mark.parametrize("nu", [1e-300, 1e-20, 1e-16, 1e-12])
+def test_torch_device_oracle_at_tiny_shift_costs(nu, div):
+    """Stop 43 (a strict xfail, chi2 at 1e-300 / 1e-20, until the fix): the tensor program
+    that ``SpectralRiskLoss`` runs on a GPU, under ``torch.compile`` and with
+    ``oracle="torch"`` (run here on CPU tensors) folded ``2 n nu sigma`` into the losses: on
+    1000 losses of scale 1, CVaR 0.3, ``q`` summed to 0.0033 at ``nu`` = 1e-300 or 1e-20
+    (1.33 at 1e-16, 1 + 8e-8 at 1e-12). KL lost ``log sigma`` in ``l / nu`` alike (``q``
+    0.61 off at ``nu`` = 1e-20, ESRM). Now ``q`` equals the numba oracle's (translation
+    invariant, tested against the exact twin) to 1e-12, ties and an offset of 1e6 included,
+    and the loss's gradient is ``q``."""
+    from riskopt.torch import SpectralRiskLoss
+
+    rng = np.random.default_rng(1)
+    for l in (rng.exponential(size=1000), np.round(rng.exponential(size=1000), 1) * 1e5 + 1e6,
+              rng.exponential(size=7)):
+        for risk in _spectral_risks(nu, div):
+            v, q = _torch_weights(l, risk)
+            vn, qn = _oracle(l, risk)
+            assert np.all(q >= 0) and abs(q.sum() - 1) <= 1e-12, (risk, l.size)
+            assert np.max(np.abs(q - qn)) <= 1e-12, (risk, l.size)
+            assert abs(v - vn) <= 1e-12 * np.max(np.abs(l)), (risk, l.size)
+    x = torch.tensor(l, requires_grad=True)
+    SpectralRiskLoss(risk, oracle="torch")(x).backward()
+    assert np.max(np.abs(x.grad.numpy() - qn)) <= 1e-12
+
+
+def test_torch_device_oracle_at_tiny_shift_costs_equals_exact_twin():
+    """The same path against the high-precision twin (``reference_impl.oracles``: exact
+    rationals for chi2, 60 digits for KL) on small rows with ties, a user spectrum with a
+    zero prefix, ``nu`` from 1e-300 to 1e-12 times the spread."""
+    from reference_impl import oracles as tw
+
+    rng = np.random.default_rng(43)
+    for n in (2, 9, 40):
+        s = np.sort(rng.dirichlet(np.ones(n)))
+        s[: n // 3] = 0.0
+        for l in (rng.exponential(size=n), np.round(rng.exponential(size=n), 1) + 1e6):
+            for nu in (1e-300, 1e-20, 1e-15, 1e-12):
+                for div in ("chi2", "kl"):
+                    risks = _spectral_risks(nu, div) + [
+                        ro.SpectralRisk(s / s.sum(), shift_cost=nu, divergence=div)]
+                    for risk in risks:
+                        v_hp, q_hp = tw.risk_value_exact(l, risk.spectrum(n), nu, div)
+                        v, q = _torch_weights(l, risk)
+                        assert np.max(np.abs(q - q_hp)) <= 1e-12, (risk, n, l)
+                        assert abs(v - v_hp) <= 1e-12 * np.max(np.abs(l)), (risk, n)
 
 
 def test_equal_losses_at_any_shift_cost():

@@ -145,10 +145,16 @@ def _cvar_zeros(a, n):
 # ------------------------------------------------------------------------- nu = 0
 def _tie_rank_bounds(ls):
     """First and last rank of the tie run of each entry of the sorted rows ``ls``."""
-    n = ls.shape[-1]
-    ar = torch.arange(n, device=ls.device).expand(ls.shape)
-    neq = ls[..., 1:] != ls[..., :-1]
-    tru = torch.ones_like(ls[..., :1], dtype=torch.bool)
+    return _run_bounds(ls[..., 1:] != ls[..., :-1])
+
+
+def _run_bounds(neq):
+    """First and last rank of the run of each entry, where ``neq[..., i]`` says whether
+    entries ``i`` and ``i + 1`` lie in different runs."""
+    n = neq.shape[-1] + 1
+    shape = (*neq.shape[:-1], n)
+    ar = torch.arange(n, device=neq.device).expand(shape)
+    tru = torch.ones(*neq.shape[:-1], 1, dtype=torch.bool, device=neq.device)
     start = torch.cat([tru, neq], dim=-1)
     end = torch.cat([neq, tru], dim=-1)
     first = torch.cummax(torch.where(start, ar, 0), dim=-1).values
@@ -256,31 +262,84 @@ def _pad_pow2(x, value):
     return torch.cat([x, value.expand(*x.shape[:-1], N - n)], -1)
 
 
+def _blocks(ls, c):
+    """First and last rank of each entry's block: the runs of equal values of the isotonic
+    regression ``c`` (a block holds one value), tied losses ``ls`` always in one run (they
+    pool in exact arithmetic, or their blocks have one mean; ``c`` may split a tie by an
+    ulp, which matters once ``2 n nu sigma`` is below the resolution of the losses)."""
+    return _run_bounds((c[..., 1:] != c[..., :-1]) & (ls[..., 1:] != ls[..., :-1]))
+
+
+def _block_sums(first, x):
+    """Sums over each entry's block (``first``: its first rank, :func:`_blocks`) of each
+    tensor in the tuple ``x``. Each block is summed over its own entries (``scatter_add``),
+    not as a difference of prefix sums: a block far down the row keeps the precision of its
+    own entries."""
+    n = first.shape[-1]
+    start = first == torch.arange(n, device=first.device)
+    seg = torch.cumsum(start.to(torch.int64), -1) - 1  # block number of each entry
+    return tuple(torch.zeros_like(v).scatter_add_(-1, seg, v).gather(-1, seg) for v in x)
+
+
+def _kl_exponents(ls, nu, lw):
+    """``(l - max l) / nu`` for the KL isotonic regression, each gap between consecutive
+    sorted losses wider than ``G = max lw - min lw + log n + 1`` (``lw = log sigma`` over
+    the spectrum's nonzero entries) narrowed to ``G``: no block crosses such a gap (every
+    value left of it, the folded zero prefix included, lies below every value right of it),
+    and within the runs between them the regression is translation equivariant, so the
+    blocks are those of ``(l - max l) / nu``, whose values, ``|l| / nu`` large when ``nu`` is
+    below the resolution of the losses, would drop ``lw`` (blocks pooled across gaps of
+    ``1e15`` at ``nu = 1e-16``, stop 43). Without such a gap: ``(l - max l) / nu`` exactly."""
+    n = ls.shape[-1]
+    big = (lw.amax() - lw.amin()) + (math.log(n) + 1.0)  # (a tensor: nothing is read)
+    g = (ls[..., 1:] - ls[..., :-1]) / nu
+    last = _run_bounds(g > big)[1]  # last rank of each entry's run
+    rest = torch.nn.functional.pad(_rev_cum(torch.minimum(g, big), False), (0, 1))
+    return (ls - ls.gather(-1, last)) / nu - rest.gather(-1, last)
+
+
 def _sorted_shift(ls, sigma, nu, div, z):
-    """``q`` in sorted order for ``nu > 0`` (``ls`` sorted rows, float64)."""
+    """``q`` in sorted order for ``nu > 0`` (``ls`` sorted rows, float64).
+
+    The isotonic regression finds the blocks; the weights come from each block's sums kept
+    apart, as the numba ``_weights_sorted_ws`` keeps them: the losses relative to a reference
+    loss inside the block (chi2: its first, KL: its last), the spectrum on its own. So
+    nothing of the size of ``|l|`` is divided by ``nu`` and ``2 n nu sigma`` is never added
+    to a loss (before stop 43, ``q = (d - c) / (2 n nu)`` with ``c`` the block mean of ``d -
+    2 n nu sigma``: ``q`` summed to 0.0033 at ``nu = 1e-20`` on losses of scale 1).
+    """
     n = ls.shape[-1]
     top = ls[..., -1:]
     d = ls - top  # <= 0: translation invariance, nothing of the size of |l| divided by nu
+    sig = sigma.expand(ls.shape)
     if div == 0:  # chi2
         tnn = 2.0 * n * nu
         y = d - tnn * sigma
         big = y.amax(-1, keepdim=True)
         big = big + 1.0 + big.abs()
         c = isotonic(_pad_pow2(y, big))[..., :n]
-        return torch.clamp((d - c) / tnn, min=0.0)
+        first, last = _blocks(ls, c)
+        e = ls - ls.gather(-1, first)  # relative to the block's first loss
+        se, ss = _block_sums(first, (e, sig))
+        cnt = (last + 1 - first).to(ls.dtype)
+        return torch.clamp(ss / cnt + (e - se / cnt) / tnn, min=0.0)
     # KL: fold the zero-mass prefix (z leading zeros of sigma) into the first unit
-    x = d / nu
     if z is None:
         raise ValueError("the KL shift needs a spectrum with a known zero prefix")
+    lw = torch.log(sigma[z:])
+    x = _kl_exponents(ls, nu, lw)
     la = torch.cat([torch.logsumexp(x[..., :z + 1], -1, keepdim=True), x[..., z + 1:]], -1)
-    lw = torch.log(sigma[z:]).expand(la.shape)
+    lw = lw.expand(la.shape)
     c0 = la - lw
     big = c0.amax(-1, keepdim=True)
     big = big + 1.0 + big.abs()
     m = la.shape[-1]
     c = isotonic(_pad_pow2(c0, big), _pad_pow2(lw, torch.zeros_like(big)))[..., :m]
     c = torch.cat([c[..., :1].expand(*c.shape[:-1], z + 1), c[..., 1:]], -1)
-    return torch.exp(x - c)
+    first, last = _blocks(ls, c)
+    e = (ls - ls.gather(-1, last)) / nu  # <= 0, 0 at the block's last (largest) loss
+    se, ss = _block_sums(first, (torch.exp(e), sig))  # se >= 1
+    return torch.exp(e + torch.log(ss) - torch.log(se))
 
 
 def _risk_sorted(ls, qs, nu, div):
