@@ -255,3 +255,18 @@ def test_masked_kl_penalised_equals_high_precision(lam):
         assert abs(float(v[r]) - float(ref)) <= 1e-13 * (abs(float(ref)) + span)
         assert float(q[r][~torch.from_numpy(mask[r])].abs().sum()) == 0.0
         assert abs(float(q[r].sum()) - 1.0) <= 1e-13
+
+
+@pytest.mark.parametrize("div", [0, 1])
+def test_tensor_oracle_block_sums_read_nothing_on_the_host(div):
+    """The shift path (stop 43: block sums by ``scatter_add``, the KL exponents' narrowed
+    gaps) dispatches no syncing ATen op (``.item()``, ``nonzero``, boolean-mask indexing):
+    on a GPU it runs without a device -> host read, at a tiny ``nu`` and an ordinary one."""
+    from test_torch_optim_nosync import SyncRecorder
+
+    l = torch.tensor(np.round(np.random.default_rng(0).exponential(size=300), 1))
+    sigma = torch.tensor(np.ascontiguousarray(ro.ESRM(1.0).spectrum(300)))
+    for nu in (1e-20, 0.3):
+        with SyncRecorder() as rec:
+            _, q = to.spectral_weights(l, sigma, nu, div, 0)
+        assert rec.ops == {} and torch.isfinite(q).all()
