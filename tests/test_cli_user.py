@@ -91,3 +91,20 @@ def test_evaluate_on_one_row(table, tmp_path, capsys):
     overall = json.loads(rep.read_text())["overall"]
     assert overall["rows"] == 1 and overall["r2"] is None
     assert overall["rmse"] == pytest.approx(overall["mae"])
+
+
+def test_fit_help_states_the_auto_task_rule(capsys):
+    """`riskopt fit --help` said a numeric target with *two* values is a classification task;
+    the rule (``guess_task``) takes 2 to ``MAX_AUTO_CLASSES`` integer values."""
+    from riskopt._cli_table import MAX_AUTO_CLASSES, guess_task
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"a numeric one with 2 to {MAX_AUTO_CLASSES} distinct values, all integers, is a "
+            "classification task") in text
+    k = MAX_AUTO_CLASSES
+    assert guess_task(pd.Series(np.arange(100) % k))[0] == "classification"
+    assert guess_task(pd.Series(np.arange(100) % (k + 1)))[0] == "regression"
+    assert guess_task(pd.Series([0.5, 1.5] * 10))[0] == "regression"
+    assert guess_task(pd.Series(["a", "b"] * 10))[0] == "classification"

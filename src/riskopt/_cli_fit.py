@@ -365,8 +365,9 @@ scikit-learn Pipeline: a ColumnTransformer (numeric columns imputed with the med
 standardised; text, categorical and boolean columns, and those named by --categorical,
 imputed with the most frequent value and one-hot encoded) and the riskopt estimator, so
 'riskopt predict' and 'riskopt evaluate' take the raw table. --impute, --no-scale and
---no-preprocess change the preprocessing. A numeric target with two values is a
-classification task unless --task regression.
+--no-preprocess change the preprocessing. A text or boolean target, and a numeric one
+with 2 to 10 distinct values, all integers, is a classification task unless --task
+regression; a target with a single value is an error (nothing to learn).
 
 Every input (data, target, group column, output path) is checked before the fit and
 before anything is written; a problem is one line naming the file or column and the fix
