@@ -215,3 +215,26 @@ def test_huge_or_infinite_losses_take_the_sorted_path():
         crit.check_finite = False
         crit(torch.tensor([np.inf], dtype=torch.float64), torch.tensor([5]))
     assert box._box is None
+
+
+@pytest.mark.parametrize("div", ["chi2", "kl"])
+@pytest.mark.parametrize("nu", [1e10, 1e300 / 40, 1e305])
+def test_box_path_at_huge_shift_costs_equals_sorted_table(nu, div):
+    """Stop 43 (audit of ``box_table._tb_value``): the box oracle's O(1) value cancels terms
+    of the size of ``nu``. Before, on losses of scale 1: off by ~1e-6 at ``nu = 1e10``,
+    chi2 inf (``2 n nu``, ``n nu T c^2`` overflow) and KL off by O(1) from 1e297 / n. Such
+    a ``nu`` (``nu (1 + log n) > _BOX_NU_REL max |l|``) now takes the sorted-table path."""
+    probe = TableSpectralRiskLoss(ro.CVaR(0.3, shift_cost=nu, divergence=div), 40)
+    assert probe._box_spec is not None  # a box spectrum: the guard decides
+    rng = np.random.default_rng(5)
+    box, ref = _pair(ro.CVaR(0.3, shift_cost=nu, divergence=div), 40)
+    init = _losses(rng, 40, 0, False)
+    box.init_table(init)
+    ref.init_table(init)
+    for step in range(30):
+        _step(box, ref, rng, step, 16, False)
+    assert box._box is None
+    v = box.value()
+    assert np.isfinite(v) and abs(v - ref.value()) <= RTOL * max(abs(ref.value()), 1e-3)
+    assert abs(v - box.table.numpy().mean()) <= 1e-12 * np.abs(box.table.numpy()).max() + (
+        np.ptp(box.table.numpy()) ** 2 / (8 * nu))

@@ -18,6 +18,13 @@ from ._common import (_ORACLES, _GatherMixin, _as_index_tensor, _attach_dot,
 __all__ = ["TableSpectralRiskLoss"]
 
 _BOX_LIMIT = 1e100  # larger losses (squared in the set sums) take the sorted-table path
+#: the box oracle's O(1) value cancels terms of the size of ``nu`` (chi2: ``tau mass`` against
+#: ``nu (2 s - 1)`` and the mid sum of squares; KL: ``m`` against ``nu log n``), so it is off
+#: by ~``eps nu (1 + log n)``: 1e-6 at ``nu = 1e10`` on losses of scale 1, inf / NaN where
+#: ``2 n nu`` overflows (stop 43). A table built with ``nu (1 + log n)`` above this many times
+#: its largest loss takes the sorted-table path (exact, its value clamped as the numba
+#: oracle's), which keeps the box value within ~1e-12 of the losses' scale.
+_BOX_NU_REL = 1e3
 
 
 def _last_writes(idx, l_np):
@@ -158,9 +165,12 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
     def _box_state(self):
         """The box oracle of the complete table, built (seeded by the exact weights) when
         missing; None while the table holds a loss of magnitude above ``_BOX_LIMIT`` (or a
-        non-finite one: ``check_finite=False``), which the sorted table handles."""
+        non-finite one: ``check_finite=False``), or when it is built with a shift cost large
+        for its losses (``_BOX_NU_REL``), which the sorted table handles."""
         if self._box is None:
-            if not np.max(np.abs(self._table)) <= _BOX_LIMIT:
+            big = np.max(np.abs(self._table))
+            nu = float(self.risk.shift_cost)
+            if not (big <= _BOX_LIMIT and nu * (1.0 + math.log(self.n)) <= _BOX_NU_REL * big):
                 return None
             q = self._weights_sorted()[1]
             c, k, r = self._box_spec
