@@ -19,9 +19,9 @@ Two ways to feed the ranks:
 The per-index merges (SONEX & co, OOA) pad every rank's rows to ``n_indices + 1`` and read
 no count in either mode; their one read a step left is ``unique`` (the number of distinct
 indices of the global batch: the size of all that follows). Also left, outside the
-gathers: ASCDRO's ``bool(restart)`` in ``step`` and, with ``attach``, SCDRO's out-of-range
-test of the shifts (kl_dro.py). PG-SMD2's eager KL-ball projection reads nothing (on the
-device a fixed number of steps).
+gathers: with ``attach``, SCDRO's out-of-range test of the shifts (kl_dro.py). PG-SMD2's
+eager KL-ball projection reads nothing (on the device a fixed number of steps), nor does
+ASCDRO's ``step`` (its restart flag decides no collective on the device path).
 
 The numbers are bit for bit those of "any" on the same batches (tensor code, host code,
 ``attach``), and equal the one-process run on the concatenated global batch.
@@ -41,9 +41,6 @@ STEPS = 6
 EVEN = (12, 12, 8, 16, 2)
 #: the rows that merge per-index estimates over the ranks (``_gather_by_index``)
 BY_INDEX = [n for n in NAMES if D.ROWS[n][2] in ("fcco", "ooa")]
-#: ASCDRO's step reads whether the step restarted (``bool(restart)``, ascdro.py) to skip
-#: the all-reduce of the gradient at the previous iterate: one read a step after the first
-RESTART_READ = [n for n in NAMES if D.ROWS[n][2] == "ascdro"]
 #: rows whose statistics can ride on DDP's all-reduce (``opt.attach(ddp_model)``)
 ATTACH = ("scdro", "pgsmd2")
 _batches = D.batches
@@ -58,9 +55,10 @@ def _halves(idx, rank, world):
     return idx[rank * b // world:(rank + 1) * b // world]
 
 
-def _counted_run(name, rank, equal, pad=True, **kw):
+def _counted_run(name, rank, equal, pad=True, info=None, **kw):
     """Row ``name`` on this rank, recorded; ``equal``: ``ddp_batches="equal"``, ``pad``
-    False: ``ddp_pad_indices=0`` (the per-index rows padded to the largest count seen)."""
+    False: ``ddp_pad_indices=0`` (the per-index rows padded to the largest count seen);
+    ``info``: :func:`_drive.run`'s."""
     rec = SyncRecorder()
     make = D.make_optimizer
 
@@ -69,7 +67,7 @@ def _counted_run(name, rank, equal, pad=True, **kw):
         if not pad:
             opt.ddp_pad_indices = 0
     D.make_optimizer = recording(rec, make, setup=setup)
-    info = {}
+    info = {} if info is None else info
     try:
         p, s, _ = D.run(name, STEPS, rank, 2, check_every=1000, info=info,
                         wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m), **kw)
@@ -126,6 +124,9 @@ def _worker(rank, path):
     for name in ATTACH:     # the statistics on DDP's all-reduce (Piggyback.decode)
         out[f"{name}/attach/any"] = _counted_run(name, rank, False, attach=True)
         out[f"{name}/attach/equal"] = _counted_run(name, rank, True, attach=True)
+    info = {}       # ASCDRO's own all-reduce of the gradients at the previous iterate
+    out["ascdro/float16"] = (*_counted_run("ascdro", rank, True, info=info,
+                                           dtype=torch.float16)[:3], info["grad_reduces"])
     torch.save(out, f"{path}/rank{rank}.pt")
     dist.destroy_process_group()
 
@@ -152,8 +153,6 @@ def _left(name):
     left = {}
     if name in BY_INDEX:
         left["_unique2"] = STEPS
-    if name in RESTART_READ:
-        left["_local_scalar_dense"] = STEPS - 1
     return left
 
 
@@ -240,3 +239,15 @@ def test_per_index_merges_without_the_padding(name, ddp):
         ops = dict(ops)
         assert ops.pop("tolist@distributed.py") == calls > calls_pad == STEPS
         assert ops == {"_unique2": STEPS}
+
+
+def test_ascdro_all_reduces_without_reading_its_restart_flag(ddp):
+    """float16 parameters (no aliasing of the previous iterate: ASCDRO all-reduces the
+    gradients there itself): one all-reduce every step after the first, a restart's too
+    (whose step takes the gradient alone; before stop 43 it was skipped after a host read
+    of the flag), and no read."""
+    for r in range(2):
+        p, s, ops, reduces = ddp[r]["ascdro/float16"]
+        assert ops == {} and reduces == STEPS - 1, (r, ops, reduces)
+        assert p.dtype == torch.float16 and torch.isfinite(p).all()
+    assert torch.equal(ddp[0]["ascdro/float16"][0], ddp[1]["ascdro/float16"][0])

@@ -237,7 +237,10 @@ class ASCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
         lam = sc["lam"]
         group = self._group()
         aliased, self._aliased = self._aliased, False
-        if group is not None and self._started and not bool(restart) and not aliased:
+        # (the host path's restart is a bool; the tensor code's is not read: its all-reduce
+        # runs at a restart too, whose step takes the gradient alone)
+        skip = restart if isinstance(restart, bool) else False
+        if group is not None and self._started and not aliased and not skip:
             # DDP averages the gradients of the module's parameters only: average the
             # gradients at the previous iterate (leaves of this optimizer) in one collective
             for q in self._prev:
