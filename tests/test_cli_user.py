@@ -108,3 +108,25 @@ def test_fit_help_states_the_auto_task_rule(capsys):
     assert guess_task(pd.Series(np.arange(100) % (k + 1)))[0] == "regression"
     assert guess_task(pd.Series([0.5, 1.5] * 10))[0] == "regression"
     assert guess_task(pd.Series(["a", "b"] * 10))[0] == "classification"
+
+
+def test_unseen_categories_are_reported_not_silent(table, tmp_path, capsys):
+    """A category the fit never saw gets all-zero one-hot indicators: predict and evaluate
+    say so (column, values, rows) and still write every row; known values say nothing."""
+    path, df = table
+    model = tmp_path / "m.skops"
+    assert main(["fit", str(path), "--target", "y", "--drop", "label", "--quiet",
+                 "--out", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(model), str(path), "--out", str(tmp_path / "p0.csv")]) == 0
+    assert "not fitted on" not in capsys.readouterr().err
+    new = df.copy()
+    new.loc[[3, 7, 9], "g"] = "w"
+    new_path = tmp_path / "new.csv"
+    new.to_csv(new_path, index=False)
+    assert main(["predict", str(model), str(new_path), "--out", str(tmp_path / "p.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "column 'g' has 1 value(s) the model was not fitted on ('w'; 3 row(s))" in err
+    assert len(pd.read_csv(tmp_path / "p.csv")) == len(df)
+    assert main(["evaluate", str(model), str(new_path)]) == 0
+    assert "('w'; 3 row(s))" in capsys.readouterr().err

@@ -8,6 +8,7 @@ The preprocessing saved inside a model and the commands themselves are in
 :mod:`riskopt._cli_fit`, which re-exports these names.
 """
 import re
+import sys
 from pathlib import Path
 
 
@@ -187,6 +188,7 @@ def model_input(model, df, where="features"):
         if missing:
             raise FitError(f"{where}: column(s) not found: {', '.join(map(str, missing))}")
         _check_numeric_input(model, df, where)
+        _warn_unknown_categories(model, df, where)
         return df[model["features"]]
     return _feature_matrix(df, model["features"], where)
 
@@ -219,6 +221,32 @@ def _check_numeric_input(model, df, where):
                            f"holds text ({first!r} in 0-based row(s) {_rows(wrong)}); fix or "
                            "blank those cells (a blank is imputed) and run again")
 
+
+
+def _warn_unknown_categories(model, df, where):
+    """One ``riskopt: warning:`` line per categorical feature of the saved model whose values
+    in ``df`` include categories the fit never saw: the one-hot encoder gives them all-zero
+    indicators (the model predicts for them as for no category), which was silent."""
+    import pandas as pd
+
+    try:
+        prep = model["estimator"].named_steps["preprocess"]
+        pipe, cols = next((t, c) for name, t, c in prep.transformers_ if name == "categorical")
+        text = pipe.named_steps["text"].transform(df[cols])
+        cats = pipe.named_steps["onehot"].categories_
+    except Exception:  # noqa: BLE001 (no categorical part, or a model of another layout)
+        return
+    text = pd.DataFrame(text, columns=cols)
+    for j, c in enumerate(cols):
+        s = text[c]
+        new = s.notna() & ~s.isin(set(cats[j].tolist()))
+        if new.any():
+            vals = list(dict.fromkeys(s[new]))
+            shown = ", ".join(repr(v) for v in vals[:5]) + (", ..." if len(vals) > 5 else "")
+            print(f"riskopt: warning: {where}: column {column_label(df, c)} has "
+                  f"{len(vals)} value(s) the model was not fitted on ({shown}; "
+                  f"{int(new.sum())} row(s)): their one-hot indicators are all zero",
+                  file=sys.stderr, flush=True)
 
 
 def final_estimator(model):
