@@ -433,3 +433,91 @@ def test_recover_at_lambdas_floor_does_not_freeze(host):
     finally:
         _updates.HOST = old
     assert all(grads) and len(grads) == 12
+
+
+# ------------------------------------ ASCDRO from lambda's floor: stale estimators (kl3)
+@pytest.mark.parametrize("stale", [600.0, 60.0])
+def test_stale_ascdro_estimators_restart(stale):
+    """ASCDRO's estimators, kept in the scale ``exp(-m)`` of an earlier batch, are rescaled
+    to this batch's ``M`` by ``exp(m - M)``: where the rescaled ``s`` exceeds
+    ``exp(stale)`` (an earlier batch outweighs this one by that much) they restart on the
+    batch (before: the rescale clamped at ``exp(600)``, ``s`` near 1e259, then ``inf`` and
+    NaN parameters). Below the threshold nothing changes (the same numbers as a run that
+    never meets it)."""
+    import math
+    from riskopt.torch.optim import _updates_kl as U
+    f64 = lambda v: torch.tensor(v, dtype=torch.float64)         # noqa: E731
+    l = torch.rand(16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    lam, b = 1e-3, 16
+    M = float(l.max()) / lam
+    for gap, want in ((stale - 1.0, False), (stale + 1.0, True), (800.0, True)):
+        m = M + gap                     # s = 1 in the old scale: log s + m - M = gap
+        args = (b, math.log(b), 0.5, True, 0.1, 1e-3, stale)
+        h = U.ascdro_batch_host(l.numpy(), l.numpy(), lam, lam, 1.0, -1.0, m, *args)
+        t = U.ascdro_batch(l, l, f64(lam), f64(lam), f64(1.0), f64(-1.0), f64(m), *args)
+        for s, u, m_new, coef, restart in ((h[1], h[2], h[3], h[4], h[6]),
+                                           (float(t[1]), float(t[2]), float(t[3]),
+                                            t[4].numpy(), bool(t[6]))):
+            assert restart == want
+            assert math.isfinite(s) and math.isfinite(u)
+            if want:        # the batch alone, in its own scale
+                assert m_new == M and 0 < s <= 1
+                assert coef.max() == pytest.approx(1.0 / (b * lam), rel=1e-15)
+            else:
+                assert s > math.exp(stale - 2)
+
+
+def _floor_run(dtype, lr, host, steps, stale=None):
+    from riskopt.torch.optim import _drive as D, _updates
+    X, y, groups, model = D.make_problem(dtype=dtype)
+    opt = D.make_optimizer("ascdro", model.parameters(), X.shape[0], 4, lam_init=1e-3,
+                           lr=lr, on_divergence="raise")
+    if stale is not None:
+        opt._stale = stale
+    old, _updates.HOST = _updates.HOST, host
+    restarts = []
+    try:
+        for idx in D.batches(X.shape[0], steps):
+            m_before = float(opt._scalars["m"])
+            D.drive_step("ascdro", opt, model, model, X, y, groups, idx)
+            restarts.append(float(opt._scalars["m"]) < m_before - 60)
+    finally:
+        _updates.HOST = old
+    return opt, model, restarts
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("host", [True, False], ids=["host", "tensor"])
+def test_ascdro_from_lambdas_floor_stays_finite(dtype, host):
+    """The table problem from lambda's floor (lam_init = shift_cost = 1e-3) at lr 0.001:
+    without the stale restart (``stale=inf``), non-finite losses at step 5 (float64) / 4
+    (float32), raised as DivergenceError; with it 30 steps with finite parameters and lambda, no divergence reported
+    (on_divergence="raise"), and the estimators' scale dropped by more than 60 at some step
+    (a restart on a batch far below the old scale)."""
+    import math
+    opt, model, restarts = _floor_run(dtype, 0.001, host, 30)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert math.isfinite(opt.lam) and opt.lam >= 1e-3
+    assert any(restarts)
+    with pytest.raises(DivergenceError, match="non-finite losses at step [45]"), \
+            np.errstate(all="ignore"):      # (the old overflow: NumPy's warnings)
+        _floor_run(dtype, 0.001, host, 30, stale=math.inf)      # without the restart
+
+
+def test_ascdros_divergence_from_lambdas_floor_says_what_to_change():
+    """Where ASCDRO still diverges from lambda's floor (lr 0.1: lambda runs away; the
+    method, see its docstring), the message names lambda's start, its floor and the
+    change (lam_init=1, a smaller lr); a start away from the floor keeps the plain advice."""
+    from riskopt.torch.optim import ASCDRO, DivergenceError
+    with pytest.raises(DivergenceError) as err:
+        _floor_run(torch.float64, 0.1, True, 40)
+    msg = str(err.value)
+    assert "ASCDRO diverged" in msg and "lower lr (now 0.1; try lr=0.01" in msg
+    assert "lambda started at 0.001, near its floor shift_cost=0.001" in msg
+    assert "lam_init=1, the default" in msg and "keep lr far below lambda" in msg
+    p = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    for kw, near in ((dict(lam_init=1.0), False), (dict(lam_init=0.005), True),
+                     (dict(radius=None, shift_cost=1e-3), False)):
+        advice = ASCDRO([p], **{"radius": 0.5, **kw})._advice()
+        assert advice.startswith("lower lr (now 0.1; try lr=0.01")
+        assert ("near its floor" in advice) == near

@@ -105,16 +105,34 @@ def scdro_update(params, vs, moving_vs, moving_grads, u, g_lam, lam, loss_max, l
 
 
 # ---------------------------------------------------------------------------- ASCDRO
-def ascdro_batch(l64, lp64, lam, lamp, s, u, m, b, log_b, beta, started, rho, shift_cost):
+#: ASCDRO's estimators ``s``, ``u``, ``v`` are kept scaled by ``exp(-m)``; a step rescales
+#: them to its batch's largest ``l / lambda`` at the two iterates, ``M``, by ``exp(m - M)``.
+#: Where the rescaled ``s`` exceeds ``exp(stale)`` (``m - M + log s > stale``), the
+#: estimators are *stale*: the batch's largest term weighs less than ``exp(-stale)`` against
+#: them (an earlier batch's largest loss at a small ``lambda``, where ``exp(l / lambda)`` is
+#: heavy-tailed), their STORM correction is a difference of numbers that carry the earlier
+#: batches alone, and ``s`` overflows (before: the rescale clamped at ``exp(600)``, a wrong
+#: scale, then ``inf``, and NaN parameters a step later; ASCDRO from ``lambda``'s floor on
+#: the table problem at lr 0.001): they restart on the batch. 600 for float64 estimators of
+#: ``v / s`` (the clamp; ``log(float64 max) = 709.8``); ASCDRO passes ``_STALE32`` when
+#: a parameter's estimator is float32 (``s`` is cast to it; ``log(float32 max) = 88.7``).
+_STALE = 600.0
+_STALE32 = 60.0
+
+
+def ascdro_batch(l64, lp64, lam, lamp, s, u, m, b, log_b, beta, started, rho, shift_cost,
+                 stale=_STALE):
     """ASCDRO's STORM estimators on the batch (scaled by ``exp(-m)``): ``(s_old, s, u, m,
     coef, coef_prev, restart, tracked)``. ``restart`` (a 0-d bool tensor): the estimate of
-    ``g`` is invalid (``s < beta g_B``) and the estimators restart on this batch (then
+    ``g`` is invalid (``s < beta g_B``, or stale: ``s`` above ``exp(stale)`` in the batch's
+    scale, see ``_STALE``) and the estimators restart on this batch (then
     ``coef_prev`` is zero)."""
     a = l64 / lam
     M = a.max()
     if started:
         ap = lp64 / lamp
         M = torch.maximum(M, ap.max())
+        old = (m - M) + torch.log(s) > stale       # (s <= 0: False; restarts below)
         scale = torch.exp(torch.clamp(m - M, max=600.0))
         s, u = s * scale, u * scale
     s_old = s                  # in the new scale: the stored v / s needs no rescaling
@@ -130,6 +148,8 @@ def ascdro_batch(l64, lp64, lam, lamp, s, u, m, b, log_b, beta, started, rho, sh
     else:
         s, u = sg, sl
     restart = ~((sg > 0) & (s >= beta * sg))
+    if started:
+        restart = restart | old
     log_g = torch.logsumexp(a, 0) - log_b       # this batch, at lambda_t
     tracked = lam * log_g + (lam - shift_cost) * rho
     if _host(l64) and not bool(restart):   # eager on the CPU (a host read is free there):
@@ -147,7 +167,8 @@ def ascdro_batch(l64, lp64, lam, lamp, s, u, m, b, log_b, beta, started, rho, sh
     return s_old, s, u, m, coef, coef_p, restart, tracked
 
 
-def ascdro_batch_host(l, lp, lam, lamp, s, u, m, b, log_b, beta, started, rho, shift_cost):
+def ascdro_batch_host(l, lp, lam, lamp, s, u, m, b, log_b, beta, started, rho, shift_cost,
+                      stale=_STALE):
     """:func:`ascdro_batch` eager on the CPU: NumPy on the losses ``l`` / ``lp`` (float64
     arrays; ``lp`` None before the start), Python floats for the scalars; the restart's
     estimators only when it happens. The same quantities (the ``1 / b`` applied to the sums
@@ -162,6 +183,7 @@ def ascdro_batch_host(l, lp, lam, lamp, s, u, m, b, log_b, beta, started, rho, s
         if started:
             ap = lp / lamp
             M = _fmax(M, float(ap.max()))
+            old = s > 0 and (m - M) + math.log(s) > stale
             scale = math.exp(_fmin(m - M, 600.0))
             s, u = s * scale, u * scale
         s_old = s
@@ -176,7 +198,7 @@ def ascdro_batch_host(l, lp, lam, lamp, s, u, m, b, log_b, beta, started, rho, s
             coef_p = ep / (b * lamp)
         else:
             s, u = sg, sl
-        restart = not (sg > 0 and s >= beta * sg)
+        restart = (started and old) or not (sg > 0 and s >= beta * sg)
         # this batch's log-mean-exp at lambda_t (torch.logsumexp's shift: the largest term)
         e0 = e if M == amax else numpy.exp(a - amax)      # shifted by this batch's max
         if math.isfinite(amax):

@@ -23,8 +23,10 @@ iterate still sum to zero it restarts its estimators on the batch alone, whose l
 coefficient is then ``1 / (b lambda)``. Its step ``lambda v / s`` is a ratio of two
 estimators kept in the same scale. ``benchmarks/ascdro_stall_probe.py`` (96 runs of ASCDRO /
 RASCDRO / RECOVER on the data where SCDRO stalls, float64 and float32): 2,036 steps with
-``lambda`` at its floor and no step that left the parameters unchanged; what it does
-instead, in 38 runs, is diverge to non-finite losses, which raises ``DivergenceError``.
+``lambda`` at its floor and no step that left the parameters unchanged; what it did
+instead, in 38 runs, was diverge to non-finite losses, which raises ``DivergenceError``
+(measured before the stale-estimator restart, see :class:`ASCDRO`'s "Starting at lambda's
+floor", which removed one cause of those non-finite values).
 """
 import math
 
@@ -87,7 +89,26 @@ class ASCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
     (Theorem 2) unless ``stage_steps`` is given; ``lr`` there is the parameter groups' rate,
     read at every step, so a ``torch.optim.lr_scheduler`` scheduler scales ``eta_t``. Same
     numbers as the linear-model kernel ``riskopt._kernels.scdro._pass_storm`` (tested step by
-    step).
+    step) where that kernel's own safeguards do not bind (its ``lambda`` moves at most 11 %
+    a step, ``LAM_FACTOR``; with a box it also restarts when the estimators leave Lemma 1's
+    bound).
+
+    **Starting at lambda's floor** (``lam_init`` near ``shift_cost``, e.g. 1e-3) is the
+    method's hard case, not a setting to expect to train. There ``exp(l / lambda)`` is
+    heavy-tailed: one earlier batch's largest loss can outweigh a whole batch by
+    ``exp(600)`` and more, and the step of ``lambda``, ``lambda u / s + log s + rho``, is a
+    difference of terms of size ``l / lambda`` (1e3 for a loss of 1), so the STORM
+    estimators' error moves ``lambda`` by orders of magnitude (the paper's condition ``lr
+    <= 1 / (4 L_F)``, with ``L_F`` growing like ``exp(max loss / lambda_0) / lambda_0^2``,
+    cannot hold there). Estimators that an earlier batch outweighs by more than ``exp(600)``
+    (float64 estimators of ``v / s``; ``exp(60)`` for float32) restart on the batch
+    (``_updates_kl._STALE``); before, they overflowed and the run ended in NaN
+    parameters. On the small regression problem of ``riskopt.torch.optim._drive`` from
+    ``lam_init=1e-3`` (60 steps): lr 0.001
+    ends finite in float64 and float32; lr 0.1 and, in float64, lr 0.01 still diverge
+    (``lambda`` runs to 50-3e6), reported by the divergence check, whose message then says
+    where ``lambda`` started and what to change: ``lam_init=1`` (the default), with which
+    5 of those 6 settings train, or a smaller ``lr``.
     """
 
     _KEY = "ascdro"        # (its entry in state_dict)
@@ -116,12 +137,16 @@ class ASCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
         else:
             self.lam_max = math.inf if loss_bound is None else lam0 + float(loss_bound) / radius
             lam = min(max(float(lam_init), lam0), self.lam_max)
+        self._lam_start = lam
         dev = self.param_groups[0]["params"][0].device
         f64 = dict(dtype=torch.float64, device=dev)
         self._scalars = {"lam": torch.tensor(lam, **f64), "lam_prev": torch.tensor(lam, **f64),
                     "s": torch.tensor(0.0, **f64), "u": torch.tensor(0.0, **f64),
                     "m": torch.tensor(-math.inf, **f64)}
         self._params = [p for g in self.param_groups for p in g["params"]]
+        # how far the estimators' scale may sit above a batch's before they restart
+        self._stale = _updates_kl._STALE if all(
+            _work_dtype(p) == torch.float64 for p in self._params) else _updates_kl._STALE32
         self._prev = [p.detach().clone().requires_grad_(True) for p in self._params]
         # the previous iterate is a parameter group of its own (never stepped: lr 0), so that
         # zero_grad clears its gradients and a GradScaler unscales them with the others
@@ -194,7 +219,7 @@ class ASCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
             if b == 0:
                 raise ValueError("surrogate needs a non-empty global batch")
             rho = 0.0 if self.radius is None else self.radius
-            args = (b, math.log(b), beta, self._started, rho, self.shift_cost)
+            args = (b, math.log(b), beta, self._started, rho, self.shift_cost, self._stale)
             if host:      # NumPy and Python floats (see _updates_kl.ascdro_batch_host)
                 if not all(numpy.isfinite(c).all() for c in lnp):
                     self._check_input_finite(torch.from_numpy(numpy.concatenate(lnp)),
@@ -280,6 +305,21 @@ class ASCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
 
     def _extra_tensors(self):
         return tuple(self._scalars.values())
+
+    def _advice(self):
+        """The guard's advice, and where ``lambda`` started near its floor (within 10 x
+        ``shift_cost``; not RECOVER, whose ``lambda`` is fixed) what to change there: the
+        class docstring's "Starting at lambda's floor"."""
+        out = super()._advice()
+        if self.radius is None or self._lam_start > 10.0 * max(self.shift_cost, 1e-300):
+            return out
+        return (f"{out}; lambda started at {self._lam_start:g}, near its floor "
+                f"shift_cost={self.shift_cost:g}, where exp(loss / lambda) is heavy-tailed: "
+                "the STORM estimate of lambda's gradient, a difference of terms of size "
+                "loss / lambda, errs by about loss / lambda and lambda runs away (the "
+                "paper's step-size condition, lr <= 1 / (4 L_F) with L_F growing like "
+                "exp(max loss / lambda), fails by far); start lambda at the losses' scale "
+                "(lam_init=1, the default), or keep lr far below lambda")
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self):
