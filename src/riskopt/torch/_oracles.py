@@ -270,15 +270,25 @@ def _blocks(ls, c):
     return _run_bounds((c[..., 1:] != c[..., :-1]) & (ls[..., 1:] != ls[..., :-1]))
 
 
-def _block_sums(first, x):
-    """Sums over each entry's block (``first``: its first rank, :func:`_blocks`) of each
-    tensor in the tuple ``x``. Each block is summed over its own entries (``scatter_add``),
-    not as a difference of prefix sums: a block far down the row keeps the precision of its
-    own entries."""
+def _block_sums(first, last, x):
+    """Sums over each entry's block (``first`` / ``last``: its first and last rank,
+    :func:`_blocks`) of each tensor in the tuple ``x``. Each block is summed over its own
+    entries only (not a difference of prefix sums: a block far down the row keeps the
+    precision of its own entries), by a segmented inclusive scan of ``ceil(log2 n)`` fixed
+    steps: deterministic on every device (no atomic ``scatter_add``: data-parallel ranks get
+    the same bits), no host read."""
     n = first.shape[-1]
-    start = first == torch.arange(n, device=first.device)
-    seg = torch.cumsum(start.to(torch.int64), -1) - 1  # block number of each entry
-    return tuple(torch.zeros_like(v).scatter_add_(-1, seg, v).gather(-1, seg) for v in x)
+    ar = torch.arange(n, device=first.device)
+    out = []
+    for v in x:
+        v = v.expand(first.shape)
+        s = 1
+        while s < n:  # v[i] = sum of v over [max(first[i], i - 2 s + 1), i]
+            prev = torch.nn.functional.pad(v[..., :-s], (s, 0))
+            v = v + torch.where(ar - s >= first, prev, 0.0)
+            s *= 2
+        out.append(v.gather(-1, last))
+    return tuple(out)
 
 
 def _kl_exponents(ls, nu, lw):
@@ -311,7 +321,6 @@ def _sorted_shift(ls, sigma, nu, div, z):
     n = ls.shape[-1]
     top = ls[..., -1:]
     d = ls - top  # <= 0: translation invariance, nothing of the size of |l| divided by nu
-    sig = sigma.expand(ls.shape)
     if div == 0:  # chi2
         tnn = 2.0 * n * nu
         y = d - tnn * sigma
@@ -320,7 +329,7 @@ def _sorted_shift(ls, sigma, nu, div, z):
         c = isotonic(_pad_pow2(y, big))[..., :n]
         first, last = _blocks(ls, c)
         e = ls - ls.gather(-1, first)  # relative to the block's first loss
-        se, ss = _block_sums(first, (e, sig))
+        se, ss = _block_sums(first, last, (e, sigma))
         cnt = (last + 1 - first).to(ls.dtype)
         return torch.clamp(ss / cnt + (e - se / cnt) / tnn, min=0.0)
     # KL: fold the zero-mass prefix (z leading zeros of sigma) into the first unit
@@ -338,7 +347,7 @@ def _sorted_shift(ls, sigma, nu, div, z):
     c = torch.cat([c[..., :1].expand(*c.shape[:-1], z + 1), c[..., 1:]], -1)
     first, last = _blocks(ls, c)
     e = (ls - ls.gather(-1, last)) / nu  # <= 0, 0 at the block's last (largest) loss
-    se, ss = _block_sums(first, (torch.exp(e), sig))  # se >= 1
+    se, ss = _block_sums(first, last, (torch.exp(e), sigma))  # se >= 1
     return torch.exp(e + torch.log(ss) - torch.log(se))
 
 
