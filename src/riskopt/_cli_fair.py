@@ -9,6 +9,8 @@ model's constraint metric on the given rows (groups: the fit's sensitive columns
 classes, fairlearn's equalized odds difference / ratio and demographic parity ratio for each
 ``--sensitive`` column.
 """
+import sys
+
 #: riskopt.fairness.CONSTRAINT_SPECS, spelled out so that building the parser imports no
 #: numpy (a test checks they agree)
 CONSTRAINTS = ("demographic_parity", "equalized_odds", "equal_opportunity",
@@ -46,7 +48,26 @@ def fit_options(args, df, error):
     sf = df[list(args.sensitive)].astype(str).to_numpy()
     if args.group_dro:
         error("--constraint and --group-dro cannot be combined in the CLI")
+    _warn_many_groups(df, list(args.sensitive))
     return kw, {"sensitive_features": sf}
+
+
+#: more groups than this in --sensitive (every distinct value, or combination, is a group)
+#: gives one warning line: a numeric column such as an age makes dozens of groups of a few rows
+MANY_GROUPS = 20
+
+
+def _warn_many_groups(df, cols):
+    """One ``riskopt: warning:`` line when the sensitive columns make more than
+    ``MANY_GROUPS`` groups: each distinct value (of a numeric column too) is a group, and the
+    small ones make the constraint slow and its hard rates unresolvable (``age`` of compas:
+    63 groups, a 185 s fit whose hard demographic parity gap stayed at 0.17 for a bound 0.02)."""
+    sizes = df.groupby([df[c].astype(str) for c in cols], sort=False).size()
+    if len(sizes) > MANY_GROUPS:
+        print(f"riskopt: warning: --sensitive {' '.join(map(str, cols))}: {len(sizes)} groups "
+              f"(every distinct value is one; the smallest has {int(sizes.min())} row(s)): a "
+              "numeric attribute needs binning first (e.g. age bands) for a constraint that "
+              "can hold", file=sys.stderr, flush=True)
 
 
 def fit_report(reg, args):
