@@ -107,12 +107,21 @@ def test_device_projection_meets_the_host_loops_stopping_rule(ns, monkeypatch):
     assert counted == len(ns) * len(KINDS) * len(RHOS) * 2 and outside >= counted // 3
 
 
-def test_device_projection_of_a_diverging_table():
+def test_projection_of_a_diverging_table():
     """A table of one point far above the others (``log p`` 1e300 apart, ``d^2``
-    overflows): the projection's bracket starts near its floor ``a = exp(-745)``, the
-    Newton steps use the variance of ``a d``; the result is on the ball. (The host loop's
-    variance of ``d`` is ``inf`` there: it returns the point mass, ``KL = log 4``; left.)"""
+    overflows): the device projection's bracket starts near its floor ``a = exp(-745)``,
+    its Newton steps use the variance of ``a d``; the host loop (``kl_ball_log`` eagerly on
+    the CPU) takes the variance of ``d / R`` there (before stop 43 it was ``inf`` and the
+    loop returned the point mass, ``KL = log 4``). Both results are on the ball."""
     logp = torch.tensor([0.0, -1e300, -2e300, -3e300], dtype=torch.float64)
     dev = _updates_kl._kl_ball_log_device(logp, math.log(4), 0.5)
-    assert torch.isfinite(dev).all()
-    assert abs(_kl(dev, math.log(4)) - 0.5) <= 1e-13
+    host = _updates_kl.kl_ball_log(logp, 0.5)
+    for out in (dev, host):
+        assert torch.isfinite(out).all()
+        assert abs(_kl(out, math.log(4)) - 0.5) <= 1e-13
+    # one point 1e156 above the others, rho small and near log n: on the ball too
+    x = torch.randn(300, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x[7] = 1e156
+    for rho in (1e-12, 0.5, math.log(300) * (1 - 1e-9)):
+        host = _updates_kl.kl_ball_log(x, rho)
+        assert abs(_kl(host, math.log(300)) - rho) <= 1e-13 * max(1.0, rho)

@@ -465,26 +465,41 @@ def _kl_ball_log_host(d, logn, rho, tol):
     ``(1, d, d^2)`` with ``e`` for the sums ``S0, S1, S2``: ``lse = log S0``, the mean
     ``mu = S1 / S0`` and the variance ``S2 / S0 - mu^2`` of ``d`` under ``softmax(a d)``
     (about 11 operations and four passes over ``d`` with ``logsumexp``, against 3 and two).
-    The variance only scales the Newton step (the stopping rule uses ``lse`` and ``mu``)."""
+    The variance only scales the Newton step (the stopping rule uses ``lse`` and ``mu``).
+
+    Where ``d^2`` overflows (``log p`` more than ``1e154`` apart: a diverging table) the
+    variance is not finite; only there it is taken of ``d / R`` (``R = -min d``) and
+    scaled back (:func:`_scaled_var`), so every other input keeps its numbers bit for bit."""
     moments = torch.stack([torch.ones_like(d), d, d * d])
 
     def stats(a):
-        s0, s1, s2 = torch.mv(moments, torch.exp(d * a)).tolist()
+        e = torch.exp(d * a)
+        s0, s1, s2 = torch.mv(moments, e).tolist()
         lse, mu = math.log(s0), s1 / s0
-        return a * mu - (lse - logn), max(s2 / s0 - mu * mu, 0.0), lse
+        var = max(s2 / s0 - mu * mu, 0.0)
+        if math.isfinite(var):
+            curv = a * var       # the derivative of KL in a
+        else:                    # (a R) var(d / R) R
+            var, r = _scaled_var(d, e, s0)
+            curv = (a * r) * (var * r)
+        return a * mu - (lse - logn), curv, lse
 
-    kl, var1, lse1 = stats(1.0)
+    kl, curv1, lse1 = stats(1.0)
     if kl <= rho:
         return d - lse1
-    a1 = 1.0 - math.log(kl / rho) * kl / (var1 if var1 > 0 else 1.0)
-    if var1 > 0 and 0.0 < a1 < 1.0:
+    a1 = 1.0 - math.log(kl / rho) * kl / (curv1 if curv1 > 0 else 1.0)
+    if curv1 > 0 and 0.0 < a1 < 1.0:
         a = a1
     else:
         var0 = float(d.var(unbiased=False))
-        a = min(math.sqrt(2.0 * rho / var0), 0.5) if var0 > 0 else 0.5
+        if math.isinf(var0):     # d^2 overflows: sqrt(2 rho / var0) from d / R
+            var0, r = _scaled_var(d, torch.ones_like(d), float(d.numel()))
+            a = min(math.sqrt(2.0 * rho / var0) / r, 0.5)
+        else:
+            a = min(math.sqrt(2.0 * rho / var0), 0.5) if var0 > 0 else 0.5
     lo, hi = 0.0, 1.0
     for _ in range(200):
-        kl, var, lse = stats(a)
+        kl, curv, lse = stats(a)
         err = kl - rho
         done = abs(err) <= tol
         up = err > 0             # (a NaN error moves lo, as the tensor loop does)
@@ -495,13 +510,25 @@ def _kl_ball_log_host(d, logn, rho, tol):
                 lo = a
         if done or hi - lo <= 4e-16 * hi:
             break
-        curv = a * var       # 0 once a underflows (losses of a diverging run)
+        # (curv: 0 once a underflows, losses of a diverging run)
         if curv > 0:         # Newton on log KL where KL > 0, on KL otherwise
             step = a - math.log(kl / rho) * kl / curv if kl > 0 else a - err / curv
         else:
             step = math.nan
         a = step if lo < step < hi else 0.5 * (lo + hi)
     return d * a - lse
+
+
+def _scaled_var(d, e, s0):
+    """Where ``d^2`` overflows: ``(var, R)``, ``var`` the variance of ``x = d / R`` (``R =
+    -min d``, so ``x`` in ``[-1, 0]``) under the weights ``e / s0``, Python numbers; the
+    variance of ``d`` is ``var R^2`` (itself possibly beyond a double: use it in products
+    such as ``(a R) (var R)``). NaN where ``d`` is not finite."""
+    r = -float(d.min())
+    x = d / r
+    m1, m2 = torch.mv(torch.stack([x, x * x]), e).tolist()
+    m = m1 / s0
+    return max(m2 / s0 - m * m, 0.0), r
 
 
 #: :func:`_kl_ball_log_device`'s rounds, points a round and Newton steps: ``16**12`` sections
