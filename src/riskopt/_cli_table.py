@@ -188,8 +188,9 @@ def model_input(model, df, where="features"):
         if missing:
             raise FitError(f"{where}: column(s) not found: {', '.join(map(str, missing))}")
         _check_numeric_input(model, df, where)
-        _warn_unknown_categories(model, df, where)
-        return df[model["features"]]
+        X = _align_number_categories(model, df[model["features"]])
+        _warn_unknown_categories(model, X, where)
+        return X
     return _feature_matrix(df, model["features"], where)
 
 
@@ -223,18 +224,67 @@ def _check_numeric_input(model, df, where):
 
 
 
+def _categorical_part(model):
+    """``(columns, categories)`` of the saved model's one-hot part (``categories[j]``: the
+    text values the fit saw in ``columns[j]``), or ``None``."""
+    try:
+        prep = model["estimator"].named_steps["preprocess"]
+        pipe, cols = next((t, c) for name, t, c in prep.transformers_ if name == "categorical")
+        return list(cols), pipe.named_steps["onehot"].categories_
+    except Exception:  # noqa: BLE001 (no categorical part, or a model of another layout)
+        return None
+
+
+def _align_number_categories(model, X):
+    """A numeric column one-hot encoded by the model (``--categorical``) read with the other
+    number type: pandas reads integers as floats when one cell is blank, so ``3`` arrives as
+    ``3.0``, whose text ``'3.0'`` is no category ``'3'`` of the fit (every row's indicators
+    were zero: 1,300 of 2,214 compas predictions changed by one blank cell). Integral values
+    are given the text form of the fit's categories (``'3'`` or ``'3.0'``); ``X`` itself is not
+    changed (a copy when a column is)."""
+    import numpy as np
+    import pandas as pd
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    part = _categorical_part(model)
+    if part is None:
+        return X
+    out = X
+    for c, cats in zip(*part):
+        s = X[c]
+        if not is_numeric_dtype(s) or is_bool_dtype(s):
+            continue
+        vals = s.to_numpy(dtype=np.float64)
+        ok = np.isfinite(vals)
+        if not np.all(vals[ok] == np.round(vals[ok])):
+            continue
+        texts = [str(v) for v in cats.tolist()]
+        as_float = any(("." in t or "e" in t.lower()) for t in texts)
+        want = "f" if as_float else "i"
+        if s.dtype.kind == want:
+            continue
+        if out is X:
+            out = X.copy()
+        out[c] = pd.Series([float(v) if as_float else int(v) if np.isfinite(v) else np.nan
+                            for v in vals], index=s.index, dtype=object)
+    return out
+
+
 def _warn_unknown_categories(model, df, where):
     """One ``riskopt: warning:`` line per categorical feature of the saved model whose values
     in ``df`` include categories the fit never saw: the one-hot encoder gives them all-zero
     indicators (the model predicts for them as for no category), which was silent."""
     import pandas as pd
 
+    part = _categorical_part(model)
+    if part is None:
+        return
+    cols, cats = part
     try:
         prep = model["estimator"].named_steps["preprocess"]
-        pipe, cols = next((t, c) for name, t, c in prep.transformers_ if name == "categorical")
+        pipe = next(t for name, t, _ in prep.transformers_ if name == "categorical")
         text = pipe.named_steps["text"].transform(df[cols])
-        cats = pipe.named_steps["onehot"].categories_
-    except Exception:  # noqa: BLE001 (no categorical part, or a model of another layout)
+    except Exception:  # noqa: BLE001 (a model of another layout)
         return
     text = pd.DataFrame(text, columns=cols)
     for j, c in enumerate(cols):
