@@ -182,3 +182,19 @@ def test_an_integer_category_read_as_float_keeps_its_indicators(table, tmp_path,
         assert "not fitted on" not in capsys.readouterr().err
         got[name] = pd.read_csv(tmp_path / f"{name}.out")["prediction"].to_numpy()
     np.testing.assert_array_equal(got["clean"][1:], got["blank"][1:])
+
+
+def test_features_that_contradict_target_or_drop_are_refused(table, tmp_path, capsys):
+    """`--features a y` fitted the target as its own feature (a training loss of ~0);
+    `--features a b --drop b` ignored the --drop. Both are one error line, no model."""
+    path, _ = table
+    out = tmp_path / "m.skops"
+    err = _error(capsys, ["fit", str(path), "--target", "y", "--features", "a", "y",
+                          "--quiet", "--out", str(out)])
+    assert "names the target column 'y'" in err
+    err = _error(capsys, ["fit", str(path), "--target", "y", "--features", "a", "b",
+                          "--drop", "b", "--quiet", "--out", str(out)])
+    assert "--drop b: also named in --features" in err
+    assert not out.exists()
+    assert main(["fit", str(path), "--target", "y", "--features", "a", "b", "--quiet",
+                 "--out", str(out)]) == 0

@@ -151,6 +151,14 @@ def cmd_fit(args):
     if args.group:
         groups = check_complete(df, args.group, "group", args.data).astype(str)
         exclude.add(args.group)
+    if args.features:  # the target as a feature, or a feature also dropped: say so
+        if args.target in args.features:
+            raise FitError(f"--features names the target column {args.target!r} (the model "
+                           "would read its own answer); leave it out of --features")
+        both = [c for c in args.features if c in set(args.drop or [])]
+        if both:
+            raise FitError(f"--drop {' '.join(map(str, both))}: also named in --features; "
+                           "--features lists the feature columns, give each column once")
     features = list(args.features) if args.features else [c for c in df.columns
                                                           if c not in exclude]
     if not args.features:  # row identifiers are no features: left out, said in one line
