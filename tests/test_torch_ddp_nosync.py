@@ -18,10 +18,11 @@ Two ways to feed the ranks:
 
 The per-index merges (SONEX & co, OOA) pad every rank's rows to ``n_indices + 1`` and read
 no count in either mode; their one read a step left is ``unique`` (the number of distinct
-indices of the global batch: the size of all that follows). Also left, outside the
-gathers: with ``attach``, SCDRO's out-of-range test of the shifts (kl_dro.py). PG-SMD2's
-eager KL-ball projection reads nothing (on the device a fixed number of steps), nor does
-ASCDRO's ``step`` (its restart flag decides no collective on the device path).
+indices of the global batch: the size of all that follows). With ``attach`` SCDRO's
+range test of the shifts is a device flag read with the next check (since stop 43; an
+out-of-range step raises there), PG-SMD2's eager KL-ball projection reads nothing (on the
+device a fixed number of steps), nor does ASCDRO's ``step`` (its restart flag decides no
+collective on the device path).
 
 The numbers are bit for bit those of "any" on the same batches (tensor code, host code,
 ``attach``), and equal the one-process run on the concatenated global batch.
@@ -93,6 +94,19 @@ def _broken_promise(host):
     return None
 
 
+def _floor_run(rank, check_every):
+    """SCDRO attached, from lambda's floor (a rank's shift beyond ``e^600`` from ``log s``
+    from step 2 on): ``(parameters, corrections)``, or the error's type and text."""
+    info = {}
+    try:
+        p, _, _ = D.run("scdro", 12, rank, 2, info=info, attach=True, lam_init=1e-3,
+                        on_divergence="ignore", check_every=check_every,
+                        wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))
+    except Exception as exc:      # noqa: BLE001  (the test looks at it)
+        return type(exc).__name__, str(exc)
+    return p, info["fixes"]
+
+
 def _worker(rank, path):
     import torch.distributed as dist
 
@@ -124,6 +138,8 @@ def _worker(rank, path):
     for name in ATTACH:     # the statistics on DDP's all-reduce (Piggyback.decode)
         out[f"{name}/attach/any"] = _counted_run(name, rank, False, attach=True)
         out[f"{name}/attach/equal"] = _counted_run(name, rank, True, attach=True)
+    for check_every in (0, 3):   # SCDRO from lambda's floor: shifts out of range
+        out[f"scdro/attach/floor/{check_every}"] = _floor_run(rank, check_every)
     info = {}       # ASCDRO's own all-reduce of the gradients at the previous iterate
     out["ascdro/float16"] = (*_counted_run("ascdro", rank, True, info=info,
                                            dtype=torch.float16)[:3], info["grad_reduces"])
@@ -217,6 +233,30 @@ def test_equal_batches_on_the_all_reduce(name, ddp):
         assert torch.equal(p, pa) and torch.equal(s, sa)
         assert "tolist@distributed.py" not in ops and opsa["tolist@distributed.py"] > 0
     assert torch.equal(ddp[0][f"{name}/attach/equal"][0], ddp[1][f"{name}/attach/equal"][0])
+
+
+@pytest.mark.parametrize("name", ATTACH)
+def test_attach_reads_nothing_but_the_row_counts(name, ddp):
+    """With ``attach`` the device path reads nothing with "equal" batches, and only the
+    row counts with "any" (before stop 43 SCDRO read its shift and the ranks' shifts every
+    step: ``tolist@kl_dro.py``)."""
+    for r in range(2):
+        assert _ops(ddp[r][f"{name}/attach/equal"]) == {}, r
+        ops = _ops(ddp[r][f"{name}/attach/any"])
+        assert ops.pop("tolist@distributed.py") > 0 and ops == {}, (r, ops)
+
+
+def test_scdro_attach_out_of_range_shifts(ddp):
+    """A shift out of range on the device path: with ``check_every`` a device flag (the
+    gathered shifts, the same on every rank) raises at the next check, naming the step;
+    ``check_every=0``: the exact correction (a second all-reduce), as on the host."""
+    for r in range(2):
+        kind, text = ddp[r]["scdro/attach/floor/3"]
+        assert kind == "DivergenceError"
+        assert "SCDRO (attach): at step 2 a rank's largest loss / lambda was out of range" in text
+        p, fixes = ddp[r]["scdro/attach/floor/0"]
+        assert fixes > 0 and torch.isfinite(p).all()
+    assert torch.equal(ddp[0]["scdro/attach/floor/0"][0], ddp[1]["scdro/attach/floor/0"][0])
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -407,8 +407,8 @@ class Piggyback:
     :func:`stats_comm_hook`): no collective of their own.
 
     ``block``: this rank's rows (``(b, k)`` float64), ``scalars``: a few 0-d float64 tensors
-    per rank, ``pre``: a number this rank's gradient is multiplied by before the
-    sum, ``finish(table, sizes, offset, scalars)``: called with the gathered rows (as
+    per rank, ``pre``: a number (or a 0-d float64 tensor on the rows' device: no host
+    read) this rank's gradient is multiplied by before the sum, ``finish(table, sizes, offset, scalars)``: called with the gathered rows (as
     :class:`ColumnGatherer` returns them) once the all-reduce is done; returns the common 0-d
     factor of the summed gradient. Every gradient bucket ``g`` becomes
     ``finish(...) * sum_r pre_r g_r`` (in float64, then the bucket's dtype).
@@ -551,7 +551,7 @@ def stats_comm_hook(opt, bucket):
     post.buckets.append((None if post.local_ok else buf.to(torch.float64, copy=True), params))
     cdt = carrier_dtype(buf.dtype)
     grad = buf.to(cdt)
-    if post.pre != 1.0:
+    if isinstance(post.pre, torch.Tensor) or post.pre != 1.0:
         grad = grad * post.pre
     first = post.done is None
     if first:

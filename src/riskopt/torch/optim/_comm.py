@@ -100,13 +100,15 @@ class CommMixin:
 
     def _post(self, columns, scalars, pre, device, local_ok=True, exact32=False):
         """Post the step's statistics for the hook (see :class:`~riskopt.torch.distributed.
-        Piggyback`; ``pre`` a number); ``self._finish_posted`` receives them."""
+        Piggyback`; ``pre`` a number or a 0-d tensor); ``self._finish_posted`` receives
+        them."""
         block = torch.stack([c.detach().reshape(-1).to(device, torch.float64)
                              for c in columns], 1)
         self._piggy = _dist.Piggyback(self._gatherer, block,
                                       [torch.as_tensor(v, dtype=torch.float64).reshape(())
                                        .to(device) for v in scalars],
-                                      float(pre), self._finish_posted, local_ok, exact32)
+                                      pre if isinstance(pre, torch.Tensor) else float(pre),
+                                      self._finish_posted, local_ok, exact32)
 
     def _complete_post(self):
         """In ``step``: finish the posted statistics (a gather of their own if they did not

@@ -168,10 +168,13 @@ class GuardMixin(_comm.CommMixin):
             self._raise_input(what, self._g_steps + 1)
 
     def _raise_input(self, what, step):
-        raise DivergenceError(
-            f"{type(self).__name__}: non-finite {what} at step {step}; the "
-            f"model (or the loss) diverged: lower lr (now {self._lr_text()}) or check the "
-            "data")
+        raise DivergenceError(self._input_text(what, step))
+
+    def _input_text(self, what, step):
+        """The error for a failed input flag ``what`` (an optimizer may add its own flags)."""
+        return (f"{type(self).__name__}: non-finite {what} at step {step}; the "
+                f"model (or the loss) diverged: lower lr (now {self._lr_text()}) or check the "
+                "data")
 
     def _check_inputs_posted(self):
         """The device flags of :meth:`_check_input_finite` since the previous check (one

@@ -63,7 +63,7 @@ import torch
 
 from ..._validation import check_positive
 from ..distributed import carrier_dtype
-from . import _updates_kl
+from . import _comm, _updates_kl
 from ._guard import GuardMixin
 # (the shared window and dual grid, and ASCDRO, re-exported: their former home)
 from ._kl_window import (_F32_EXACT, _GRID_EXP, _NP_LOSSES, _KLMultiplier,  # noqa: F401
@@ -283,13 +283,16 @@ class SCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
         sc = self._scalars
         lam, c0 = sc["lam"], sc["log_s"]
         a = losses.detach().to(lam.device, torch.float64) / lam
+        exact32 = losses.dtype in _F32_EXACT
+        self._post_device = bool(self.check_every) and _comm._on_device(lam)
+        if self._post_device:
+            return self._surrogate_posted_device(losses, a, c0, exact32)
         # (numbers, one host read: fewer small tensor ops)
         c, c0f = torch.stack([a.max(), c0]).tolist() if a.numel() else [float(c0)] * 2
         # float32 losses: the shift c rounded to a float32 number, so that everything posted
         # travels as one float32 each in a float32 bucket (any shift cancels; the flag is
         # the dtype's, the same on every rank; a c beyond float32 arrives as inf and the
         # others take it for out of range, which the correction handles exactly)
-        exact32 = losses.dtype in _F32_EXACT
         if exact32 and math.isfinite(c) and abs(c) < 3e38:
             c = float(numpy.float32(c))
         d = c - c0f
@@ -299,12 +302,47 @@ class SCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
                    exact32=exact32)
         return torch.exp(a - c)
 
+    def _surrogate_posted_device(self, losses, a, c0, exact32):
+        """:meth:`_surrogate_posted` on a device with ``check_every``: the shift ``c``, the
+        range test and the factor as tensors (no host read). A rank out of range posts 0
+        as on the host; :meth:`_finish_posted` then flags the step on the device (read with
+        the next divergence check, which raises): the exact correction, a second
+        all-reduce, would need the flag on the host at this step."""
+        c = a.max() if a.numel() else c0.clone()
+        if exact32:                 # (as float(numpy.float32(c)) on the host path)
+            c = torch.where(torch.isfinite(c) & (c.abs() < 3e38),
+                            c.to(torch.float32).to(torch.float64), c)
+        d = c - c0
+        ok = torch.isfinite(d) & (d.abs() <= self._post_range())
+        self._post_c0, self._post_c = c0, c
+        self._post([losses], [c], torch.where(ok, torch.exp(d), torch.zeros_like(d)),
+                   c0.device, local_ok=True, exact32=exact32)
+        return torch.exp(a - c)
+
+    def _input_text(self, what, step):
+        if what != "shifts":
+            return super()._input_text(what, step)
+        return (f"{type(self).__name__} (attach): at step {step} a rank's largest loss / "
+                f"lambda was out of range (beyond e^{self._post_range():g} from log s, or not "
+                "finite): its gradient could not ride on DDP's all-reduce scaled and was left "
+                "out of that step and of any later such step until this check (on a device "
+                "the exact correction, a second all-reduce, would need a host read every "
+                "step). Resume from a checkpoint before that step with check_every=0 (the "
+                "correction, one host read a step), without attach (the optimizer gathers "
+                "the losses itself), or with a larger shift_cost (lambda_0)")
+
     def _finish_posted(self, table, sizes, off, scalars):
         """The hook's end (:class:`~riskopt.torch.distributed.Piggyback`): the update on the
         gathered losses; returns the common factor of the summed gradient."""
         w = self._update(table[:, 0])
         log_s, c0 = self._scalars["log_s"], self._post_c0
-        c0f, rng = float(c0), self._post_range()
+        rng = self._post_range()
+        if getattr(self, "_post_device", False):   # every rank the same gathered flag
+            d = scalars[:, 0] - c0
+            self._g_inputs.append(("shifts", self._g_steps + 1,
+                                   (torch.isfinite(d) & (d.abs() <= rng)).all()))
+            return torch.exp(c0 - log_s) / w.numel()
+        c0f = float(c0)
         if any(not (math.isfinite(c) and abs(c - c0f) <= rng) for c in scalars[:, 0].tolist()):
             post = self._piggy
             post.fix = True          # a rank sent 0: add its gradient on its own
