@@ -198,3 +198,24 @@ def test_features_that_contradict_target_or_drop_are_refused(table, tmp_path, ca
     assert not out.exists()
     assert main(["fit", str(path), "--target", "y", "--features", "a", "b", "--quiet",
                  "--out", str(out)]) == 0
+
+
+def test_model_info_says_which_versions_wrote_it(table, tmp_path, capsys):
+    """`python -m riskopt.model_io info MODEL`: the versions stored in the file (there was no
+    way to read them but a version mismatch warning), and what the fit stored."""
+    import riskopt
+    from riskopt import model_io
+
+    path, _ = table
+    model = tmp_path / "m.skops"
+    assert main(["fit", str(path), "--target", "y", "--drop", "label", "--quiet",
+                 "--out", str(model)]) == 0
+    capsys.readouterr()
+    assert model_io._main(["info", str(model)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"written with riskopt: {riskopt.__version__} (now {riskopt.__version__})" in out
+    assert any(ln.startswith("written with scikit-learn: ") for ln in out)
+    assert "target: y" in out and "task: regression" in out
+    assert "features: 3: a, b, g" in out
+    assert model_io._main(["info", str(path)]) == 2
+    assert "not a riskopt model file" in capsys.readouterr().err

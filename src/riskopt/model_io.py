@@ -280,21 +280,53 @@ def convert(old, new):
     return new
 
 
+def describe(path):
+    """``[(key, value)]`` of a model file: its format, the library versions that wrote it and
+    what ``riskopt fit`` stored (task, target, risk, features, ...). Loads it like
+    :func:`load_model` (trusted types only), without the version warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ModelVersionWarning)
+        model = load_model(path)
+    saved = model.get("versions") or {}
+    rows = [("format", f"{model.get('format')} {model.get('format_version', '?')}")]
+    rows += [(f"written with {k}", f"{saved.get(k, '?')} (now {v})") for k, v in
+             _versions().items()]
+    feats = list(model.get("features") or [])
+    for key in ("task", "target", "risk", "group", "constraint", "sensitive"):
+        if model.get(key) is not None:
+            rows.append((key, str(model[key])))
+    rows.append(("features", f"{len(feats)}: {', '.join(map(str, feats[:10]))}"
+                             f"{', ...' if len(feats) > 10 else ''}"))
+    est = model["estimator"]
+    final = est.steps[-1][1] if hasattr(est, "steps") else est
+    rows.append(("estimator", f"{type(final).__name__}, solver "
+                              f"{getattr(final, 'solver_', '?')}"))
+    return rows
+
+
 def _main(argv=None):
     import argparse
     import sys
 
     p = argparse.ArgumentParser(
         prog="python -m riskopt.model_io",
-        description="Convert a pickle/joblib model file of an older 'riskopt fit' to the safe "
-                    "skops format. This UNPICKLES the old file, which runs any code it "
-                    "contains: only for files you wrote yourself.")
+        description="Describe a model file written by 'riskopt fit' (info), or convert a "
+                    "pickle/joblib model file of an older 'riskopt fit' to the safe skops "
+                    "format (convert: this UNPICKLES the old file, which runs any code it "
+                    "contains: only for files you wrote yourself).")
     sub = p.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("info", help="MODEL: the versions that wrote it, task, target, risk, "
+                       "features")
+    i.add_argument("model")
     c = sub.add_parser("convert", help="OLD (pickle/joblib) -> NEW (skops)")
     c.add_argument("old")
     c.add_argument("new")
     args = p.parse_args(argv)
     try:
+        if args.cmd == "info":
+            for key, value in describe(args.model):
+                print(f"{key}: {value}")
+            return 0
         convert(args.old, args.new)
     except Exception as exc:
         print(f"riskopt: error: {' '.join(str(exc).split())}", file=sys.stderr)
