@@ -138,6 +138,12 @@ def _worker(rank, path):
     for name in ATTACH:     # the statistics on DDP's all-reduce (Piggyback.decode)
         out[f"{name}/attach/any"] = _counted_run(name, rank, False, attach=True)
         out[f"{name}/attach/equal"] = _counted_run(name, rank, True, attach=True)
+    outer = SyncRecorder.active = SyncRecorder()   # tolist outside the methods: the hook's
+    try:
+        _counted_run("scdro", rank, True, attach=True)
+    finally:
+        SyncRecorder.active = None
+    out["scdro/attach/hook"] = dict(outer.ops)
     for check_every in (0, 3):   # SCDRO from lambda's floor: shifts out of range
         out[f"scdro/attach/floor/{check_every}"] = _floor_run(rank, check_every)
     info = {}       # ASCDRO's own all-reduce of the gradients at the previous iterate
@@ -244,6 +250,8 @@ def test_attach_reads_nothing_but_the_row_counts(name, ddp):
         assert _ops(ddp[r][f"{name}/attach/equal"]) == {}, r
         ops = _ops(ddp[r][f"{name}/attach/any"])
         assert ops.pop("tolist@distributed.py") > 0 and ops == {}, (r, ops)
+        if name == "scdro":   # nor its part in the hook (the gathered shifts' range test)
+            assert ddp[r]["scdro/attach/hook"] == {}, r
 
 
 def test_scdro_attach_out_of_range_shifts(ddp):
