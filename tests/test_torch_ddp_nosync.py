@@ -65,6 +65,7 @@ def _counted_run(name, rank, equal, pad=True, info=None, **kw):
 
     def setup(opt):
         opt.ddp_batches = "equal" if equal else "any"
+        opt.attach_checks = "async"          # (SCDRO attach: the device range test)
         if not pad:
             opt.ddp_pad_indices = 0
     D.make_optimizer = recording(rec, make, setup=setup)
@@ -94,16 +95,21 @@ def _broken_promise(host):
     return None
 
 
-def _floor_run(rank, check_every):
+def _floor_run(rank, check_every, checks="async"):
     """SCDRO attached, from lambda's floor (a rank's shift beyond ``e^600`` from ``log s``
-    from step 2 on): ``(parameters, corrections)``, or the error's type and text."""
+    from step 2 on), ``attach_checks=checks``: ``(parameters, corrections)``, or the
+    error's type and text."""
+    from riskopt.torch.optim import SCDRO
     info = {}
+    SCDRO.attach_checks = checks
     try:
         p, _, _ = D.run("scdro", 12, rank, 2, info=info, attach=True, lam_init=1e-3,
                         on_divergence="ignore", check_every=check_every,
                         wrap=lambda m: torch.nn.parallel.DistributedDataParallel(m))
     except Exception as exc:      # noqa: BLE001  (the test looks at it)
         return type(exc).__name__, str(exc)
+    finally:
+        del SCDRO.attach_checks
     return p, info["fixes"]
 
 
@@ -146,6 +152,7 @@ def _worker(rank, path):
     out["scdro/attach/hook"] = dict(outer.ops)
     for check_every in (0, 3):   # SCDRO from lambda's floor: shifts out of range
         out[f"scdro/attach/floor/{check_every}"] = _floor_run(rank, check_every)
+    out["scdro/attach/floor/sync"] = _floor_run(rank, 3, "sync")     # the default
     info = {}       # ASCDRO's own all-reduce of the gradients at the previous iterate
     out["ascdro/float16"] = (*_counted_run("ascdro", rank, True, info=info,
                                            dtype=torch.float16)[:3], info["grad_reduces"])
@@ -257,13 +264,16 @@ def test_attach_reads_nothing_but_the_row_counts(name, ddp):
 def test_scdro_attach_out_of_range_shifts(ddp):
     """A shift out of range on the device path: with ``check_every`` a device flag (the
     gathered shifts, the same on every rank) raises at the next check, naming the step;
-    ``check_every=0``: the exact correction (a second all-reduce), as on the host."""
+    ``check_every=0`` or the default ``attach_checks="sync"``: the exact correction (a
+    second all-reduce), as on the host."""
     for r in range(2):
         kind, text = ddp[r]["scdro/attach/floor/3"]
         assert kind == "DivergenceError"
         assert "SCDRO (attach): at step 2 a rank's largest loss / lambda was out of range" in text
         p, fixes = ddp[r]["scdro/attach/floor/0"]
         assert fixes > 0 and torch.isfinite(p).all()
+        p, fixes = ddp[r]["scdro/attach/floor/sync"]   # default attach_checks="sync":
+        assert fixes > 0 and torch.equal(p, ddp[r]["scdro/attach/floor/0"][0])  # corrected
     assert torch.equal(ddp[0]["scdro/attach/floor/0"][0], ddp[1]["scdro/attach/floor/0"][0])
 
 

@@ -270,6 +270,15 @@ class SCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
     #: (float64: e^709 at most; float32: e^88, and room for the gradient's own size)
     _POST_RANGE = {torch.float64: 600.0, torch.float32: 40.0}
 
+    #: with :meth:`attach`, how a rank's shift out of range (its largest ``l / lambda`` beyond
+    #: ``e^600`` from ``log s``, e.g. ``lambda`` at its floor) is handled: ``"sync"``
+    #: (default) corrects it exactly (a second all-reduce that step; deciding it reads the
+    #: shifts on the host, one read a step); ``"async"``, on a device with ``check_every``:
+    #: the shifts and the range test stay on the device (no host read), and an out-of-range
+    #: step leaves that rank's gradient out and is a device flag read by the next divergence
+    #: check, which raises :class:`DivergenceError` naming the step.
+    attach_checks = "sync"
+
     def _post_range(self):
         dt = self.param_groups[0]["params"][0].dtype
         return self._POST_RANGE[carrier_dtype(dt)]
@@ -284,7 +293,10 @@ class SCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
         lam, c0 = sc["lam"], sc["log_s"]
         a = losses.detach().to(lam.device, torch.float64) / lam
         exact32 = losses.dtype in _F32_EXACT
-        self._post_device = bool(self.check_every) and _comm._on_device(lam)
+        if self.attach_checks not in ("sync", "async"):
+            raise ValueError(f"attach_checks must be 'sync' or 'async', got {self.attach_checks!r}")
+        self._post_device = (self.attach_checks == "async" and bool(self.check_every)
+                             and _comm._on_device(lam))
         if self._post_device:
             return self._surrogate_posted_device(losses, a, c0, exact32)
         # (numbers, one host read: fewer small tensor ops)
@@ -327,8 +339,8 @@ class SCDRO(_KLMultiplier, _KLWindow, GuardMixin, torch.optim.Optimizer):
                 "finite): its gradient could not ride on DDP's all-reduce scaled and was left "
                 "out of that step and of any later such step until this check (on a device "
                 "the exact correction, a second all-reduce, would need a host read every "
-                "step). Resume from a checkpoint before that step with check_every=0 (the "
-                "correction, one host read a step), without attach (the optimizer gathers "
+                "step). Resume from a checkpoint before that step with attach_checks='sync' (the "
+                "default: the correction, one host read a step), without attach (the optimizer gathers "
                 "the losses itself), or with a larger shift_cost (lambda_0)")
 
     def _finish_posted(self, table, sizes, off, scalars):
