@@ -219,3 +219,30 @@ def test_model_info_says_which_versions_wrote_it(table, tmp_path, capsys):
     assert "features: 3: a, b, g" in out
     assert model_io._main(["info", str(path)]) == 2
     assert "not a riskopt model file" in capsys.readouterr().err
+
+
+def test_a_duplicated_header_is_one_error_naming_the_column(table, tmp_path, capsys):
+    """A CSV header that names a column twice: pandas read the second as 'a.1' and fit,
+    predict and evaluate used it silently. Now one error line naming the column(s)."""
+    path, df = table
+    model = tmp_path / "m.skops"
+    assert main(["fit", str(path), "--target", "y", "--drop", "label", "--quiet",
+                 "--out", str(model)]) == 0
+    capsys.readouterr()
+    lines = path.read_text().splitlines()
+    assert lines[0] == "a,b,g,y,label"
+    dup = tmp_path / "dup.csv"
+    dup.write_text("\n".join(["a,b,a,y,b"] + lines[1:]) + "\n")
+    assert "a.1" in pd.read_csv(dup).columns  # what pandas makes of it
+    for argv in (["fit", str(dup), "--target", "y", "--quiet", "--out", str(tmp_path / "n")],
+                 ["predict", str(model), str(dup), "--out", str(tmp_path / "p.csv")],
+                 ["evaluate", str(model), str(dup)]):
+        err = _error(capsys, argv)
+        assert "'a' (columns 1, 3); 'b' (columns 2, 5)" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "n").exists() and not (tmp_path / "p.csv").exists()
+    # a column whose own name looks like pandas' mangling is no duplicate
+    ok = tmp_path / "ok.csv"
+    df.rename(columns={"b": "a.1"}).to_csv(ok, index=False)
+    assert main(["fit", str(ok), "--target", "y", "--drop", "label", "--quiet",
+                 "--out", str(tmp_path / "k")]) == 0

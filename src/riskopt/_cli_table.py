@@ -50,7 +50,28 @@ def read_table(path):
             from None
     if len(df) == 0:
         raise FitError(f"{path} has a header but no rows")
+    if not name.endswith((".parquet", ".pq")):
+        _check_header(path, sep)
     return df
+
+
+def _check_header(path, sep):
+    """A header that names a column twice is one :class:`FitError` line naming it (pandas
+    would silently read the second as ``name.1``)."""
+    import pandas as pd
+
+    head = pd.read_csv(path, sep=sep, header=None, nrows=1, dtype=str,
+                       keep_default_na=False).iloc[0].tolist()
+    where = {}
+    for k, col in enumerate(head, 1):
+        if str(col).strip():
+            where.setdefault(col, []).append(k)
+    twice = {c: ks for c, ks in where.items() if len(ks) > 1}
+    if twice:
+        said = "; ".join(f"{c!r} (columns {', '.join(map(str, ks))})"
+                         for c, ks in twice.items())
+        raise FitError(f"{path}: the header names the same column more than once: {said}; "
+                       "give each column its own name")
 
 
 def unnamed(col):
