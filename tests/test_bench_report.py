@@ -73,3 +73,58 @@ def test_report_warns_about_a_broken_metadata_file(results, tmp_path):
     with pytest.warns(RuntimeWarning, match="metadata.json is unreadable"):
         text = build_report(copy)
     assert "## Selected configurations" in text
+
+
+def test_report_and_plot_of_an_interrupted_run_are_partial(tmp_path, capsys, monkeypatch):
+    """A run cut with ``max_cells`` (no results.parquet, no metadata.json): report and plot
+    give its complete (seed, problem) groups, labelled partial with the count of runs and the
+    incomplete groups left out; the rows are those the finished run's table holds."""
+    from riskopt.bench._partial import partial_table
+    from riskopt.bench.spec import spec_from_dict
+
+    spec = spec_from_dict({
+        "name": "cut", "datasets": ["yacht"], "seeds": [0, 1], "passes": 2,
+        "lr": [0.01, 0.1], "shift_cost": 0.5, "objectives": ["cvar:0.5", "extremile:2"],
+        "solvers": ["sgd"], "plot": {"x": ["passes"]}, "selection": {"last_passes": 1}})
+    out = tmp_path / "cut"
+    assert main(["bench", "report", str(out)]) == 2            # not a folder yet
+    capsys.readouterr()
+    res = run(spec, out=out, jobs=1, progress=False, max_cells=0, plot=False)
+    assert not res.complete
+    assert main(["bench", "report", str(out)]) == 2
+    assert "no complete (seed, problem) group yet (0 of 8 runs done)" in capsys.readouterr().err
+    res = run(spec, out=out, jobs=1, progress=False, max_cells=3, plot=False)
+    assert not res.complete and not (out / "results.parquet").exists()
+    labels = spec.objective_labels()
+    line = (f"PARTIAL RUN (interrupted): 3 of 8 runs done; incomplete, left out of the "
+            f"comparisons: yacht / {labels[1]} seed 0 (1 of 2); 2 (seed, problem) group(s) "
+            "not started")
+    text = build_report(out)
+    assert text.startswith("# cut (partial)\n") and line in text
+    conf = configuration_table(partial_table(out)[0])
+    assert list(conf["objective"]) == [labels[0]] and list(conf["seeds"]) == [1]
+    assert main(["bench", "report", str(out), "--out", str(tmp_path / "r.csv")]) == 0
+    csv = (tmp_path / "r.csv").read_text()
+    assert csv.startswith(f"# {line}\n")
+    assert pd.read_csv(tmp_path / "r.csv", comment="#")["objective"].tolist() == [labels[0]]
+    capsys.readouterr()
+    import riskopt.bench.figures as figures
+
+    titles, draw = [], figures.draw_convergence
+    monkeypatch.setattr(figures, "draw_convergence",
+                        lambda *a, **k: titles.append(k["title"]) or draw(*a, **k))
+    assert main(["bench", "plot", str(out), "--out", str(tmp_path / "fig")]) == 0
+    assert titles == [f"cut: {line}"]
+    said = capsys.readouterr().out
+    assert said.startswith(line + "\n") and (tmp_path / "fig" / "figure.png").exists()
+    table, note = partial_table(out)
+    assert note.line() == line
+    partial = table.drop(columns="selected")
+    # the finished run's table holds the same rows, bit for bit
+    assert run(spec, out=out, jobs=1, progress=False, plot=False).complete
+    full = pd.read_parquet(out / "results.parquet")
+    full = full[(full["objective"] == labels[0]) & (full["seed"] == 0)]
+    pd.testing.assert_frame_equal(partial.reset_index(drop=True),
+                                  full[partial.columns].reset_index(drop=True),
+                                  check_exact=True)
+    assert not build_report(out).startswith("# cut (partial)")

@@ -159,10 +159,17 @@ def _bench_run(args):
 
 
 def _bench_plot(args):
+    from .bench import _partial
     from .bench.figures import plot_results
 
     try:
-        paths = plot_results(args.results, out_dir=args.out, x=args.x, formats=args.format)
+        table = None
+        if _partial.is_interrupted(args.results):  # its complete groups, labelled partial
+            table, note = _partial.partial_table(args.results)
+            table.attrs["partial"] = note.line()
+            _print(note.line())
+        paths = plot_results(args.results, out_dir=args.out, x=args.x, formats=args.format,
+                             table=table)
     except (FileNotFoundError, ValueError) as exc:
         raise _CLIError(str(exc)) from None
     for p in paths:

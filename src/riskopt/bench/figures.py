@@ -400,7 +400,9 @@ def plot_results(results, out_dir=None, table=None, x=None, formats=DEFAULT_FORM
     out_dir : path, optional
         Where to write (default: the results folder).
     table : DataFrame, optional
-        The table already in memory (skips reading it).
+        The table already in memory (skips reading it). ``table.attrs["partial"]``, when
+        set, heads the titles (an interrupted run's complete groups:
+        :func:`riskopt.bench._partial.partial_table`, as ``riskopt bench plot`` does).
     x : sequence of {"passes", "steps", "time"}, optional
         x axes of the convergence figure (default: the spec's ``plot.x``, else both).
     formats : sequence of str, default ("png",)
@@ -412,13 +414,15 @@ def plot_results(results, out_dir=None, table=None, x=None, formats=DEFAULT_FORM
     """
     from . import analysis
 
+    partial = table.attrs.get("partial") if table is not None else None
     if table is None:
         folder, table = _load(results)
     else:
         folder, table = Path(results), normalise_table(table)
     spec = _read_spec(folder)
     table.attrs["suboptimality"] = spec.get("record", {}).get("suboptimality")
-    table.attrs["description"] = spec.get("description", "")
+    table.attrs["description"] = ". ".join(t for t in (partial, spec.get("description"))
+                                           if t)
     settings = spec.get("plot", {})
     xs = list(x or settings.get("x") or ("passes", "time"))
     for v in xs:
@@ -448,6 +452,7 @@ def plot_results(results, out_dir=None, table=None, x=None, formats=DEFAULT_FORM
     if "sensitivity" in analyses or "fixed_accuracy" in analyses:
         sens = analysis.sensitivity(table, a.get("epsilon", 0.01), a.get("epsilon_scale", "gap"))
         name = str(table["spec"].iloc[0]) if "spec" in table.columns and len(table) else ""
+        name += f" ({partial})" if partial else ""
         written += plot_sensitivity(sens, out_dir, columns, floor, name, formats)
         if "fixed_accuracy" in analyses:
             written += plot_fixed_accuracy(sens, out_dir, columns, floor, name, formats)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _partial
 from ._view import read_table
 
 __all__ = ["build_report", "configuration_table", "passes_to_reach"]
@@ -116,20 +117,29 @@ def build_report(results, fmt="markdown", relative_to=None):
                       "run` on the folder (finished cells are reused) to rewrite it",
                       RuntimeWarning, stacklevel=2)
     table_path = folder / "results.parquet"
-    if meta is None and not table_path.exists():
+    partial = None
+    if _partial.is_interrupted(folder):  # the complete (seed, problem) groups, labelled
+        table, partial = _partial.partial_table(folder)
+        meta = {"spec_name": _read_json(folder / "spec.json").get("name", folder.name)}
+    elif meta is None and not table_path.exists():
         raise FileNotFoundError(f"{folder} holds no metadata.json or results.parquet: not a "
                                 "finished `riskopt bench run` folder")
+    else:
+        table = read_table(folder)  # its own table or the view metadata.json records
     configs = None
-    table = read_table(folder)  # its own table or the view metadata.json records
     if table is not None:
         configs = configuration_table(table)
     if fmt == "csv":
         if configs is None:
             raise FileNotFoundError(f"{table_path} is missing: the CSV table needs it")
-        return configs.to_csv(index=False)
+        text = configs.to_csv(index=False)
+        return f"# {partial.line()}\n{text}" if partial else text
     meta = meta or {}
     name = meta.get("spec_name", folder.name)
-    out = [f"# {name}", ""]
+    out = [f"# {name}" + (" (partial)" if partial else ""), ""]
+    if partial:
+        out += [f"**{partial.line()}.** The tables below hold the complete groups only; "
+                "run the same `riskopt bench run` command again to finish the run.", ""]
     if meta.get("description"):
         out += [meta["description"], ""]
     run = meta.get("run", {})
