@@ -26,7 +26,7 @@ from riskopt._kernels import box_oracle as bo
 from riskopt._kernels import oracles as ko
 from riskopt._kernels import prospect as kp
 
-from _prospect_steps import compare_step_by_step, prospect_solvers, run_passes
+from _prospect_steps import compare_step_by_step, prospect_solvers, q_tolerance, run_passes
 from test_incremental_pav import DISTS, MOVES, PROP as IPAV_PROP, _case, _objective
 from test_incremental_pav import cases as IPAV_CASES
 
@@ -329,3 +329,37 @@ def test_an_infinite_loss_gets_the_limit_weights():
             qf = np.empty(n)
             ko.risk_weights(np.where(np.isinf(table), 1e12, table), sigma, 0.2, ko.CHI2, qf)
             np.testing.assert_allclose(qb, qf, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("nu", [1e305, 1.7e308])
+@pytest.mark.parametrize("risk", ["cvar", "max", "esrm"])
+def test_prospect_at_huge_chi2_shift_costs_keeps_exact_weights(risk, nu):
+    # 2 n nu past CHI2_SCALE_LIMIT: box_oracle's A = 2 n nu overflows (CVaR 0.3: weights
+    # 0.0023 off; a cap c = 1: NaN weights and a NaN iterate), as do the hull tree's slopes
+    # (ESRM); the default takes hull_oracle there. Every step's weight, and the end of each
+    # pass, equal the exact oracle's on that table (the Fenchel certificate of
+    # _prospect_steps overflows at this nu: the weights are compared directly)
+    n = 200
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(n, 4))
+    y = X @ rng.normal(size=4) + rng.standard_t(4, size=n)
+    r = {"cvar": ro.CVaR(0.3, shift_cost=nu), "max": ro.CVaR(0.5 / n, shift_cost=nu),
+         "esrm": ro.ESRM(1.0, shift_cost=nu)}[risk]
+    obj = ro.Objective("squared", r, X, y, l2_reg=1.0 / n)
+    assert 2.0 * n * nu > kp.CHI2_SCALE_LIMIT
+    s, = _solvers(0.01, kp.ORACLE_INCREMENTAL)
+    st = s.init_state(obj)
+    for e in range(2):
+        idx = np.random.default_rng([9, e]).permutation(n)
+        new = s.update(obj, st, indices=idx)
+        assert np.all(np.isfinite(new.coef))
+        table = st.losses.copy()
+        for t, i in enumerate(idx):  # the weight each 7th step used, on that step's table
+            if t % 7 == 0 or t == n - 1:
+                q = obj.risk_weights(table)[1]
+                assert abs(new.rho[i] - q[i]) <= q_tolerance(obj, table), (e, t)
+            table[i] = new.losses[i]
+        np.testing.assert_allclose(new.q, obj.risk_weights(new.losses)[1], rtol=0,
+                                   atol=q_tolerance(obj, new.losses))
+        st = new
+    assert s._stats[0] == 0 and s._stats[8] > 0  # hull_oracle: no swaps, Newton iterations
