@@ -207,12 +207,15 @@ class BoxTable:
     def step(self, losses, idx, vals):
         """``losses[idx] = vals`` (distinct indices, in order) through the oracle; rebuilds
         (exact sums) once ``n`` updates have accumulated or a threshold left the finite
-        range."""
+        range. Returns whether it rebuilt (the caller's guards on the table can run
+        there)."""
         ok = _tb_step(losses, np.ascontiguousarray(idx, dtype=np.int64),
                       np.ascontiguousarray(vals, dtype=np.float64), self._S, self._where,
                       self._acc, self.kl, self._stats, self._stack)
         if not ok or self._acc[_COUNT] >= self.n:
             self.build(losses, self.weights(losses))
+            return True
+        return False
 
     def value(self):
         """``R(table)`` (O(1))."""

@@ -162,15 +162,23 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
     def _box_active(self):
         return self._use_box and self._box_spec is not None and self.complete
 
+    def _box_fits(self):
+        """The box oracle's guard on the current table (O(n)): every loss within
+        ``_BOX_LIMIT`` and ``nu (1 + log n) <= _BOX_NU_REL max |table|``. Checked when the box
+        state is built and at ``BoxTable``'s own rebuilds (every ``n`` updates), so a table
+        whose losses shrink by orders after the build returns to the sorted-table path at
+        the next rebuild."""
+        big = np.max(np.abs(self._table))
+        nu = float(self.risk.shift_cost)
+        return bool(big <= _BOX_LIMIT and nu * (1.0 + math.log(self.n)) <= _BOX_NU_REL * big)
+
     def _box_state(self):
         """The box oracle of the complete table, built (seeded by the exact weights) when
         missing; None while the table holds a loss of magnitude above ``_BOX_LIMIT`` (or a
         non-finite one: ``check_finite=False``), or when it is built with a shift cost large
         for its losses (``_BOX_NU_REL``), which the sorted table handles."""
         if self._box is None:
-            big = np.max(np.abs(self._table))
-            nu = float(self.risk.shift_cost)
-            if not (big <= _BOX_LIMIT and nu * (1.0 + math.log(self.n)) <= _BOX_NU_REL * big):
+            if not self._box_fits():
                 return None
             q = self._weights_sorted()[1]
             c, k, r = self._box_spec
@@ -393,10 +401,12 @@ class TableSpectralRiskLoss(_GatherMixin, nn.Module):
             box = self._box_state()
         if box is not None:
             uniq, vals = _last_writes(i_np, l_np)
-            box.step(self._table, uniq, vals)
+            if box.step(self._table, uniq, vals) and not self._box_fits():
+                box = self._box = None  # rebuilt on a table the guard no longer admits
+        if box is not None:
             val = box.value()
             q_local = torch.from_numpy(box.weights_at(self._table, i_np[local]))
-        else:
+        else:  # (after a dropped box the table holds these values already: rewritten)
             self._write(i_np, l_np)
             val, q = self._weights_sorted()
             q_local = torch.from_numpy(q[i_np[local]])
