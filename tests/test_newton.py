@@ -152,6 +152,30 @@ def test_certificate_is_a_lower_bound_with_per_coordinate_penalties(loss):
     assert res["value"] - v_ref <= 1e-7 * abs(v_ref)
 
 
+@pytest.mark.parametrize("offset", [2.0, 50.0])
+def test_dual_bound_at_an_interpolating_point_is_finite_and_below_the_optimum(offset):
+    """y = X w + offset exactly, CVaR 0.1, a small l2_reg: the residuals near the optimum are
+    far below one ulp of the predictions times 1e13, where dual_bound's intercept solve cannot
+    reach its 1e-13 test (it returned -inf). Within INTERCEPT_ULPS ulps it now gives a finite
+    bound (with the intercept's rounding slack), below cvxpy's optimum and the solver's value,
+    at the solution, at cvxpy's point and at a perturbed point."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(300, 4))
+    y = X @ rng.normal(size=4) + offset
+    obj = ro.Objective("squared", ro.CVaR(0.1), X, y, l2_reg=1e-6, fit_intercept=True)
+    W_cvx, v_cvx = cvxpy_spectral_minimum(obj)
+    res = nt.newton(obj, obj.zeros(), rtol=1e-8)
+    v_ref = min(v_cvx, res["value"], obj.value(W_cvx))
+    W_opt = np.asarray(res["coef"], dtype=np.float64).reshape(-1)
+    W_far = W_opt + 1e-7 * rng.normal(size=len(W_opt))
+    for W in (W_opt, np.asarray(W_cvx, dtype=np.float64), W_far):
+        ell = dual._losses_derivs_z(obj, obj.X @ W)[0]
+        q = obj.risk_weights(ell)[1]
+        lb, _ = dual.dual_bound(obj, W, q)
+        assert np.isfinite(lb)
+        assert lb <= v_ref + 1e-12 * abs(v_ref), (lb, v_ref)
+
+
 def test_newton_with_a_shift_cost_matches_lbfgs():
     obj = _obj("logistic", ro.ESRM(1.0), True, 3, n=200, d=5, nu=0.1)
     res = nt.newton(obj, obj.zeros(), rtol=1e-11)
