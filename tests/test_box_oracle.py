@@ -331,22 +331,25 @@ def test_an_infinite_loss_gets_the_limit_weights():
             np.testing.assert_allclose(qb, qf, rtol=0, atol=TOL)
 
 
+@pytest.mark.parametrize("div", ["chi2", "kl"])
 @pytest.mark.parametrize("nu", [1e305, 1.7e308])
 @pytest.mark.parametrize("risk", ["cvar", "max", "esrm"])
-def test_prospect_at_huge_chi2_shift_costs_keeps_exact_weights(risk, nu):
-    # 2 n nu past CHI2_SCALE_LIMIT: box_oracle's A = 2 n nu overflows (CVaR 0.3: weights
-    # 0.0023 off; a cap c = 1: NaN weights and a NaN iterate), as do the hull tree's slopes
-    # (ESRM); the default takes hull_oracle there. Every step's weight, and the end of each
-    # pass, equal the exact oracle's on that table (the Fenchel certificate of
-    # _prospect_steps overflows at this nu: the weights are compared directly)
+def test_prospect_at_huge_shift_costs_keeps_exact_weights(risk, nu, div):
+    # the shift cost's scale (2 n nu, KL nu (1 + log n)) past SCALE_LIMIT: box_oracle's
+    # scale overflows (chi2, CVaR 0.3: weights 0.0023 off; a cap c = 1: NaN weights and a
+    # NaN iterate; KL at 1.7e308: 0.005 off), as do the hull tree's slopes (chi2 ESRM); the
+    # default takes hull_oracle there. Every 7th step's weight, and the end of each pass,
+    # equal the exact oracle's on that table (the Fenchel certificate of _prospect_steps
+    # overflows at this nu: the weights are compared directly)
     n = 200
     rng = np.random.default_rng(9)
     X = rng.normal(size=(n, 4))
     y = X @ rng.normal(size=4) + rng.standard_t(4, size=n)
-    r = {"cvar": ro.CVaR(0.3, shift_cost=nu), "max": ro.CVaR(0.5 / n, shift_cost=nu),
-         "esrm": ro.ESRM(1.0, shift_cost=nu)}[risk]
+    r = {"cvar": ro.CVaR(0.3, shift_cost=nu, divergence=div),
+         "max": ro.CVaR(0.5 / n, shift_cost=nu, divergence=div),
+         "esrm": ro.ESRM(1.0, shift_cost=nu, divergence=div)}[risk]
     obj = ro.Objective("squared", r, X, y, l2_reg=1.0 / n)
-    assert 2.0 * n * nu > kp.CHI2_SCALE_LIMIT
+    assert nu > kp.SCALE_LIMIT / (2.0 * n if div == "chi2" else 1.0 + np.log(n))
     s, = _solvers(0.01, kp.ORACLE_INCREMENTAL)
     st = s.init_state(obj)
     for e in range(2):

@@ -245,7 +245,8 @@ def test_box_guard_runs_again_at_the_rebuild_when_losses_shrink(div):
     """Stop 43: the guard (``nu (1 + log n) <= _BOX_NU_REL max |l|``) was checked only when
     the box state was built. A table built on losses of scale 10 that then shrink to 1e-6
     kept the box, whose value is off by ~``eps nu (1 + log n)``: 2.6e-13 (chi2) / 5.8e-13
-    (KL) here over the last 3n forwards, on a value of 3.2e-6 (1e-7 relative). ``BoxTable.step``'s own rebuild (every ``n`` updates) now checks it too, and
+    (KL) here over the last 3n forwards, on a value of 3.2e-6 (1e-7 relative).
+    ``BoxTable.step``'s own rebuild (every ``n`` updates) now checks it too, and
     from there on the sorted-table path runs (every forward equal to the twin's)."""
     n, nu = 40, 1e3
     rng = np.random.default_rng(11)

@@ -85,11 +85,13 @@ RANK_SWAPS = 128
 #: run has diverged, and the hull tree's geometry (prefix sums of losses) is not defined there
 #: (an infinite loss corrupted memory)
 LOSS_LIMIT = 1e150
-#: a chi-square cost with ``2 n nu`` above this takes ``hull_oracle`` in the default
-#: (``ORACLE_INCREMENTAL``): ``box_oracle``'s scale ``A = 2 n nu`` (and the hull tree's slopes)
-#: overflow near 1.8e308, where their weights were 0.0023 off (CVaR 0.3, n = 1000, nu = 1e305)
-#: or NaN (a cap ``c = 1``), while ``hull_oracle`` keeps them exact (stop 43)
-CHI2_SCALE_LIMIT = 1e300
+#: a shift cost whose scale (chi-square: ``2 n nu``, KL: ``nu (1 + log n)``) is above this
+#: takes ``hull_oracle`` in the default (``ORACLE_INCREMENTAL``): ``box_oracle``'s scale (``A =
+#: 2 n nu``; KL: its threshold, of the size of ``nu log n``) and the hull tree's slopes
+#: overflow near 1.8e308, where their weights were 0.0023 off (chi2, CVaR 0.3, n = 1000, nu =
+#: 1e305), NaN (chi2, a cap ``c = 1``) or 0.005 off (KL, CVaR, n = 200, nu = 1.7e308), while
+#: ``hull_oracle`` keeps them exact (stop 43)
+SCALE_LIMIT = 1e300
 
 
 @njit(cache=True)
@@ -223,8 +225,8 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
       step) as ``ORACLE_TREE`` until the swaps pass ``hull_swaps(n)`` per step
       (``RANK_SWAPS`` for ``nu = 0``) plus ``HULL_SLACK``, then ``_epoch_prospect_box`` on
       ``hull_oracle`` (``rank_oracle`` for ``nu = 0``) for the rest of the pass; a
-      chi-square cost with ``2 n nu`` above ``CHI2_SCALE_LIMIT`` runs on ``hull_oracle``
-      whatever the spectrum (the box oracle's and the tree's scale overflows there);
+      shift cost of scale (``2 n nu``, KL ``nu (1 + log n)``) above ``SCALE_LIMIT`` runs
+      on ``hull_oracle`` whatever the spectrum (the box oracle's scale overflows there);
     * ``ORACLE_HULL``: ``_epoch_prospect_box`` on ``hull_oracle`` for every spectrum with a
       shift cost (``rank_oracle`` for ``nu = 0``);
     * ``ORACLE_TREE``: for ``nu > 0`` (chi2 and KL) the hull
@@ -246,8 +248,9 @@ def _epoch_prospect(code, X, y, reg, sigma, nu, div, lr, indices, W, losses, D, 
     if oracle == ORACLE_INCREMENTAL or oracle == ORACLE_HULL:
         bc, bk, br = _box_spectrum(sigma) if nu > 0.0 else (0.0, 0, 0.0)
         # hull_oracle: ORACLE_HULL whatever the spectrum; a large table (HULL_SWAPS_N); a
-        # chi-square scale 2 n nu past CHI2_SCALE_LIMIT
-        huge = div == CHI2 and not 2.0 * X.shape[0] * nu <= CHI2_SCALE_LIMIT
+        # shift cost's scale past SCALE_LIMIT
+        scale = 2.0 * X.shape[0] * nu if div == CHI2 else nu * (1.0 + np.log(X.shape[0]))
+        huge = not scale <= SCALE_LIMIT
         hull = nu > 0.0 and (oracle == ORACLE_HULL or huge
                              or (bk <= 0 and hull_swaps(X.shape[0]) == 0))
         if hull:
