@@ -67,13 +67,13 @@ _SW_TOL = (
     "passes the check"
 )
 _SW_TOL_SPARSE = (
-    _SW_TOL + ". The sparse variant passes now (XPASS, stop 43) by luck, as the dense one "
-    "could: with the detected OpenBLAS core (SkylakeX) both sparse fits take one Newton path (25 "
-    "updates, gap 2.554e-13 each) to one point, 1e-12 apart, yet both 2.5e-5 relative from the "
-    "tol=1e-10 fit; with OPENBLAS_CORETYPE=Prescott they take 27 and 26 updates and both happen "
-    "to land within 2e-11 of it; with OPENBLAS_CORETYPE=Haswell it fails. Where a certified "
-    "fit stops is not controlled, so the check stays a non-strict xfail (it passes on the "
-    "commit before 72358660 as well)"
+    _SW_TOL + ". The sparse variant passes now (XPASS, stop 43) by agreement, not convergence: "
+    "both sparse fits take the same Newton path (25 updates, gap 2.554e-13 each) and stop "
+    "1e-12 apart, yet both 2.5e-5 relative from the tol=1e-10 fit in the predictions (OpenBLAS "
+    "SkylakeX, Haswell and Prescott alike on main at 16166108, presumably its dual_bound "
+    "change; on c1e234b3, before it, Prescott stopped the two at 27 and 26 "
+    "updates and Haswell failed the check). Where a certified fit stops is not "
+    "controlled, so the check stays a non-strict xfail (72358660 did not change it)"
 )
 
 
