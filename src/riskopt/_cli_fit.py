@@ -330,8 +330,8 @@ def _final_point(est, reg, task, X, y, groups):
     import numpy as np
 
     try:
+        from .estimators import _build_objective
         from .losses import MultinomialLoss
-        from .objectives import Objective
 
         Xt = est[:-1].transform(X) if hasattr(est, "steps") else X
         if task == "regression":
@@ -340,14 +340,9 @@ def _final_point(est, reg, task, X, y, groups):
             K = len(reg.classes_)
             loss = "logistic" if K == 2 else MultinomialLoss(n_classes=K)
             yv = np.searchsorted(reg.classes_, y).astype(np.float64)
-        Xt, kw = np.asarray(Xt, dtype=np.float64), dict(l2_reg=float(reg.l2_reg),
-                                                         fit_intercept=bool(reg.fit_intercept))
-        risk = reg.risk_  # a plug-in risk builds its own objective (as the estimators do)
-        if groups is not None:
-            obj = Objective(loss, risk, Xt, yv, groups=groups, **kw)
-        else:
-            obj = (risk.make_objective(loss, Xt, yv, **kw) if hasattr(risk, "make_objective")
-                   else Objective(loss, risk, Xt, yv, **kw))
+        # the estimators' own objective (a plug-in risk builds its own)
+        obj = _build_objective(reg.risk_, loss, np.asarray(Xt, dtype=np.float64), yv,
+                               float(reg.l2_reg), bool(reg.fit_intercept), None, groups)
         coef = np.asarray(reg.coef_, dtype=np.float64)
         W = coef.reshape(-1, obj.K) if coef.ndim == 1 else coef.T
         if reg.fit_intercept:

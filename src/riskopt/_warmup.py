@@ -88,8 +88,7 @@ def _cli_fits():
     fitted point (``riskopt fit``'s certificate line)."""
     import numpy as np
 
-    from .estimators import RiskClassifier, RiskRegressor
-    from .objectives import Objective
+    from .estimators import RiskClassifier, RiskRegressor, _build_objective
     from .risks import parse_risk
 
     designs = _cli_designs()
@@ -100,11 +99,8 @@ def _cli_fits():
                 est = cls(risk=risk, l2_reg=1e-4, max_iter=1000, tol=1e-4, random_state=0)
                 target = y if cls is RiskRegressor else yc
                 est.fit(X, target)
-                r = est.risk_
-                kw = dict(l2_reg=1e-4, fit_intercept=True)
-                yv = np.asarray(target, dtype=np.float64)
-                obj = (r.make_objective(loss, X, yv, **kw) if hasattr(r, "make_objective")
-                       else Objective(loss, r, X, yv, **kw))
+                obj = _build_objective(est.risk_, loss, X, np.asarray(target, dtype=np.float64),
+                                       1e-4, True, None)
                 with np.errstate(all="ignore"):
                     obj.value_grad(obj.zeros())
 
