@@ -246,12 +246,13 @@ def _check_numeric_input(model, df, where):
 
 
 def _categorical_part(model):
-    """``(columns, categories)`` of the saved model's one-hot part (``categories[j]``: the
-    text values the fit saw in ``columns[j]``), or ``None``."""
+    """``(columns, categories, pipeline)`` of the saved model's one-hot part
+    (``categories[j]``: the text values the fit saw in ``columns[j]``; ``pipeline``: its
+    text step then the one-hot encoder), or ``None``."""
     try:
         prep = model["estimator"].named_steps["preprocess"]
         pipe, cols = next((t, c) for name, t, c in prep.transformers_ if name == "categorical")
-        return list(cols), pipe.named_steps["onehot"].categories_
+        return list(cols), pipe.named_steps["onehot"].categories_, pipe
     except Exception:  # noqa: BLE001 (no categorical part, or a model of another layout)
         return None
 
@@ -271,7 +272,7 @@ def _align_number_categories(model, X):
     if part is None:
         return X
     out = X
-    for c, cats in zip(*part):
+    for c, cats in zip(*part[:2]):
         s = X[c]
         if not is_numeric_dtype(s) or is_bool_dtype(s):
             continue
@@ -300,10 +301,8 @@ def _warn_unknown_categories(model, df, where):
     part = _categorical_part(model)
     if part is None:
         return
-    cols, cats = part
+    cols, cats, pipe = part
     try:
-        prep = model["estimator"].named_steps["preprocess"]
-        pipe = next(t for name, t, _ in prep.transformers_ if name == "categorical")
         text = pipe.named_steps["text"].transform(df[cols])
     except Exception:  # noqa: BLE001 (a model of another layout)
         return
